@@ -1,0 +1,38 @@
+# gangops — the project's commands. Each target creates/uses .venv and installs
+# what it needs, so `make demo` and `make test` work on a fresh machine.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
+
+.PHONY: venv demo test unit integration lint bench e2e clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test,lint]'
+	@rm -f $(VENV)/.installed-* && touch $@
+
+demo: venv
+	@bash scripts/demo.sh
+
+test: venv
+	$(BIN)/pytest tests/unit tests/integration
+
+unit: venv
+	$(BIN)/pytest tests/unit
+
+lint: venv
+	$(BIN)/ruff check controller tests
+	$(BIN)/ruff format --check controller tests
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+bench: venv
+	$(BIN)/python -m tests.perf
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

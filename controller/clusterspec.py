@@ -1,0 +1,220 @@
+"""Cluster descriptions: the GPU nodes of a cluster, as `clusters/<name>/cluster.yaml`.
+
+One file feeds three consumers: the local control plane registers a fake Node
+per entry, the validator derives `capacity` from it, and the simulator builds
+its node list from it. The file describes pools of identical nodes; this
+module expands them into concrete nodes with their topology labels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+from ruamel.yaml import YAML
+from ruamel.yaml.error import YAMLError
+
+from controller.quantity import QuantityError, parse_quantity
+
+__all__ = [
+    "LABEL_CLIQUE",
+    "LABEL_GPU_COUNT",
+    "LABEL_GPU_MEMORY",
+    "LABEL_GPU_PRODUCT",
+    "LABEL_POOL",
+    "LABEL_RACK",
+    "LABEL_ZONE",
+    "ClusterSpec",
+    "ClusterSpecError",
+    "NodeSpec",
+    "PoolSpec",
+    "load_cluster",
+    "parse_cluster",
+]
+
+LABEL_CLIQUE = "nvidia.com/gpu.clique"
+LABEL_RACK = "topology.kubernetes.io/rack"
+LABEL_ZONE = "topology.kubernetes.io/zone"
+LABEL_GPU_PRODUCT = "nvidia.com/gpu.product"
+LABEL_GPU_COUNT = "nvidia.com/gpu.count"
+LABEL_GPU_MEMORY = "nvidia.com/gpu.memory"
+LABEL_POOL = "gangops.ai/pool"
+
+
+class ClusterSpecError(ValueError):
+    """A cluster description that cannot be used; the message names the file and field."""
+
+
+@dataclass(frozen=True)
+class Taint:
+    """A node taint, as in the Node API."""
+
+    key: str
+    effect: str
+    value: str = ""
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """One GPU node, fully expanded from its pool."""
+
+    name: str
+    """Node name, `<pool>-<index>` with a three-digit index."""
+    pool: str
+    gpus: int
+    """`nvidia.com/gpu` capacity."""
+    gpu_model: str
+    cpu_milli: int
+    memory_bytes: int
+    labels: Mapping[str, str]
+    taints: tuple[Taint, ...] = ()
+
+
+@dataclass(frozen=True)
+class PoolSpec:
+    """A pool of identical nodes."""
+
+    name: str
+    count: int
+    gpus_per_node: int
+    gpu_model: str
+    gpu_memory_mib: int
+    cpu_milli: int
+    memory_bytes: int
+    zone: str
+    nodes_per_rack: int
+    nodes_per_nvlink_domain: int
+    labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+
+    def nodes(self) -> list[NodeSpec]:
+        """The pool's nodes, with zone, rack and NVLink-domain labels."""
+        out = []
+        for i in range(self.count):
+            labels = {
+                LABEL_POOL: self.name,
+                LABEL_ZONE: self.zone,
+                LABEL_RACK: f"{self.name}-r{i // self.nodes_per_rack}",
+                LABEL_CLIQUE: f"{self.name}-c{i // self.nodes_per_nvlink_domain}",
+                LABEL_GPU_PRODUCT: self.gpu_model,
+                LABEL_GPU_COUNT: str(self.gpus_per_node),
+                LABEL_GPU_MEMORY: str(self.gpu_memory_mib),
+                **self.labels,
+            }
+            out.append(
+                NodeSpec(
+                    name=f"{self.name}-{i:03d}",
+                    pool=self.name,
+                    gpus=self.gpus_per_node,
+                    gpu_model=self.gpu_model,
+                    cpu_milli=self.cpu_milli,
+                    memory_bytes=self.memory_bytes,
+                    labels=labels,
+                    taints=self.taints,
+                )
+            )
+        return out
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """A whole cluster description."""
+
+    name: str
+    pools: tuple[PoolSpec, ...]
+
+    def nodes(self) -> list[NodeSpec]:
+        """Every node of every pool, in file order."""
+        return [n for p in self.pools for n in p.nodes()]
+
+    @property
+    def total_gpus(self) -> int:
+        """Sum of `nvidia.com/gpu` capacity over all nodes."""
+        return sum(p.count * p.gpus_per_node for p in self.pools)
+
+
+_POOL_KEYS = {
+    "name", "count", "gpusPerNode", "gpuModel", "gpuMemoryMiB", "cpu", "memory",
+    "zone", "nodesPerRack", "nodesPerNVLinkDomain", "labels", "taints",
+}  # fmt: skip
+
+
+def _int(where: str, value: Any, *, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ClusterSpecError(f"{where}: expected an integer >= {minimum}, found {value!r}")
+    return value
+
+
+def _qty(where: str, value: Any) -> Fraction:
+    try:
+        q = parse_quantity(value)
+    except QuantityError as e:
+        raise ClusterSpecError(f"{where}: {e}") from None
+    if q <= 0:
+        raise ClusterSpecError(f"{where}: must be positive, found {value!r}")
+    return q
+
+
+def parse_cluster(doc: Any, *, source: str = "<cluster>") -> ClusterSpec:
+    """Build a `ClusterSpec` from a parsed YAML document, or raise `ClusterSpecError`."""
+    if not isinstance(doc, Mapping) or doc.get("kind") != "Cluster":
+        raise ClusterSpecError(f"{source}: expected a document of kind Cluster")
+    spec = doc.get("spec")
+    pools_raw = spec.get("pools") if isinstance(spec, Mapping) else None
+    if not isinstance(pools_raw, list) or not pools_raw:
+        raise ClusterSpecError(f"{source}: spec.pools must be a non-empty list")
+    pools = []
+    seen: set[str] = set()
+    for i, p in enumerate(pools_raw):
+        where = f"{source}: spec.pools[{i}]"
+        if not isinstance(p, Mapping):
+            raise ClusterSpecError(f"{where}: expected a mapping")
+        unknown = sorted(set(p) - _POOL_KEYS)
+        if unknown:
+            raise ClusterSpecError(f"{where}: unknown field(s) {', '.join(unknown)}")
+        name = p.get("name")
+        if not isinstance(name, str) or not name or name in seen:
+            raise ClusterSpecError(f"{where}.name: a unique non-empty name is required")
+        seen.add(name)
+        taints = tuple(
+            Taint(key=str(t["key"]), effect=str(t["effect"]), value=str(t.get("value", "")))
+            for t in p.get("taints", [])
+        )
+        pools.append(
+            PoolSpec(
+                name=name,
+                count=_int(f"{where}.count", p.get("count"), minimum=0),
+                gpus_per_node=_int(f"{where}.gpusPerNode", p.get("gpusPerNode"), minimum=0),
+                gpu_model=str(p.get("gpuModel", "unknown")),
+                gpu_memory_mib=_int(f"{where}.gpuMemoryMiB", p.get("gpuMemoryMiB", 0), minimum=0),
+                cpu_milli=int(_qty(f"{where}.cpu", p.get("cpu", "64")) * 1000),
+                memory_bytes=int(_qty(f"{where}.memory", p.get("memory", "512Gi"))),
+                zone=str(p.get("zone", "zone-a")),
+                nodes_per_rack=_int(f"{where}.nodesPerRack", p.get("nodesPerRack", 8), minimum=1),
+                nodes_per_nvlink_domain=_int(
+                    f"{where}.nodesPerNVLinkDomain", p.get("nodesPerNVLinkDomain", 1), minimum=1
+                ),
+                labels={str(k): str(v) for k, v in (p.get("labels") or {}).items()},
+                taints=taints,
+            )
+        )
+    meta = doc.get("metadata")
+    name = meta.get("name") if isinstance(meta, Mapping) else None
+    return ClusterSpec(name=str(name or "cluster"), pools=tuple(pools))
+
+
+def load_cluster(path: str | Path) -> ClusterSpec:
+    """Read and parse a cluster description file."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ClusterSpecError(f"{p}: cannot read: {e}") from None
+    try:
+        doc = YAML(typ="safe").load(text)
+    except YAMLError as e:
+        raise ClusterSpecError(f"{p}: invalid YAML: {e}") from None
+    return parse_cluster(doc, source=str(p))
