@@ -1,0 +1,287 @@
+"""The `gangops` command line: one entry point, a subcommand per job.
+
+Exit codes follow the linters users already script around: 0 success,
+1 the policies are invalid (or a plan could not be made of them), 2 a usage
+error (bad flags, a missing path, a ref that is not a commit).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from controller import __version__
+
+__all__ = ["main"]
+
+EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
+
+_VALIDATE_EPILOG = """\
+Every YAML file under each PATH is read (hidden directories are skipped).
+Documents of other API groups (a Kustomization, a cluster description) are
+skipped with a notice. Every problem in every file is reported, then:
+  exit 0  valid (warnings and notices do not fail)
+  exit 1  invalid
+  exit 2  usage error (for example a PATH that does not exist)
+
+formats:
+  text    file:line:col: error GP123: message      (default)
+  json    {"diagnostics": [...], "summary": {...}}
+  github  ::error file=...,line=...:: workflow commands that annotate the pull
+          request; a table is appended to $GITHUB_STEP_SUMMARY when it is set
+  sarif   SARIF 2.1.0, for code-scanning uploads
+"""
+
+_PLAN_EPILOG = """\
+The policies under PATH in the working tree are compared with the same PATH
+at --base (a branch, tag or commit), offline: both sides are validated and
+compiled, and the compiled objects are diffed. Each object is created,
+updated (with the changed fields), recreated or deleted; destructive steps are
+marked: a PriorityClass whose value or preemptionPolicy changes (immutable in
+Kubernetes: deleted and recreated), a deleted tier, namespace or quota, and a
+project guarantee cut. Exit 0 when a plan was made (with or without changes),
+1 when the working tree's policies are invalid, 2 on a usage error.
+"""
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--max-file-size",
+        type=int,
+        default=None,
+        metavar="BYTES",
+        help="refuse policy files larger than this (default 1048576)",
+    )
+
+
+def _parser() -> argparse.ArgumentParser:
+    from controller.policy.report import DIAGNOSTIC_FORMATS, PLAN_FORMATS
+
+    parser = argparse.ArgumentParser(
+        prog="gangops",
+        description="GitOps policy controller and gang scheduler for shared Kubernetes "
+        "GPU clusters.",
+    )
+    parser.add_argument("--version", action="version", version=f"gangops {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    v = sub.add_parser(
+        "validate",
+        help="validate policy files (schemas and semantic rules)",
+        description="Validate quota and priority policies against the JSON Schemas and the "
+        "semantic rules, reporting every problem at file:line:col.",
+        epilog=_VALIDATE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    v.add_argument(
+        "paths", nargs="*", default=["."], metavar="PATH", help="files or directories (default .)"
+    )
+    v.add_argument(
+        "--format", choices=DIAGNOSTIC_FORMATS, default="text", help="output format (default text)"
+    )
+    _add_common(v)
+    v.set_defaults(func=_validate)
+
+    r = sub.add_parser(
+        "render",
+        help="print the Kubernetes objects the policies compile to",
+        description="Validate, then print the objects the controller would apply, in apply "
+        "order: PriorityClasses, Namespaces, ResourceQuotas, the scheduling-policy ConfigMap.",
+        epilog="Diagnostics go to stderr; exit 1 (and no objects) when the policies are invalid.",
+    )
+    r.add_argument("path", nargs="?", default=".", metavar="PATH", help="policy root (default .)")
+    r.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml", help="default yaml")
+    r.add_argument(
+        "--revision",
+        help="revision recorded in the gangops.ai/revision annotation "
+        "(default: the Git commit of PATH, with -dirty for local changes)",
+    )
+    r.add_argument(
+        "--system-namespace",
+        default="gangops-system",
+        help="namespace of the scheduling-policy ConfigMap (default gangops-system)",
+    )
+    _add_common(r)
+    r.set_defaults(func=_render)
+
+    pl = sub.add_parser(
+        "plan",
+        help="show what a change to the policies would change in the cluster",
+        description="Compare the policy set at a Git ref with the working tree, offline.",
+        epilog=_PLAN_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    pl.add_argument("path", nargs="?", default=".", metavar="PATH", help="policy root (default .)")
+    pl.add_argument(
+        "--base", required=True, metavar="GIT_REF", help="branch, tag or commit to compare with"
+    )
+    pl.add_argument(
+        "--format", choices=PLAN_FORMATS, default="text", help="output format (default text)"
+    )
+    pl.add_argument(
+        "--system-namespace",
+        default="gangops-system",
+        help="namespace of the scheduling-policy ConfigMap (default gangops-system)",
+    )
+    _add_common(pl)
+    pl.set_defaults(func=_plan)
+
+    _add_plugins(sub)
+    return parser
+
+
+def _add_plugins(sub: Any) -> None:
+    """Subcommands that live with their own package."""
+    try:
+        from controller.devcluster.cli import add_subcommand
+    except ImportError:
+        return
+    add_subcommand(sub)
+
+
+def _limits(args: argparse.Namespace) -> Any:
+    from controller.policy.loader import Limits
+
+    return Limits(max_file_bytes=args.max_file_size) if args.max_file_size else Limits()
+
+
+def _validate(args: argparse.Namespace) -> int:
+    from controller.policy.loader import Source, sources_from_paths
+    from controller.policy.report import format_diagnostics, github_step_summary
+    from controller.policy.validate import validate_sources
+
+    try:
+        sources = sources_from_paths(args.paths)
+    except FileNotFoundError as e:
+        print(f"gangops validate: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    roots = [Path(p) for p in args.paths]
+
+    def resolve(ref: str) -> Source | None:
+        for root in roots:
+            p = (root if root.is_dir() else root.parent) / ref
+            if p.is_file():
+                return Source(path=p.as_posix(), size=p.stat().st_size, read=p.read_bytes)
+        return None
+
+    result = validate_sources(
+        sources, root=" ".join(args.paths), resolve=resolve, limits=_limits(args)
+    )
+    sys.stdout.write(format_diagnostics(result.diagnostics, fmt=args.format, files=result.files))
+    summary_file = os.environ.get("GITHUB_STEP_SUMMARY")
+    if args.format == "github" and summary_file:
+        with open(summary_file, "a", encoding="utf-8") as f:
+            f.write(github_step_summary(result.diagnostics, result.files))
+    return EXIT_OK if result.ok else EXIT_INVALID
+
+
+def _compile_tree(args: argparse.Namespace, root: Path) -> tuple[Any, list[dict[str, Any]] | None]:
+    """Validate and compile the working tree at `root`; print diagnostics to stderr."""
+    from controller.policy.compiler import compile_policy_set
+    from controller.policy.report import format_diagnostics
+    from controller.policy.sources import working_revision, working_tree
+    from controller.policy.validate import validate_sources
+
+    sources, resolve = working_tree(root)
+    result = validate_sources(sources, root=str(root), resolve=resolve, limits=_limits(args))
+    shown = [d for d in result.diagnostics if d.is_error or d.level.value == "warning"]
+    if shown:
+        sys.stderr.write(format_diagnostics(shown, fmt="text", files=result.files))
+    if result.policy_set is None:
+        return None, None
+    revision = getattr(args, "revision", None) or working_revision(root)
+    objects = compile_policy_set(
+        result.policy_set,
+        revision=revision,
+        source_root=root.as_posix(),
+        system_namespace=args.system_namespace,
+    )
+    return result.policy_set, objects
+
+
+def _render(args: argparse.Namespace) -> int:
+    root = Path(args.path)
+    if not root.exists():
+        print(f"gangops render: {root}: no such file or directory", file=sys.stderr)
+        return EXIT_USAGE
+    _, objects = _compile_tree(args, root)
+    if objects is None:
+        return EXIT_INVALID
+    if args.output == "json":
+        doc = {"apiVersion": "v1", "kind": "List", "items": objects}
+        sys.stdout.write(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    else:
+        sys.stdout.write(_yaml_dump(objects))
+    return EXIT_OK
+
+
+def _yaml_dump(objects: Sequence[dict[str, Any]]) -> str:
+    import io
+
+    from ruamel.yaml import YAML
+
+    yaml = YAML(typ="safe", pure=True)
+    yaml.default_flow_style = False
+    yaml.width = 4096
+    buf = io.StringIO()
+    yaml.dump_all(objects, buf)
+    return "---\n" + buf.getvalue() if objects else ""
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from controller.policy.compiler import compile_policy_set
+    from controller.policy.plan import make_plan
+    from controller.policy.report import format_plan
+    from controller.policy.sources import GitRefError, git_tree
+    from controller.policy.validate import validate_sources
+
+    root = Path(args.path)
+    if not root.exists():
+        print(f"gangops plan: {root}: no such file or directory", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        base_sources, base_resolve, base_sha = git_tree(root, args.base)
+    except GitRefError as e:
+        print(f"gangops plan: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    head_set, head_objects = _compile_tree(args, root)
+    if head_objects is None:
+        print("gangops plan: the working tree's policies are invalid; no plan", file=sys.stderr)
+        return EXIT_INVALID
+    base = validate_sources(
+        base_sources, root=f"{args.base}:{root}", resolve=base_resolve, limits=_limits(args)
+    )
+    base_objects: list[dict[str, Any]] = []
+    if base.policy_set is not None:
+        base_objects = compile_policy_set(
+            base.policy_set,
+            revision=base_sha,
+            source_root=root.as_posix(),
+            system_namespace=args.system_namespace,
+        )
+    elif base.documents:
+        print(
+            f"gangops plan: warning: the policies at {args.base} do not validate; "
+            "planning as if the cluster held none of them",
+            file=sys.stderr,
+        )
+    plan = make_plan(base_objects, head_objects, base_set=base.policy_set, head_set=head_set)
+    sys.stdout.write(format_plan(plan, fmt=args.format, base=args.base, head="working tree"))
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the `gangops` command; returns the exit code."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    code: int = args.func(args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

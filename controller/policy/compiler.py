@@ -1,0 +1,246 @@
+"""The compiler: a valid policy set in, the desired Kubernetes objects out.
+
+Pure and deterministic: the same `PolicySet` and revision always give the
+same objects in the same order, so plans are stable and a reconcile with
+nothing to change writes nothing. What it produces, per the README:
+
+- a PriorityClass per tier;
+- per project namespace, a Namespace (labelled with its project) and a
+  ResourceQuota whose `hard` is the project's `max`, split evenly across the
+  project's namespaces (remainders go to the namespaces listed first), so
+  the API server enforces the ceiling even when the scheduler is down;
+- the compiled scheduling policy, a ConfigMap in the controller's namespace
+  holding `policy.json`: the quota tree and tier rules with every default
+  resolved, which is what the scheduler reads.
+"""
+
+from __future__ import annotations
+
+import json
+from fractions import Fraction
+from typing import Any
+
+from controller.policy.model import RESOURCE_NAMES, PolicySet, PriorityTier, Project, QuotaPair
+from controller.quantity import format_quantity
+
+__all__ = [
+    "ANNOTATION_REVISION",
+    "ANNOTATION_SOURCE",
+    "APPLY_ORDER",
+    "LABEL_MANAGED_BY",
+    "LABEL_PROJECT",
+    "POLICY_CONFIGMAP",
+    "POLICY_KEY",
+    "QUOTA_NAME",
+    "compile_policy_set",
+    "object_key",
+    "scheduling_policy",
+    "split_evenly",
+]
+
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_PROJECT = "gangops.ai/project"
+LABEL_TIER_PREEMPTIBLE = "gangops.ai/preemptible"
+ANNOTATION_SOURCE = "gangops.ai/source-file"
+ANNOTATION_REVISION = "gangops.ai/revision"
+QUOTA_NAME = "gangops-quota"
+POLICY_CONFIGMAP = "gangops-scheduling-policy"
+POLICY_KEY = "policy.json"
+DEFAULT_SYSTEM_NAMESPACE = "gangops-system"
+APPLY_ORDER = ("PriorityClass", "Namespace", "ResourceQuota", "LimitRange", "ConfigMap")
+"""Kinds in the order they are applied; prune runs in reverse."""
+
+_QUOTA_KEYS = {"gpu": "requests.nvidia.com/gpu", "cpu": "requests.cpu", "memory": "requests.memory"}
+
+
+def object_key(obj: dict[str, Any]) -> tuple[int, str, str, str]:
+    """Sort key: apply order of the kind, then namespace and name."""
+    kind = obj["kind"]
+    rank = APPLY_ORDER.index(kind) if kind in APPLY_ORDER else len(APPLY_ORDER)
+    meta = obj["metadata"]
+    return (rank, kind, meta.get("namespace", ""), meta["name"])
+
+
+def compile_policy_set(
+    policy_set: PolicySet,
+    *,
+    revision: str,
+    source_root: str,
+    system_namespace: str = DEFAULT_SYSTEM_NAMESPACE,
+) -> list[dict[str, Any]]:
+    """The desired objects for `policy_set`, in apply order.
+
+    `revision` (a Git commit, or a label for an uncommitted tree) and the
+    source file of each object go into annotations; `source_root` names the
+    policy root for the objects compiled from the whole set.
+    """
+    objects: list[dict[str, Any]] = []
+    for tier in policy_set.tiers:
+        objects.append(_priority_class(tier, revision))
+    for project in policy_set.projects:
+        shares = _quota_shares(project)
+        for ns, hard in zip(project.namespaces, shares, strict=True):
+            objects.append(_namespace(project, ns, revision))
+            if hard:
+                objects.append(_resource_quota(project, ns, hard, revision))
+    objects.append(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": POLICY_CONFIGMAP,
+                "namespace": system_namespace,
+                "labels": {LABEL_MANAGED_BY: "gangops"},
+                "annotations": _annotations(source_root, revision),
+            },
+            "data": {
+                POLICY_KEY: json.dumps(scheduling_policy(policy_set), indent=1, sort_keys=True)
+            },
+        }
+    )
+    return sorted(objects, key=object_key)
+
+
+def _annotations(source: str, revision: str) -> dict[str, str]:
+    return {ANNOTATION_SOURCE: source, ANNOTATION_REVISION: revision}
+
+
+def _metadata(name: str, source: str, revision: str, **labels: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "labels": {LABEL_MANAGED_BY: "gangops", **labels},
+        "annotations": _annotations(source, revision),
+    }
+
+
+def _priority_class(tier: PriorityTier, revision: str) -> dict[str, Any]:
+    meta = _metadata(tier.name, tier.doc.file, revision)
+    meta["labels"][LABEL_TIER_PREEMPTIBLE] = "true" if tier.preemptible else "false"
+    obj: dict[str, Any] = {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": meta,
+        "value": tier.value,
+        "preemptionPolicy": tier.preemption_policy,
+        "globalDefault": tier.global_default,
+    }
+    if tier.description:
+        obj["description"] = tier.description
+    return obj
+
+
+def _namespace(project: Project, ns: str, revision: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": _metadata(ns, project.doc.file, revision, **{LABEL_PROJECT: project.name}),
+    }
+
+
+def _resource_quota(
+    project: Project, ns: str, hard: dict[str, str], revision: str
+) -> dict[str, Any]:
+    meta = _metadata(QUOTA_NAME, project.doc.file, revision, **{LABEL_PROJECT: project.name})
+    meta["namespace"] = ns
+    return {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": meta, "spec": {"hard": hard}}
+
+
+def split_evenly(total: int, parts: int) -> list[int]:
+    """`total` split into `parts` integers differing by at most one, larger ones first."""
+    base, extra = divmod(total, parts)
+    return [base + (1 if i < extra else 0) for i in range(parts)]
+
+
+def _quota_shares(project: Project) -> list[dict[str, str]]:
+    """Each namespace's ResourceQuota `hard`: the project's max split evenly.
+
+    GPUs split in whole GPUs, CPU in millicores, memory in bytes; the
+    namespaces listed first take the remainders, so the shares add up to the
+    project's max exactly.
+    """
+    n = len(project.namespaces)
+    shares: list[dict[str, str]] = [{} for _ in range(n)]
+    for r in RESOURCE_NAMES:
+        amount = project.quota.max.get(r)
+        if amount is None:
+            continue
+        unit = Fraction(1, 1000) if r == "cpu" else Fraction(1)
+        units = int(amount / unit)  # the schema and parser keep these integral in `unit`
+        for share, part in zip(shares, split_evenly(units, n), strict=True):
+            value = Fraction(part) * unit
+            share[_QUOTA_KEYS[r]] = (
+                str(part) if r == "gpu" else format_quantity(value, binary=r == "memory")
+            )
+    return shares
+
+
+def _pair(pair: QuotaPair) -> dict[str, Any]:
+    return {"guaranteed": pair.guaranteed.to_dict(), "max": pair.max.to_dict()}
+
+
+def _allowed_tiers(policy_set: PolicySet, project: Project) -> list[str]:
+    by_value = sorted(policy_set.tiers, key=lambda t: (-t.value, t.name))
+    allowed = set(project.tiers) if project.tiers is not None else None
+    return [t.name for t in by_value if allowed is None or t.name in allowed]
+
+
+def _default_tier(policy_set: PolicySet, project: Project, allowed: list[str]) -> str | None:
+    if project.default_tier is not None:
+        return project.default_tier
+    global_default = next((t.name for t in policy_set.tiers if t.global_default), None)
+    if global_default in allowed:
+        return global_default
+    return allowed[-1] if allowed else None
+
+
+def scheduling_policy(policy_set: PolicySet) -> dict[str, Any]:
+    """The scheduler's view of the policy set, every default resolved."""
+    c = policy_set.cluster
+    projects = []
+    for p in policy_set.projects:
+        allowed = _allowed_tiers(policy_set, p)
+        projects.append(
+            {
+                "name": p.name,
+                "namespaces": list(p.namespaces),
+                "quota": _pair(p.quota),
+                "users": {
+                    "default": _pair(p.user_default),
+                    "members": [{"name": u.name, **_pair(u.quota)} for u in p.members],
+                },
+                "jobs": {
+                    "maxGPU": p.job_max_gpu if p.job_max_gpu is not None else p.quota.max.gpu,
+                    "tiers": allowed,
+                    "defaultTier": _default_tier(policy_set, p, allowed),
+                },
+            }
+        )
+    return {
+        "apiVersion": "policy.ai.operator/v1",
+        "kind": "SchedulingPolicy",
+        "cluster": {
+            "capacity": c.capacity.to_dict(),
+            "reserve": {"gpu": c.reserve_gpu, "tiers": sorted(c.reserve_tiers)},
+            "gang": {
+                "timeoutSeconds": c.gang_timeout_seconds,
+                "backoffLimit": c.gang_backoff_limit,
+            },
+            "preemption": {
+                "enabled": c.preemption_enabled,
+                "minRuntimeSeconds": c.preemption_min_runtime_seconds,
+                "maxPerHour": c.preemption_max_per_hour,
+            },
+            "fairShare": {"enabled": c.fair_share_enabled, "borrowing": c.borrowing},
+        },
+        "tiers": [
+            {
+                "name": t.name,
+                "value": t.value,
+                "preemptible": t.preemptible,
+                "preemptionPolicy": t.preemption_policy,
+                "globalDefault": t.global_default,
+            }
+            for t in sorted(policy_set.tiers, key=lambda t: (-t.value, t.name))
+        ],
+        "projects": projects,
+    }

@@ -1,0 +1,238 @@
+"""Plans: what applying one revision of the policies over another would change.
+
+A plan compares two desired states (lists of compiled objects) and, where
+they are known, the two policy sets, and says per object create, update
+(with a field diff), recreate or delete. Steps that lose something are
+marked destructive: a PriorityClass whose value or preemptionPolicy changes
+must be deleted and recreated (both fields are immutable), a deleted tier
+strands the jobs that use it, and a project's guarantee cut (or its max cut
+below what it was guaranteed) makes running work reclaimable. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any, Literal
+
+from controller.policy.compiler import ANNOTATION_REVISION, object_key
+from controller.policy.model import RESOURCE_NAMES, PolicySet, format_amount
+from controller.quantity import QuantityError, parse_quantity
+
+__all__ = ["Change", "FieldChange", "Plan", "make_plan", "object_id"]
+
+Action = Literal["create", "update", "recreate", "delete"]
+_IMMUTABLE = {"PriorityClass": ("value", "preemptionPolicy")}
+_IGNORED = {("metadata", "annotations", ANNOTATION_REVISION)}
+_MISSING = object()
+
+
+@dataclass(frozen=True)
+class FieldChange:
+    """One leaf that differs; `None` old or new means absent."""
+
+    path: str
+    old: Any
+    new: Any
+
+
+@dataclass(frozen=True)
+class Change:
+    """What happens to one object."""
+
+    action: Action
+    kind: str
+    name: str
+    namespace: str
+    fields: tuple[FieldChange, ...] = ()
+    notes: tuple[str, ...] = ()
+    """Why this step is destructive or needs attention."""
+    destructive: bool = False
+
+    @property
+    def id(self) -> str:
+        """`Kind/name` or `Kind/namespace/name`."""
+        return (
+            f"{self.kind}/{self.namespace}/{self.name}"
+            if self.namespace
+            else f"{self.kind}/{self.name}"
+        )
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Changes in apply order, plus set-level warnings."""
+
+    changes: tuple[Change, ...]
+    warnings: tuple[str, ...] = field(default=())
+    """Destructive consequences not tied to one object (guarantee cuts)."""
+
+    @property
+    def destructive(self) -> bool:
+        """True when any step loses something."""
+        return bool(self.warnings) or any(c.destructive for c in self.changes)
+
+    def counts(self) -> dict[str, int]:
+        """Number of changes per action."""
+        out = {"create": 0, "update": 0, "recreate": 0, "delete": 0}
+        for c in self.changes:
+            out[c.action] += 1
+        return out
+
+
+def object_id(obj: dict[str, Any]) -> tuple[str, str, str]:
+    """(kind, namespace, name) of a Kubernetes object."""
+    meta = obj["metadata"]
+    return (obj["kind"], meta.get("namespace", ""), meta["name"])
+
+
+def make_plan(
+    base: list[dict[str, Any]],
+    head: list[dict[str, Any]],
+    *,
+    base_set: PolicySet | None = None,
+    head_set: PolicySet | None = None,
+) -> Plan:
+    """The plan that takes a cluster from `base` to `head`."""
+    old = {object_id(o): o for o in base}
+    new = {object_id(o): o for o in head}
+    changes: list[tuple[tuple[int, str, str, str], Change]] = []
+    for key, obj in new.items():
+        kind, ns, name = key
+        if key not in old:
+            changes.append((object_key(obj), Change("create", kind, name, ns)))
+            continue
+        fields = tuple(_diff(old[key], obj))
+        if not fields:
+            continue
+        immutable = [f for f in fields if f.path in _IMMUTABLE.get(kind, ())]
+        if immutable:
+            notes = tuple(
+                f"{f.path} is immutable: {f.old} -> {f.new}; the {kind} is deleted and "
+                "recreated (running pods keep the old priority until they restart)"
+                for f in immutable
+            )
+            changes.append(
+                (object_key(obj), Change("recreate", kind, name, ns, fields, notes, True))
+            )
+        else:
+            notes = tuple(_update_notes(kind, fields))
+            changes.append((object_key(obj), Change("update", kind, name, ns, fields, notes)))
+    for key, obj in old.items():
+        if key not in new:
+            kind, ns, name = key
+            notes, destructive = _delete_notes(kind, name)
+            changes.append(
+                (object_key(obj), Change("delete", kind, name, ns, (), notes, destructive))
+            )
+    ordered = [c for _, c in sorted(changes, key=lambda kc: kc[0])]
+    # Deletions run after everything else, in reverse apply order.
+    applied = [c for c in ordered if c.action != "delete"]
+    deleted = [c for c in reversed(ordered) if c.action == "delete"]
+    warnings = tuple(_guarantee_cuts(base_set, head_set)) if base_set and head_set else ()
+    return Plan(changes=tuple(applied + deleted), warnings=warnings)
+
+
+def _update_notes(kind: str, fields: tuple[FieldChange, ...]) -> Iterator[str]:
+    if kind != "ResourceQuota":
+        return
+    for f in fields:
+        if not f.path.startswith("spec.hard.") or f.old is None or f.new is None:
+            continue
+        try:
+            lowered = parse_quantity(f.new) < parse_quantity(f.old)
+        except QuantityError:
+            continue
+        if lowered:
+            yield (
+                f"{f.path} lowered {f.old} -> {f.new}: Kubernetes accepts a quota below current "
+                "usage; running pods keep running, new pods wait until usage falls under it"
+            )
+
+
+def _delete_notes(kind: str, name: str) -> tuple[tuple[str, ...], bool]:
+    if kind == "PriorityClass":
+        return (
+            (
+                f"tier {name!r} disappears: pods and TrainingJobs that name it can no longer "
+                "be created",
+            ),
+            True,
+        )
+    if kind == "Namespace":
+        return (
+            (
+                "namespaces are never pruned unless pruning of namespaces is enabled; "
+                "if it is, everything in the namespace is deleted",
+            ),
+            True,
+        )
+    if kind == "ResourceQuota":
+        return (("the namespace loses its quota backstop",), True)
+    return ((), False)
+
+
+def _guarantee_cuts(base: PolicySet, head: PolicySet) -> Iterator[str]:
+    before = {p.name: p for p in base.projects}
+    for p in head.projects:
+        old = before.get(p.name)
+        if old is None:
+            continue
+        for r in RESOURCE_NAMES:
+            og, ng, nm = old.quota.guaranteed.get(r), p.quota.guaranteed.get(r), p.quota.max.get(r)
+            if og is not None and nm is not None and nm < og:
+                yield (
+                    f"project {p.name!r}: max {r} cut to {format_amount(r, nm)}, below the "
+                    f"{format_amount(r, og)} it was guaranteed; running work above the new max "
+                    "is reclaimed"
+                )
+            elif og is not None and (ng or 0) < og:
+                yield (
+                    f"project {p.name!r}: guaranteed {r} cut {format_amount(r, og)} -> "
+                    f"{format_amount(r, ng or Fraction(0))}; its running work above the new "
+                    "guarantee becomes borrowed and may be preempted"
+                )
+
+
+def _diff(old: dict[str, Any], new: dict[str, Any]) -> Iterator[FieldChange]:
+    a, b = dict(_leaves(old, ())), dict(_leaves(new, ()))
+    for path in sorted(set(a) | set(b)):
+        if path in _IGNORED:
+            continue
+        va, vb = a.get(path, _MISSING), b.get(path, _MISSING)
+        if va != vb:
+            yield FieldChange(
+                _dotted(path),
+                None if va is _MISSING else va,
+                None if vb is _MISSING else vb,
+            )
+
+
+def _leaves(value: Any, path: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], Any]]:
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if isinstance(v, str) and k.endswith(".json") and path and path[-1] == "data":
+                try:
+                    yield from _leaves(json.loads(v), (*path, k))
+                    continue
+                except ValueError:
+                    pass
+            yield from _leaves(v, (*path, str(k)))
+    elif (
+        isinstance(value, list)
+        and value
+        and all(isinstance(v, dict) and "name" in v for v in value)
+    ):
+        for v in value:
+            yield from _leaves(v, (*path, f"[{v['name']}]"))
+    else:
+        yield path, value
+
+
+def _dotted(path: tuple[str, ...]) -> str:
+    out = ""
+    for p in path:
+        out += p if p.startswith("[") else (f".{p}" if out else p)
+    return out

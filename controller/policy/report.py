@@ -1,0 +1,271 @@
+"""Printing diagnostics and plans where people read them.
+
+Diagnostics: `text` (`file:line:col: error GP123: message`, what editors and
+terminals link), `json`, `github` (workflow commands that annotate the pull
+request, plus a step summary when `GITHUB_STEP_SUMMARY` is set) and `sarif`
+(SARIF 2.1.0 for code-scanning uploads). Plans: `text`, `markdown` (a
+pull-request comment kept under GitHub's 65,536-character limit) and `json`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from controller import __version__
+from controller.policy.diagnostics import CODES, Diagnostic, Severity
+from controller.policy.plan import Change, Plan
+
+__all__ = [
+    "DIAGNOSTIC_FORMATS",
+    "GITHUB_COMMENT_LIMIT",
+    "PLAN_FORMATS",
+    "format_diagnostics",
+    "format_plan",
+    "github_step_summary",
+    "summary_line",
+]
+
+DIAGNOSTIC_FORMATS = ("text", "json", "github", "sarif")
+PLAN_FORMATS = ("text", "markdown", "json")
+GITHUB_COMMENT_LIMIT = 65536
+SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
+
+
+def summary_line(diags: Sequence[Diagnostic], files: int) -> str:
+    """`2 errors, 1 warning in 7 files` (info diagnostics are not counted)."""
+    n = Counter(d.level for d in diags)
+    e, w = n[Severity.ERROR], n[Severity.WARNING]
+    return (
+        f"{e} error{'s' * (e != 1)}, {w} warning{'s' * (w != 1)} "
+        f"in {files} file{'s' * (files != 1)}"
+    )
+
+
+def format_diagnostics(diags: Sequence[Diagnostic], *, fmt: str, files: int) -> str:
+    """The diagnostics in `fmt` (one of `DIAGNOSTIC_FORMATS`), ending in a newline."""
+    if fmt == "text":
+        lines = [_text(d) for d in diags]
+        return "\n".join([*lines, summary_line(diags, files)]) + "\n"
+    if fmt == "json":
+        doc = {
+            "diagnostics": [_json(d) for d in diags],
+            "summary": {
+                "files": files,
+                "errors": sum(d.level is Severity.ERROR for d in diags),
+                "warnings": sum(d.level is Severity.WARNING for d in diags),
+                "valid": not any(d.is_error for d in diags),
+            },
+        }
+        return json.dumps(doc, indent=2) + "\n"
+    if fmt == "github":
+        lines = [_github(d) for d in diags]
+        return "\n".join([*lines, summary_line(diags, files)]) + "\n"
+    if fmt == "sarif":
+        return json.dumps(_sarif(diags), indent=2) + "\n"
+    raise ValueError(f"unknown format {fmt!r}")
+
+
+def _where(d: Diagnostic) -> str:
+    if d.line:
+        return f"{d.file}:{d.line}:{d.column}"
+    return d.file
+
+
+def _text(d: Diagnostic) -> str:
+    return f"{_where(d)}: {d.level.value} {d.code}: {d.message}"
+
+
+def _json(d: Diagnostic) -> dict[str, Any]:
+    return {
+        "file": d.file,
+        "line": d.line,
+        "column": d.column,
+        "severity": d.level.value,
+        "code": d.code,
+        "name": CODES[d.code].name,
+        "message": d.message,
+    }
+
+
+def _escape_data(s: str) -> str:
+    return s.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _escape_property(s: str) -> str:
+    return _escape_data(s).replace(":", "%3A").replace(",", "%2C")
+
+
+def _github(d: Diagnostic) -> str:
+    command = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "notice"}
+    props = [f"file={_escape_property(d.file)}"]
+    if d.line:
+        props += [f"line={d.line}", f"col={d.column}"]
+    props.append(f"title={_escape_property(f'{d.code} {CODES[d.code].name}')}")
+    return f"::{command[d.level]} {','.join(props)}::{_escape_data(d.message)}"
+
+
+def github_step_summary(diags: Sequence[Diagnostic], files: int) -> str:
+    """A markdown table of the diagnostics for `$GITHUB_STEP_SUMMARY`."""
+    out = ["## gangops validate", "", summary_line(diags, files), ""]
+    if diags:
+        out += ["| Severity | Code | Location | Message |", "|---|---|---|---|"]
+        for d in diags:
+            msg = d.message.replace("|", "\\|").replace("\n", " ")
+            out.append(f"| {d.level.value} | {d.code} | `{_where(d)}` | {msg} |")
+    return "\n".join(out) + "\n"
+
+
+def _sarif(diags: Sequence[Diagnostic]) -> dict[str, Any]:
+    used = sorted({d.code for d in diags})
+    index = {code: i for i, code in enumerate(used)}
+    level = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "note"}
+    results = []
+    for d in diags:
+        location: dict[str, Any] = {"artifactLocation": {"uri": d.file or "."}}
+        if d.line:
+            location["region"] = {"startLine": d.line, "startColumn": max(d.column, 1)}
+        results.append(
+            {
+                "ruleId": d.code,
+                "ruleIndex": index[d.code],
+                "level": level[d.level],
+                "message": {"text": d.message},
+                "locations": [{"physicalLocation": location}],
+            }
+        )
+    rules = [
+        {
+            "id": code,
+            "name": CODES[code].name,
+            "shortDescription": {"text": CODES[code].doc},
+            "defaultConfiguration": {"level": level[CODES[code].severity]},
+        }
+        for code in used
+    ]
+    return {
+        "$schema": SARIF_SCHEMA,
+        "version": "2.1.0",
+        "runs": [
+            {
+                "tool": {
+                    "driver": {
+                        "name": "gangops",
+                        "version": __version__,
+                        "informationUri": "https://github.com/gangops/gangops",
+                        "rules": rules,
+                    }
+                },
+                "results": results,
+            }
+        ],
+    }
+
+
+_SYMBOL = {"create": "+", "update": "~", "recreate": "-/+", "delete": "-"}
+
+
+def _value(v: Any) -> str:
+    return "(absent)" if v is None else json.dumps(v)
+
+
+def format_plan(plan: Plan, *, fmt: str, base: str, head: str) -> str:
+    """The plan in `fmt` (one of `PLAN_FORMATS`), ending in a newline."""
+    if fmt == "json":
+        return json.dumps(_plan_json(plan, base, head), indent=2) + "\n"
+    if fmt == "text":
+        return _plan_text(plan, base, head)
+    if fmt == "markdown":
+        return _plan_markdown(plan, base, head)
+    raise ValueError(f"unknown format {fmt!r}")
+
+
+def _counts(plan: Plan) -> str:
+    c = plan.counts()
+    return (
+        f"{c['create']} to create, {c['update']} to update, "
+        f"{c['recreate']} to recreate, {c['delete']} to delete"
+    )
+
+
+def _plan_json(plan: Plan, base: str, head: str) -> dict[str, Any]:
+    return {
+        "base": base,
+        "head": head,
+        "destructive": plan.destructive,
+        "counts": plan.counts(),
+        "warnings": list(plan.warnings),
+        "changes": [
+            {
+                "action": c.action,
+                "kind": c.kind,
+                "namespace": c.namespace or None,
+                "name": c.name,
+                "destructive": c.destructive,
+                "notes": list(c.notes),
+                "fields": [{"path": f.path, "old": f.old, "new": f.new} for f in c.fields],
+            }
+            for c in plan.changes
+        ],
+    }
+
+
+def _plan_text(plan: Plan, base: str, head: str) -> str:
+    out = [f"Plan {base} -> {head}: {_counts(plan)}"]
+    if not plan.changes and not plan.warnings:
+        out.append("No changes. The cluster already matches the policies.")
+    for w in plan.warnings:
+        out.append(f"!! DESTRUCTIVE: {w}")
+    for c in plan.changes:
+        flag = "  !! DESTRUCTIVE" if c.destructive else ""
+        out.append(f"{_SYMBOL[c.action]} {c.action} {c.id}{flag}")
+        for f in c.fields:
+            out.append(f"      {f.path}: {_value(f.old)} -> {_value(f.new)}")
+        for n in c.notes:
+            out.append(f"      note: {n}")
+    return "\n".join(out) + "\n"
+
+
+def _change_md(c: Change) -> list[str]:
+    flag = " :warning: **destructive**" if c.destructive else ""
+    lines = [f"- **{c.action}** `{c.id}`{flag}"]
+    lines += [f"  - `{f.path}`: `{_value(f.old)}` → `{_value(f.new)}`" for f in c.fields]
+    lines += [f"  - {n}" for n in c.notes]
+    return lines
+
+
+def _plan_markdown(plan: Plan, base: str, head: str) -> str:
+    head_lines = [
+        "### gangops plan",
+        "",
+        f"`{base}` → `{head}`: **{_counts(plan)}**",
+        "",
+    ]
+    if plan.destructive:
+        head_lines += ["> [!CAUTION]", "> This change has destructive steps:"]
+        head_lines += [f"> - {w}" for w in plan.warnings]
+        head_lines += [f"> - {c.action} `{c.id}`" for c in plan.changes if c.destructive]
+        head_lines.append("")
+    if not plan.changes and not plan.warnings:
+        head_lines.append("No changes.")
+    body: list[str] = []
+    for c in plan.changes:
+        body += _change_md(c)
+    budget = GITHUB_COMMENT_LIMIT - 1024 - sum(len(x) + 1 for x in head_lines)
+    kept: list[str] = []
+    used = 0
+    for line in body:
+        if used + len(line) + 1 > budget:
+            rest = len(body) - len(kept)
+            kept.append(
+                f"\n…{rest} more lines cut to fit a GitHub comment; "
+                "run `gangops plan --format text` for the whole plan."
+            )
+            break
+        kept.append(line)
+        used += len(line) + 1
+    if kept:
+        kept = ["<details open><summary>Changes</summary>", "", *kept, "", "</details>"]
+    return "\n".join(head_lines + kept) + "\n"

@@ -1,0 +1,334 @@
+"""Semantic rules: what JSON Schema cannot say about a policy set.
+
+Each rule looks at the whole set (names across files, sums across projects)
+and reports diagnostics with stable codes at the field that is wrong. Rules
+are pure: they take model values and return diagnostics.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from fractions import Fraction
+
+from controller.policy.diagnostics import Diagnostic, Severity, did_you_mean
+from controller.policy.loader import Document
+from controller.policy.model import (
+    RESOURCE_NAMES,
+    ClusterPolicy,
+    PriorityTier,
+    Project,
+    QuotaPair,
+    format_amount,
+)
+
+__all__ = ["check"]
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_RESERVED_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+TIER_MIN, TIER_MAX = -2147483648, 1_000_000_000
+
+
+def _at(doc: Document, code: str, message: str, *path: str | int) -> Diagnostic:
+    line, col = doc.pos(path)
+    return Diagnostic(code, message, doc.file, line, col)
+
+
+def check(
+    *,
+    documents: Sequence[Document],
+    clusters: Sequence[ClusterPolicy],
+    tiers: Sequence[PriorityTier],
+    projects: Sequence[Project],
+    root: str,
+) -> list[Diagnostic]:
+    """Every semantic problem of the set. `documents` are all policy documents
+    (also those that failed the schema), for name checks; the model lists hold
+    only schema-valid ones. `root` labels set-wide problems with no file.
+    """
+    out: list[Diagnostic] = []
+    out += _names(documents)
+    out += _cluster_count(clusters, root)
+    out += _tiers(tiers)
+    out += _namespaces(projects)
+    tier_names = {t.name for t in tiers}
+    for p in projects:
+        out += _project(p, tier_names)
+    for c in clusters:
+        out += _cluster(c, tier_names)
+    if len(clusters) == 1:
+        out += _capacity(clusters[0], projects)
+    return out
+
+
+def _names(documents: Sequence[Document]) -> Iterator[Diagnostic]:
+    first: dict[tuple[str, str], Document] = {}
+    for doc in documents:
+        if not doc.name:
+            continue
+        key = (doc.kind, doc.name)
+        pattern, what = (
+            (_DNS_LABEL, "DNS-1123 label")
+            if doc.kind == "Project"
+            else (_DNS_SUBDOMAIN, "DNS-1123 subdomain")
+        )
+        limit = 63 if doc.kind == "Project" else 253
+        if not pattern.match(doc.name) or len(doc.name) > limit:
+            yield _at(
+                doc,
+                "GP311",
+                f"{doc.kind} name {doc.name!r} is not a valid {what} "
+                f"(lower-case letters, digits and '-', at most {limit} characters)",
+                "metadata",
+                "name",
+            )
+        if key in first:
+            prev = first[key]
+            yield _at(
+                doc,
+                "GP301",
+                f"{doc.kind} {doc.name!r} is already defined at {prev.file}:{prev.line}",
+                "metadata",
+                "name",
+            )
+        else:
+            first[key] = doc
+
+
+def _cluster_count(clusters: Sequence[ClusterPolicy], root: str) -> Iterator[Diagnostic]:
+    if not clusters:
+        yield Diagnostic("GP313", "no ClusterPolicy found; a policy set needs exactly one", root)
+    for extra in clusters[1:]:
+        first = clusters[0].doc
+        yield _at(
+            extra.doc,
+            "GP313",
+            f"a second ClusterPolicy ({extra.name!r}); the first is at {first.file}:{first.line}",
+            "metadata",
+            "name",
+        )
+
+
+def _tiers(tiers: Sequence[PriorityTier]) -> Iterator[Diagnostic]:
+    defaults: list[PriorityTier] = []
+    for t in tiers:
+        if t.name.startswith("system-"):
+            yield _at(
+                t.doc,
+                "GP309",
+                f"tier {t.name!r}: the 'system-' prefix is reserved for Kubernetes' own classes",
+                "metadata",
+                "name",
+            )
+        if t.global_default:
+            defaults.append(t)
+    for t in defaults[1:]:
+        yield _at(
+            t.doc,
+            "GP310",
+            f"tier {t.name!r} sets globalDefault, as does {defaults[0].name!r} "
+            f"({defaults[0].doc.file}:{defaults[0].doc.line}); at most one tier may",
+            "spec",
+            "globalDefault",
+        )
+
+
+def _namespaces(projects: Sequence[Project]) -> Iterator[Diagnostic]:
+    owner: dict[str, Project] = {}
+    for p in projects:
+        for i, ns in enumerate(p.namespaces):
+            if not _DNS_LABEL.match(ns) or len(ns) > 63:
+                yield _at(
+                    p.doc,
+                    "GP311",
+                    f"namespace {ns!r} is not a valid DNS-1123 label "
+                    "(lower-case letters, digits and '-', at most 63 characters)",
+                    "spec",
+                    "namespaces",
+                    i,
+                )
+            if ns in _RESERVED_NAMESPACES or ns.startswith("kube-"):
+                yield _at(
+                    p.doc,
+                    "GP309",
+                    f"namespace {ns!r} is reserved by Kubernetes and cannot belong to a project",
+                    "spec",
+                    "namespaces",
+                    i,
+                )
+            if ns in owner and owner[ns] is not p:
+                yield _at(
+                    p.doc,
+                    "GP302",
+                    f"namespace {ns!r} already belongs to project {owner[ns].name!r} "
+                    f"({owner[ns].doc.file}:{owner[ns].doc.line})",
+                    "spec",
+                    "namespaces",
+                    i,
+                )
+            owner.setdefault(ns, p)
+
+
+def _pair_problems(
+    pair: QuotaPair, doc: Document, what: str, path: tuple[str | int, ...]
+) -> Iterator[Diagnostic]:
+    for r in RESOURCE_NAMES:
+        g, m = pair.guaranteed.get(r), pair.max.get(r)
+        if g is not None and m is not None and g > m:
+            yield _at(
+                doc,
+                "GP303",
+                f"{what}: guaranteed {r} {format_amount(r, g)} is more than "
+                f"max {format_amount(r, m)}",
+                *path,
+                "guaranteed",
+                r,
+            )
+
+
+def _project(p: Project, tier_names: set[str]) -> Iterator[Diagnostic]:
+    doc = p.doc
+    yield from _pair_problems(p.quota, doc, f"project {p.name!r}", ("spec", "quota"))
+    yield from _pair_problems(
+        p.user_default, doc, f"project {p.name!r} default user", ("spec", "users", "default")
+    )
+    for u in p.members:
+        path: tuple[str | int, ...] = ("spec", "users", "members", u.index)
+        yield from _pair_problems(u.quota, doc, f"user {u.name!r}", path)
+        for r in RESOURCE_NAMES:
+            um, pm = u.quota.max.get(r), p.quota.max.get(r)
+            if um is not None and pm is not None and um > pm:
+                yield _at(
+                    doc,
+                    "GP315",
+                    f"user {u.name!r}: max {r} {format_amount(r, um)} is more than the project's "
+                    f"max {format_amount(r, pm)}; the project's ceiling applies",
+                    *path,
+                    "max",
+                    r,
+                )
+    seen_users: dict[str, int] = {}
+    for u in p.members:
+        if u.name in seen_users:
+            yield _at(
+                doc,
+                "GP301",
+                f"user {u.name!r} is listed twice in project {p.name!r}",
+                "spec",
+                "users",
+                "members",
+                u.index,
+                "name",
+            )
+        seen_users.setdefault(u.name, u.index)
+    for r in RESOURCE_NAMES:
+        total = sum((u.quota.guaranteed.get(r) or Fraction(0) for u in p.members), Fraction(0))
+        project_g = p.quota.guaranteed.get(r) or Fraction(0)
+        if total > project_g:
+            yield _at(
+                doc,
+                "GP304",
+                f"project {p.name!r}: users' guaranteed {r} adds up to {format_amount(r, total)}, "
+                f"more than the project's guaranteed {format_amount(r, project_g)}",
+                "spec",
+                "users",
+                "members",
+            )
+    max_gpu = p.quota.max.gpu
+    if p.job_max_gpu is not None and max_gpu is not None and p.job_max_gpu > max_gpu:
+        yield _at(
+            doc,
+            "GP314",
+            f"project {p.name!r}: jobs.maxGPU {p.job_max_gpu} is more than the project's "
+            f"max of {max_gpu} GPUs",
+            "spec",
+            "jobs",
+            "maxGPU",
+        )
+    if p.tiers is not None:
+        if not p.tiers:
+            yield _at(
+                doc,
+                "GP318",
+                f"project {p.name!r} allows no tiers; none of its jobs can be admitted",
+                "spec",
+                "jobs",
+                "tiers",
+            )
+        yield from _unknown_tiers(doc, p.tiers, tier_names, ("spec", "jobs", "tiers"))
+    if p.default_tier is not None:
+        allowed = tier_names if p.tiers is None else set(p.tiers) & tier_names
+        if p.default_tier not in allowed:
+            where = "no such tier" if p.default_tier not in tier_names else "not in jobs.tiers"
+            yield _at(
+                doc,
+                "GP307",
+                f"project {p.name!r}: defaultTier {p.default_tier!r}: {where}",
+                "spec",
+                "jobs",
+                "defaultTier",
+            )
+
+
+def _unknown_tiers(
+    doc: Document, names: Iterable[str], known: set[str], path: tuple[str | int, ...]
+) -> Iterator[Diagnostic]:
+    for i, name in enumerate(names):
+        if name not in known:
+            yield _at(
+                doc,
+                "GP307",
+                f"tier {name!r} does not exist{did_you_mean(name, known)}; "
+                f"define a PriorityTier named {name!r} or remove it",
+                *path,
+                i,
+            )
+
+
+def _cluster(c: ClusterPolicy, tier_names: set[str]) -> Iterator[Diagnostic]:
+    yield from _unknown_tiers(c.doc, c.reserve_tiers, tier_names, ("spec", "reserve", "tiers"))
+    cap = c.capacity.gpu
+    if cap is not None and c.reserve_gpu > cap:
+        yield _at(
+            c.doc,
+            "GP316",
+            f"reserve of {c.reserve_gpu} GPUs is more than the capacity of {cap}",
+            "spec",
+            "reserve",
+            "gpu",
+        )
+
+
+def _capacity(c: ClusterPolicy, projects: Sequence[Project]) -> Iterator[Diagnostic]:
+    for r in RESOURCE_NAMES:
+        cap = c.capacity.get(r)
+        if cap is None:
+            continue
+        usable = cap - (c.reserve_gpu if r == "gpu" else 0)
+        guaranteed = sum((p.quota.guaranteed.get(r) or Fraction(0) for p in projects), Fraction(0))
+        if guaranteed > usable:
+            reserve = (
+                f" minus the reserve of {c.reserve_gpu}" if r == "gpu" and c.reserve_gpu else ""
+            )
+            yield _at(
+                c.doc,
+                "GP305",
+                f"projects guarantee {format_amount(r, guaranteed)} in all, more than the "
+                f"capacity of {format_amount(r, cap)}{reserve} ({format_amount(r, usable)}); "
+                "lower the guarantees or raise the capacity",
+                "spec",
+                "capacity",
+                r,
+            )
+        maxima = sum((p.quota.max.get(r) or cap for p in projects), Fraction(0))
+        if maxima > cap:
+            yield Diagnostic(
+                "GP306",
+                f"projects' max {r} adds up to {format_amount(r, maxima)} over a capacity of "
+                f"{format_amount(r, cap)} ({float(maxima / cap):.2f}x over-commit): idle capacity "
+                "is lent, and borrowed work is reclaimed when an owner needs its guarantee",
+                c.doc.file,
+                *c.doc.pos(("spec", "capacity", r)),
+                severity=Severity.INFO,
+            )

@@ -1,0 +1,109 @@
+"""Where policy files come from: the working tree, or a Git tree at some ref.
+
+The validator reads `Source`s and never opens files itself, so `plan --base`
+can validate and compile the policy set exactly as it was at a commit,
+without checking it out. Both kinds of source name files the same way
+(relative to the current directory), so a plan compares like with like.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+from pathlib import Path
+
+import git
+
+from controller.policy.loader import YAML_SUFFIXES, Source, sources_from_paths
+from controller.policy.validate import Resolver
+
+__all__ = ["GitRefError", "git_tree", "working_revision", "working_tree"]
+
+
+class GitRefError(Exception):
+    """The path is not in a Git repository, or the ref does not name a commit."""
+
+
+def working_tree(root: Path) -> tuple[list[Source], Resolver]:
+    """The YAML files under `root` on disk, and a resolver relative to `root`."""
+    sources = sources_from_paths([root])
+
+    def resolve(ref: str) -> Source | None:
+        p = (root if root.is_dir() else root.parent) / ref
+        if not p.is_file():
+            return None
+        return Source(path=p.as_posix(), size=p.stat().st_size, read=p.read_bytes)
+
+    return sources, resolve
+
+
+def _repo(root: Path) -> git.Repo:
+    try:
+        return git.Repo(root if root.is_dir() else root.parent, search_parent_directories=True)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        raise GitRefError(f"{root}: not inside a Git repository") from None
+
+
+def working_revision(root: Path) -> str:
+    """The commit the working tree is at, with `-dirty` when `root` has local
+    changes; `working-tree` outside a Git repository."""
+    try:
+        repo = _repo(root)
+        sha = repo.head.commit.hexsha
+    except (GitRefError, ValueError):
+        return "working-tree"
+    rel = os.path.relpath(root.resolve(), Path(str(repo.working_tree_dir)).resolve())
+    dirty = repo.is_dirty(untracked_files=True, path=rel)
+    return f"{sha}-dirty" if dirty else sha
+
+
+def _hidden(obj: object, _depth: int) -> bool:
+    return isinstance(obj, git.Tree | git.Blob) and Path(str(obj.path)).name.startswith(".")
+
+
+def git_tree(root: Path, ref: str) -> tuple[list[Source], Resolver, str]:
+    """The YAML files under `root` as they were at `ref`, a resolver into that
+    tree, and the commit's full hash. A `root` that did not exist at `ref`
+    gives no files (everything in the plan is then a create)."""
+    repo = _repo(root)
+    try:
+        commit = repo.commit(ref)
+    except (git.BadName, ValueError) as e:
+        raise GitRefError(f"{ref!r} does not name a commit: {e}") from None
+    top = Path(str(repo.working_tree_dir)).resolve()
+    rel = Path(os.path.relpath(root.resolve(), top)).as_posix()
+    if rel.startswith(".."):
+        raise GitRefError(f"{root} is outside the repository at {top}")
+    cwd = Path.cwd()
+
+    def display(path_in_repo: str) -> str:
+        return Path(os.path.relpath(top / path_in_repo, cwd)).as_posix()
+
+    def source(blob: git.Blob) -> Source:
+        return Source(path=display(str(blob.path)), size=blob.size, read=blob.data_stream.read)
+
+    sources: list[Source] = []
+    try:
+        item = commit.tree if rel == "." else commit.tree / rel
+    except KeyError:
+        item = None
+    if isinstance(item, git.Blob):
+        sources.append(source(item))
+    elif isinstance(item, git.Tree):
+        for obj in item.traverse(prune=_hidden):
+            if isinstance(obj, git.Blob) and str(obj.path).endswith(YAML_SUFFIXES):
+                sources.append(source(obj))
+    sources.sort(key=lambda s: s.path)
+    base_dir = rel if isinstance(item, git.Tree) or rel == "." else posixpath.dirname(rel)
+
+    def resolve(ref_path: str) -> Source | None:
+        target = posixpath.normpath(posixpath.join(base_dir, ref_path))
+        if target.startswith(".."):
+            return None
+        try:
+            blob = commit.tree / target
+        except KeyError:
+            return None
+        return source(blob) if isinstance(blob, git.Blob) else None
+
+    return sources, resolve, commit.hexsha

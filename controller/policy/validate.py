@@ -1,0 +1,276 @@
+"""Validation: documents -> JSON Schema -> typed model -> semantic rules.
+
+This is the one entry point the CLI, the planner and the reconciler use to
+turn files into a `PolicySet`. It collects every problem of every file
+instead of stopping at the first, and only hands out a `PolicySet` when there
+is no error, so nothing downstream ever sees a half-valid policy.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import ValidationError
+
+from controller.clusterspec import ClusterSpecError, parse_cluster
+from controller.policy import rules
+from controller.policy.diagnostics import Diagnostic, did_you_mean, sort_key
+from controller.policy.loader import DEFAULT_LIMITS, KINDS, Document, Limits, Source, load_sources
+from controller.policy.model import (
+    ClusterPolicy,
+    PolicySet,
+    PriorityTier,
+    Project,
+    build_cluster_policy,
+    build_project,
+    build_tier,
+)
+from controller.quantity import QuantityError, parse_quantity
+
+__all__ = ["ValidationResult", "schema_dir", "validate_sources"]
+
+Resolver = Callable[[str], Source | None]
+"""Finds a file by its path relative to the policy root (for `capacityFrom`)."""
+
+
+@dataclass
+class ValidationResult:
+    """Everything a validation run found."""
+
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    policy_set: PolicySet | None = None
+    """Set only when there are no errors."""
+    files: int = 0
+    documents: int = 0
+
+    @property
+    def ok(self) -> bool:
+        """True when no diagnostic is an error."""
+        return not any(d.is_error for d in self.diagnostics)
+
+
+def schema_dir() -> Path:
+    """Where the JSON Schemas live: `$GANGOPS_SCHEMAS`, else `schemas/` of the source tree."""
+    env = os.environ.get("GANGOPS_SCHEMAS")
+    return Path(env) if env else Path(__file__).resolve().parents[2] / "schemas"
+
+
+@cache
+def _validator(kind: str) -> Draft202012Validator:
+    path = schema_dir() / f"{kind.lower()}.schema.json"
+    schema = json.loads(path.read_text(encoding="utf-8"))
+    return Draft202012Validator(schema)
+
+
+def validate_sources(
+    sources: Iterable[Source],
+    *,
+    root: str,
+    resolve: Resolver,
+    limits: Limits = DEFAULT_LIMITS,
+) -> ValidationResult:
+    """Validate a policy set given as files. `root` labels set-wide problems."""
+    loaded = load_sources(sources, limits=limits)
+    result = ValidationResult(files=loaded.files, documents=len(loaded.documents))
+    diags = list(loaded.diagnostics)
+    if not loaded.documents and not any(d.is_error for d in diags):
+        diags.append(Diagnostic("GP113", "no policy documents found", root))
+    clusters: list[ClusterPolicy] = []
+    tiers: list[PriorityTier] = []
+    projects: list[Project] = []
+    for doc in loaded.documents:
+        problems = list(_schema_problems(doc))
+        diags += problems
+        if any(p.is_error for p in problems):
+            continue
+        if doc.kind == "ClusterPolicy":
+            gpus, capacity_diags = _capacity_from(doc, resolve)
+            diags += capacity_diags
+            clusters.append(build_cluster_policy(doc, capacity_gpu=gpus))
+        elif doc.kind == "PriorityTier":
+            tiers.append(build_tier(doc))
+        else:
+            projects.append(build_project(doc))
+    if loaded.documents:
+        diags += rules.check(
+            documents=loaded.documents,
+            clusters=clusters,
+            tiers=tiers,
+            projects=projects,
+            root=root,
+        )
+    result.diagnostics = sorted(set(diags), key=sort_key)
+    if result.ok and len(clusters) == 1:
+        result.policy_set = PolicySet(
+            cluster=clusters[0],
+            tiers=tuple(sorted(tiers, key=lambda t: t.name)),
+            projects=tuple(sorted(projects, key=lambda p: p.name)),
+        )
+    return result
+
+
+def _capacity_from(doc: Document, resolve: Resolver) -> tuple[int | None, list[Diagnostic]]:
+    spec = doc.data["spec"]
+    ref = spec.get("capacityFrom")
+    has_gpu = isinstance(spec.get("capacity"), dict) and "gpu" in spec["capacity"]
+    line, col = doc.pos(("spec", "capacityFrom") if ref else ("spec",))
+    if ref is None:
+        if has_gpu:
+            return None, []
+        msg = "set capacity.gpu, or capacityFrom naming a cluster description"
+        return None, [Diagnostic("GP317", msg, doc.file, line, col)]
+    src = resolve(ref)
+    if src is None:
+        return None, [Diagnostic("GP317", f"capacityFrom: {ref!r} not found", doc.file, line, col)]
+    try:
+        from ruamel.yaml import YAML
+
+        cluster = parse_cluster(YAML(typ="safe").load(src.read()), source=ref)
+    except (ClusterSpecError, OSError, ValueError) as e:
+        return None, [Diagnostic("GP317", f"capacityFrom: {e}", doc.file, line, col)]
+    except Exception as e:  # ruamel's YAML errors have no common public base here
+        return None, [Diagnostic("GP317", f"capacityFrom: {ref}: {e}", doc.file, line, col)]
+    return cluster.total_gpus, []
+
+
+def _schema_problems(doc: Document) -> Iterator[Diagnostic]:
+    if doc.kind not in KINDS:
+        return
+    validator = _validator(doc.kind)
+    for err in validator.iter_errors(doc.data):
+        yield from _translate(doc, err)
+    yield from _quantities(doc, doc.data, ())
+
+
+def _translate(doc: Document, err: ValidationError) -> Iterator[Diagnostic]:
+    path = tuple(err.absolute_path)
+    where = _dotted(path) or "document"
+    line, col = doc.pos(path)
+    schema = err.schema if isinstance(err.schema, dict) else {}
+    kind = err.validator
+    if kind == "additionalProperties" and isinstance(err.instance, dict):
+        known = list(schema.get("properties", {}))
+        for key in err.instance:
+            if key in known:
+                continue
+            kline, kcol = doc.pos((*path, key))
+            hint = did_you_mean(str(key), known)
+            allowed = f"; allowed: {', '.join(known)}" if known and not hint else ""
+            yield Diagnostic(
+                "GP201",
+                f"{_dotted((*path, key))}: unknown field {key!r}{hint}{allowed}",
+                doc.file,
+                kline,
+                kcol,
+            )
+    elif kind == "required":
+        missing = err.message.split("'")[1] if "'" in err.message else str(err.message)
+        yield Diagnostic(
+            "GP203", f"{where}: missing required field {missing!r}", doc.file, line, col
+        )
+    elif kind == "type":
+        yield Diagnostic(
+            "GP202",
+            f"{where}: expected {_types(err.validator_value)}, found "
+            f"{_type_name(err.instance)} {_short(err.instance)}",
+            doc.file,
+            line,
+            col,
+        )
+    elif kind == "anyOf" and path and path[-1] in ("cpu", "memory"):
+        yield Diagnostic(
+            "GP312",
+            f"{where}: {_short(err.instance)} is not a Kubernetes quantity "
+            "(examples: 8, 500m, 64Gi, 2Ti)",
+            doc.file,
+            line,
+            col,
+        )
+    elif (
+        doc.kind == "PriorityTier" and path == ("spec", "value") and kind in ("minimum", "maximum")
+    ):
+        yield Diagnostic(
+            "GP308",
+            f"spec.value {err.instance} is outside -2147483648..1000000000 "
+            "(higher values are reserved for system classes)",
+            doc.file,
+            line,
+            col,
+        )
+    else:
+        yield Diagnostic("GP204", f"{where}: {_constraint(err)}", doc.file, line, col)
+
+
+def _quantities(doc: Document, value: Any, path: tuple[str | int, ...]) -> Iterator[Diagnostic]:
+    """Quantities the schema's pattern lets through but the parser refuses (e.g. 1e99)."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if k in ("cpu", "memory") and isinstance(v, str):
+                try:
+                    parse_quantity(v)
+                except QuantityError as e:
+                    line, col = doc.pos((*path, k))
+                    yield Diagnostic("GP312", f"{_dotted((*path, k))}: {e}", doc.file, line, col)
+            else:
+                yield from _quantities(doc, v, (*path, k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _quantities(doc, v, (*path, i))
+
+
+def _constraint(err: ValidationError) -> str:
+    v, value = err.validator, err.validator_value
+    found = _short(err.instance)
+    messages = {
+        "minimum": f"{found} is less than the minimum of {value}",
+        "maximum": f"{found} is more than the maximum of {value}",
+        "enum": f"{found} is not one of {', '.join(repr(x) for x in _as_list(value))}",
+        "const": f"{found} must be {value!r}",
+        "minLength": "must not be empty" if value == 1 else f"must be at least {value} characters",
+        "maxLength": f"is longer than {value} characters",
+        "minItems": "must have at least one item" if value == 1 else f"needs {value}+ items",
+        "uniqueItems": f"{found} has duplicate items",
+        "pattern": f"{found} does not match {value}",
+    }
+    return messages.get(str(v), err.message)
+
+
+def _as_list(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, list | tuple) else []
+
+
+def _dotted(path: Iterable[str | int]) -> str:
+    out = ""
+    for p in path:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out
+
+
+def _types(value: Any) -> str:
+    names = {"integer": "an integer", "string": "a string", "boolean": "true or false",
+             "object": "a mapping", "array": "a list", "number": "a number"}  # fmt: skip
+    if isinstance(value, list):
+        return " or ".join(names.get(str(v), str(v)) for v in value)
+    return names.get(str(value), str(value))
+
+
+def _type_name(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    return {int: "integer", float: "number", str: "string", dict: "mapping", list: "list"}.get(
+        type(value), type(value).__name__
+    )
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 40 else text[:37] + "..."
