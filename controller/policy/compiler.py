@@ -94,7 +94,9 @@ def compile_policy_set(
                 "annotations": _annotations(source_root, revision),
             },
             "data": {
-                POLICY_KEY: json.dumps(scheduling_policy(policy_set), indent=1, sort_keys=True)
+                POLICY_KEY: json.dumps(
+                    scheduling_policy(policy_set), sort_keys=True, separators=(",", ":")
+                )
             },
         }
     )

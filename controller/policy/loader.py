@@ -21,6 +21,7 @@ from typing import Any
 from ruamel.yaml import YAML
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+from ruamel.yaml.resolver import VersionedResolver
 
 from controller.policy.diagnostics import Diagnostic, did_you_mean
 
@@ -57,7 +58,7 @@ class Limits:
     max_file_bytes: int = DEFAULT_MAX_FILE_BYTES
     """Files larger than this are reported (GP103) and not read."""
     max_nodes: int = DEFAULT_MAX_NODES
-    """A document expanding to more nodes than this is an alias bomb (GP105)."""
+    """A document may never expand to more nodes than this (GP105)."""
 
 
 DEFAULT_LIMITS = Limits()
@@ -145,10 +146,33 @@ def sources_from_paths(paths: Iterable[str | Path], *, root: Path | None = None)
     return out
 
 
+class _Resolver(VersionedResolver):  # type: ignore[misc]
+    """ruamel's YAML 1.2 resolver, with its per-scalar version lookup cached.
+
+    With the C parser, finding the YAML version raises and catches an
+    exception for every scalar, a third of the loading time; policy files
+    are always read as YAML 1.2, so the table is looked up once.
+    """
+
+    _table: Any = None
+
+    @property
+    def versioned_resolver(self) -> Any:
+        if self._table is None:
+            self._table = super().versioned_resolver
+        return self._table
+
+
+def _yaml() -> YAML:
+    yaml = YAML(typ="safe")
+    yaml.Resolver = _Resolver
+    return yaml
+
+
 def load_sources(sources: Iterable[Source], *, limits: Limits = DEFAULT_LIMITS) -> LoadResult:
     """Read every source; report every problem; never raise on bad input."""
     result = LoadResult()
-    yaml = YAML(typ="safe")
+    yaml = _yaml()
     for src in sources:
         result.files += 1
         _load_one(src, yaml, limits, result)
@@ -202,11 +226,15 @@ def _load_one(src: Source, yaml: YAML, limits: Limits, result: LoadResult) -> No
     except YAMLError as e:
         diags.append(Diagnostic("GP101", str(e).strip() or "invalid YAML", src.path, 1, 1))
         return
+    # Without aliases a document cannot have more nodes than its file has
+    # characters, so expanding past that (plus slack for tiny files) is an
+    # alias bomb: stop it after a few thousand nodes, not at max_nodes.
+    budget = min(limits.max_nodes, len(text) + 1000)
     for node in nodes:
-        _document(src.path, node, yaml, limits, result)
+        _document(src.path, node, yaml, budget, result)
 
 
-def _document(file: str, node: Node, yaml: YAML, limits: Limits, result: LoadResult) -> None:
+def _document(file: str, node: Node, yaml: YAML, budget: int, result: LoadResult) -> None:
     line, col = node.start_mark.line + 1, node.start_mark.column + 1
     diags = result.diagnostics
     if isinstance(node, ScalarNode) and node.tag == "tag:yaml.org,2002:null":
@@ -218,15 +246,15 @@ def _document(file: str, node: Node, yaml: YAML, limits: Limits, result: LoadRes
             Diagnostic("GP107", f"a document must be a mapping, found {what}", file, line, col)
         )
         return
-    builder = _Builder(file, yaml, limits.max_nodes)
+    builder = _Builder(file, yaml, budget)
     try:
         data = builder.build(node, ())
     except _TooManyNodes:
         diags.append(
             Diagnostic(
                 "GP105",
-                f"document expands to more than {limits.max_nodes} nodes through anchors "
-                "and aliases; remove the aliases",
+                f"document expands to more than {budget} nodes through anchors and "
+                "aliases (an alias bomb?); remove the aliases",
                 file,
                 line,
                 col,
@@ -295,12 +323,33 @@ class _TooManyNodes(Exception):
 
 
 _MERGE = "tag:yaml.org,2002:merge"
-_PLAIN_TAGS = {
-    "tag:yaml.org,2002:str",
-    "tag:yaml.org,2002:int",
-    "tag:yaml.org,2002:float",
-    "tag:yaml.org,2002:bool",
-    "tag:yaml.org,2002:null",
+_STR = "tag:yaml.org,2002:str"
+
+
+def _int(text: str) -> int:
+    t = text.replace("_", "")
+    sign, digits = (-1, t[1:]) if t[:1] == "-" else (1, t.lstrip("+"))
+    if digits[:2] in ("0x", "0o", "0b"):
+        return sign * int(digits[2:], {"0x": 16, "0o": 8, "0b": 2}[digits[:2]])
+    return sign * int(digits, 10)
+
+
+def _float(text: str) -> float:
+    t = text.replace("_", "").lower()
+    if t.endswith(".inf"):
+        return float("-inf") if t.startswith("-") else float("inf")
+    if t == ".nan":
+        return float("nan")
+    return float(t)
+
+
+# Scalars resolved by ruamel's YAML 1.2 resolver, built without its (slow,
+# per-node) constructor; anything unusual falls back to the constructor.
+_PLAIN_TAGS: dict[str, Callable[[str], Any]] = {
+    "tag:yaml.org,2002:int": _int,
+    "tag:yaml.org,2002:float": _float,
+    "tag:yaml.org,2002:bool": lambda t: t.lower() == "true",
+    "tag:yaml.org,2002:null": lambda t: None,
 }
 
 
@@ -327,8 +376,14 @@ class _Builder:
         return self._scalar(node)
 
     def _scalar(self, node: Node) -> Any:
-        if node.tag in _PLAIN_TAGS:
-            return self.constructor.construct_object(node)
+        tag = node.tag
+        if tag == _STR:
+            return node.value
+        if tag in _PLAIN_TAGS:
+            try:
+                return _PLAIN_TAGS[tag](node.value)
+            except ValueError:  # a form only ruamel's constructor knows
+                return self.constructor.construct_object(node)
         # Timestamps, binary and custom tags: keep the text as written; the
         # schema decides whether a string is acceptable there.
         return str(node.value)

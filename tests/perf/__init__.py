@@ -1,0 +1,1 @@
+"""Benchmarks with committed thresholds, run by `make bench` (never by `make test`)."""

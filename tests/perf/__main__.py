@@ -1,0 +1,35 @@
+"""`make bench`: run every benchmark, print the figures, fail on a missed threshold.
+
+Usage: python -m tests.perf [NAME ...]   (names: policy; default: all)
+"""
+
+from __future__ import annotations
+
+import sys
+
+from tests.perf import policy
+from tests.perf.harness import Result, print_table
+
+BENCHMARKS = {"policy": policy.run}
+
+
+def main(argv: list[str]) -> int:
+    names = argv or list(BENCHMARKS)
+    unknown = [n for n in names if n not in BENCHMARKS]
+    if unknown:
+        print(f"unknown benchmark(s): {', '.join(unknown)}; known: {', '.join(BENCHMARKS)}")
+        return 2
+    results: list[Result] = []
+    for name in names:
+        print(f"== {name}", flush=True)
+        results += BENCHMARKS[name]()
+    print_table(results)
+    failed = [r for r in results if not r.ok]
+    if failed:
+        print(f"{len(failed)} benchmark(s) missed their threshold")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
