@@ -198,8 +198,21 @@ def _guarantee_cuts(base: PolicySet, head: PolicySet) -> Iterator[str]:
 
 def _diff(old: dict[str, Any], new: dict[str, Any]) -> Iterator[FieldChange]:
     a, b = dict(_leaves(old, ())), dict(_leaves(new, ()))
+    # A named list entry (a project, a tier) that exists on one side only is
+    # one change, not one per field inside it.
+    items_a, items_b = _items(a), _items(b)
+    whole = {p: "added" for p in items_b - items_a} | {p: "removed" for p in items_a - items_b}
+    reported: set[tuple[str, ...]] = set()
     for path in sorted(set(a) | set(b)):
         if path in _IGNORED:
+            continue
+        item = next((path[:i] for i in range(1, len(path) + 1) if path[:i] in whole), None)
+        if item is not None:
+            if item not in reported:
+                reported.add(item)
+                entry = _rebuild(b if whole[item] == "added" else a, item)
+                added = whole[item] == "added"
+                yield FieldChange(_dotted(item), None if added else entry, entry if added else None)
             continue
         va, vb = a.get(path, _MISSING), b.get(path, _MISSING)
         if va != vb:
@@ -208,6 +221,23 @@ def _diff(old: dict[str, Any], new: dict[str, Any]) -> Iterator[FieldChange]:
                 None if va is _MISSING else va,
                 None if vb is _MISSING else vb,
             )
+
+
+def _rebuild(leaves: dict[tuple[str, ...], Any], prefix: tuple[str, ...]) -> dict[str, Any]:
+    """The entry at `prefix`, put back together from its leaves."""
+    out: dict[str, Any] = {}
+    for path, value in leaves.items():
+        if path[: len(prefix)] != prefix or len(path) == len(prefix):
+            continue
+        node = out
+        for part in path[len(prefix) : -1]:
+            node = node.setdefault(part, {})
+        node[path[-1]] = value
+    return out
+
+
+def _items(leaves: dict[tuple[str, ...], Any]) -> set[tuple[str, ...]]:
+    return {path[: i + 1] for path in leaves for i, part in enumerate(path) if part.startswith("[")}
 
 
 def _leaves(value: Any, path: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], Any]]:

@@ -167,8 +167,9 @@ def _sarif(diags: Sequence[Diagnostic]) -> dict[str, Any]:
 _SYMBOL = {"create": "+", "update": "~", "recreate": "-/+", "delete": "-"}
 
 
-def _value(v: Any) -> str:
-    return "(absent)" if v is None else json.dumps(v)
+def _value(v: Any, limit: int = 160) -> str:
+    text = "(absent)" if v is None else json.dumps(v, sort_keys=True)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def format_plan(plan: Plan, *, fmt: str, base: str, head: str) -> str:
