@@ -146,7 +146,7 @@ def sources_from_paths(paths: Iterable[str | Path], *, root: Path | None = None)
     return out
 
 
-class _Resolver(VersionedResolver):  # type: ignore[misc]
+class _Resolver(VersionedResolver):
     """ruamel's YAML 1.2 resolver, with its per-scalar version lookup cached.
 
     With the C parser, finding the YAML version raises and catches an
