@@ -233,6 +233,7 @@ def scheduling_policy(policy_set: PolicySet) -> dict[str, Any]:
                 "maxPerHour": c.preemption_max_per_hour,
             },
             "fairShare": {"enabled": c.fair_share_enabled, "borrowing": c.borrowing},
+            "topology": {"levels": list(c.topology_levels)},
         },
         "tiers": [
             {

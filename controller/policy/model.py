@@ -32,6 +32,11 @@ __all__ = [
 
 ResourceName = Literal["gpu", "cpu", "memory"]
 RESOURCE_NAMES: tuple[ResourceName, ...] = ("gpu", "cpu", "memory")
+DEFAULT_TOPOLOGY_LEVELS = (
+    "nvidia.com/gpu.clique",
+    "topology.kubernetes.io/rack",
+    "topology.kubernetes.io/zone",
+)
 
 
 @dataclass(frozen=True)
@@ -100,6 +105,8 @@ class ClusterPolicy:
     preemption_max_per_hour: int
     fair_share_enabled: bool
     borrowing: bool
+    topology_levels: tuple[str, ...]
+    """Node label keys of topology domains, tightest first."""
     doc: Document = field(compare=False, repr=False)
 
 
@@ -204,6 +211,7 @@ def build_cluster_policy(doc: Document, *, capacity_gpu: int | None) -> ClusterP
         preemption_max_per_hour=_default(_get(spec, "preemption", "maxPerHour"), 20),
         fair_share_enabled=_default(_get(spec, "fairShare", "enabled"), True),
         borrowing=_default(_get(spec, "fairShare", "borrowing"), True),
+        topology_levels=tuple(_get(spec, "topology", "levels") or DEFAULT_TOPOLOGY_LEVELS),
         doc=doc,
     )
 
