@@ -1,0 +1,361 @@
+"""One scheduling cycle: order the queue, then admit, preempt or explain.
+
+The phases, each a function:
+
+1. `order` — tier (higher first), then fair share (the project's, then the
+   user's usage over guarantee, lower first), then age, then name;
+2. for each gang in that order: `_refused` (can never run under this policy),
+   `quota` (project max, user max, borrowing, the reserve), placement
+   (`placement.place`, avoiding GPUs held for others), and when it does not
+   fit, `_preempt` (victim search on the snapshot with undo);
+3. the first gang blocked by capacity reserves the nodes it will need, so
+   smaller gangs cannot starve it: later gangs may use those nodes only if
+   they are preemptible or will finish before it could start.
+
+Every decision is assumed into the snapshot at once, so later gangs in the
+same cycle see it. Pure: the caller passes the time and everything else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from controller.scheduler.placement import place, shortfall
+from controller.scheduler.policy import SchedulingPolicy
+from controller.scheduler.snapshot import Snapshot
+from controller.scheduler.types import (
+    MILLI,
+    Admit,
+    Decision,
+    Gang,
+    JobId,
+    Pending,
+    Placement,
+    Preempt,
+    Running,
+)
+
+__all__ = ["CycleResult", "order", "quota", "schedule"]
+
+
+@dataclass
+class CycleResult:
+    """What one cycle decided."""
+
+    decisions: list[Decision] = field(default_factory=list)
+    order: list[JobId] = field(default_factory=list)
+    """Queue order this cycle (position in the queue, for `explain`)."""
+    reserved_for: JobId | None = None
+    reserved_nodes: frozenset[str] = frozenset()
+    decision_seconds: list[float] = field(default_factory=list)
+    """Time each decision took, in queue order, when a timer was given."""
+
+
+def _gpus(milli: int) -> str:
+    n = milli / MILLI
+    return f"{n:g}"
+
+
+def _ratio(used: int, guaranteed: int) -> float:
+    if guaranteed > 0:
+        return used / guaranteed
+    return float("inf") if used > 0 else 0.0
+
+
+def order(snap: Snapshot, policy: SchedulingPolicy, queue: Sequence[Gang]) -> list[Gang]:
+    """Tier, then fair share (project, then user), then age, then name."""
+
+    def key(g: Gang) -> tuple[int, float, float, float, str]:
+        share = user_share = 0.0
+        project = policy.projects.get(g.project)
+        if policy.fair_share and project is not None:
+            share = _ratio(snap.project_usage.get(g.project, 0), project.guaranteed)
+            user_share = _ratio(
+                snap.user_usage.get((g.project, g.user), 0), project.user(g.user).guaranteed
+            )
+        return (-g.priority, share, user_share, g.created, g.id)
+
+    return sorted(queue, key=key)
+
+
+def _refused(policy: SchedulingPolicy, g: Gang) -> str | None:
+    project = policy.projects.get(g.project)
+    if project is None:
+        return f"no project owns this job (project {g.project!r} is not in the policies)"
+    if g.tier not in project.tiers:
+        allowed = ", ".join(sorted(project.tiers)) or "none"
+        return f"tier {g.tier!r} is not allowed for project {project.name} (allowed: {allowed})"
+    if project.job_max is not None and g.gpu_total > project.job_max:
+        return (
+            f"asks for {_gpus(g.gpu_total)} GPUs; project {project.name} allows at most "
+            f"{_gpus(project.job_max)} per job"
+        )
+    if project.max is not None and g.gpu_total > project.max:
+        return (
+            f"asks for {_gpus(g.gpu_total)} GPUs, more than project {project.name}'s max "
+            f"of {_gpus(project.max)}"
+        )
+    return None
+
+
+def quota(snap: Snapshot, policy: SchedulingPolicy, g: Gang) -> str | None:
+    """Why the gang may not start now under its project's and user's quota
+    and the reserve, or None when it may."""
+    project = policy.projects[g.project]
+    need = g.gpu_total
+    used = snap.project_usage.get(g.project, 0)
+    if project.max is not None and used + need > project.max:
+        return (
+            f"project {project.name} at max: {_gpus(used)} of {_gpus(project.max)} GPUs in use, "
+            f"this job needs {_gpus(need)}"
+        )
+    user = project.user(g.user)
+    user_used = snap.user_usage.get((g.project, g.user), 0)
+    if user.max is not None and user_used + need > user.max:
+        return (
+            f"user {g.user} at max in project {project.name}: {_gpus(user_used)} of "
+            f"{_gpus(user.max)} GPUs in use, this job needs {_gpus(need)}"
+        )
+    if not policy.borrowing and used + need > project.guaranteed:
+        return (
+            f"project {project.name} at its guarantee ({_gpus(used)} of "
+            f"{_gpus(project.guaranteed)} GPUs) and borrowing is disabled"
+        )
+    return None
+
+
+def _outside_reserve(snap: Snapshot, policy: SchedulingPolicy, g: Gang) -> str | None:
+    """Why the gang would eat into the reserve, or None when it would not."""
+    if not policy.reserve or g.tier in policy.reserve_tiers:
+        return None
+    usable = snap.capacity - policy.reserve
+    if snap.outside_reserve + g.gpu_total <= usable:
+        return None
+    tiers = ", ".join(sorted(policy.reserve_tiers)) or "no tier"
+    return (
+        f"needs {_gpus(g.gpu_total)} GPUs; {_gpus(max(0, usable - snap.outside_reserve))} "
+        f"are left outside the reserve ({_gpus(policy.reserve)} GPUs held for {tiers})"
+    )
+
+
+def _fit(
+    snap: Snapshot, policy: SchedulingPolicy, g: Gang, exclude: frozenset[str]
+) -> Placement | None:
+    """A placement that also leaves the reserve alone, or None."""
+    if _outside_reserve(snap, policy, g) is not None:
+        return None
+    return place(snap, g, exclude=exclude)
+
+
+def _borrowed(snap: Snapshot, policy: SchedulingPolicy, g: Gang) -> int:
+    project = policy.projects[g.project]
+    used = snap.project_usage.get(g.project, 0)
+    return max(0, min(g.gpu_total, used + g.gpu_total - project.guaranteed))
+
+
+@dataclass
+class _State:
+    """What the cycle accumulates while it walks the queue."""
+
+    budget: int
+    nominated: Mapping[JobId, Placement]
+    held: dict[str, JobId] = field(default_factory=dict)
+    """Node -> gang that holds it (a nomination or the reservation)."""
+    reserved_for: Gang | None = None
+    reserved_start: float | None = None
+
+
+def _excluded(state: _State, g: Gang, now: float) -> frozenset[str]:
+    nodes = {n for n, owner in state.held.items() if owner != g.id}
+    if not nodes or state.reserved_for is None:
+        return frozenset(nodes)
+    may_backfill = g.preemptible or (
+        state.reserved_start is not None
+        and g.expected_duration is not None
+        and now + g.expected_duration <= state.reserved_start
+    )
+    if may_backfill:
+        nodes = {n for n in nodes if state.held[n] != state.reserved_for.id}
+    return frozenset(nodes)
+
+
+def _victim_ok(
+    snap: Snapshot, policy: SchedulingPolicy, g: Gang, r: Running, now: float, holder: bool
+) -> tuple[bool, bool]:
+    """(may this running gang be evicted for `g`, is it borrowed work)."""
+    v = r.gang
+    if v.id == g.id or now - r.started < policy.min_runtime_seconds:
+        return False, False
+    vp = policy.projects.get(v.project)
+    borrowed = vp is not None and snap.project_usage.get(v.project, 0) > vp.guaranteed
+    if v.preemptible and (v.priority < g.priority or (holder and v.priority <= g.priority)):
+        return True, borrowed
+    gp = policy.projects[g.project]
+    reclaim = (
+        v.project != g.project
+        and borrowed
+        and snap.project_usage.get(g.project, 0) + g.gpu_total <= gp.guaranteed
+    )
+    return reclaim, borrowed
+
+
+def _preempt(
+    snap: Snapshot,
+    policy: SchedulingPolicy,
+    g: Gang,
+    *,
+    now: float,
+    budget: int,
+    exclude: frozenset[str],
+    holder: bool,
+) -> tuple[list[Running], Placement] | None:
+    """The fewest whole gangs to evict so `g` fits: borrowed work first, then
+    the lowest tier, then the most recently started (least progress lost).
+    The snapshot is left as it was found."""
+    if not policy.preemption_enabled or not g.may_preempt or budget <= 0:
+        return None
+    ranked = []
+    for r in snap.running.values():
+        ok, borrowed = _victim_ok(snap, policy, g, r, now, holder)
+        if ok:
+            ranked.append(((not borrowed, r.gang.priority, -r.started, r.gang.id), r))
+    if not ranked:
+        return None
+    ranked.sort(key=lambda kr: kr[0])
+    removed: list[Running] = []
+    found: Placement | None = None
+    for _, r in ranked:
+        if len(removed) >= budget:
+            break
+        removed.append(snap.forget(r.gang.id))
+        found = _fit(snap, policy, g, exclude)
+        if found is not None:
+            break
+    if found is None:
+        for r in reversed(removed):
+            snap.assume(r)
+        return None
+    # Keep running every victim the placement does not actually need.
+    needed: list[Running] = [removed[-1]]
+    for r in reversed(removed[:-1]):
+        snap.assume(r)
+        again = _fit(snap, policy, g, exclude)
+        if again is None:
+            snap.forget(r.gang.id)
+            needed.append(r)
+        else:
+            found = again
+    for r in needed:
+        snap.assume(r)
+    return needed, found
+
+
+def _reserve(snap: Snapshot, state: _State, g: Gang) -> None:
+    """Hold the nodes the top blocked gang will need once they free up."""
+    empty = Snapshot(
+        (ns.node for ns in snap.candidates(g.pod) if ns.name not in state.held),
+        levels=snap.levels,
+    )
+    plan = place(empty, g)
+    if plan is None:
+        return
+    nodes = set(plan.nodes())
+    ends = [
+        r.started + r.gang.expected_duration
+        for r in snap.running.values()
+        if r.gang.expected_duration is not None and set(r.placement.nodes()) & nodes
+    ]
+    complete = all(
+        r.gang.expected_duration is not None
+        for r in snap.running.values()
+        if set(r.placement.nodes()) & nodes
+    )
+    state.reserved_for = g
+    state.reserved_start = max(ends, default=0.0) if complete else None
+    for n in nodes:
+        state.held[n] = g.id
+
+
+def schedule(
+    snap: Snapshot,
+    queue: Sequence[Gang],
+    policy: SchedulingPolicy,
+    *,
+    now: float,
+    preemptions_last_hour: int = 0,
+    nominated: Mapping[JobId, Placement] | None = None,
+    timer: Callable[[], float] | None = None,
+) -> CycleResult:
+    """Run one cycle over `queue` (the pending gangs) and return the decisions.
+
+    `nominated` are placements earlier cycles promised to preemptors whose
+    victims may still be terminating; those nodes are held for them. With a
+    `timer` (a monotonic clock), each decision's duration is recorded.
+    """
+    result = CycleResult()
+    state = _State(
+        budget=max(0, policy.max_preemptions_per_hour - preemptions_last_hour),
+        nominated=nominated or {},
+    )
+    for job, placement in state.nominated.items():
+        for n in placement.nodes():
+            state.held[n] = job
+    ordered = order(snap, policy, queue)
+    result.order = [g.id for g in ordered]
+    for g in ordered:
+        t0 = timer() if timer else 0.0
+        result.decisions.append(_decide(snap, policy, state, g, now))
+        if timer:
+            result.decision_seconds.append(timer() - t0)
+    if state.reserved_for is not None:
+        result.reserved_for = state.reserved_for.id
+        result.reserved_nodes = frozenset(
+            n for n, owner in state.held.items() if owner == state.reserved_for.id
+        )
+    return result
+
+
+def _decide(
+    snap: Snapshot, policy: SchedulingPolicy, state: _State, g: Gang, now: float
+) -> Decision:
+    refused = _refused(policy, g)
+    if refused is not None:
+        return Pending(g, refused, "Refused")
+    blocked = quota(snap, policy, g)
+    if blocked is not None:
+        return Pending(g, blocked, "Quota")
+    exclude = _excluded(state, g, now)
+    placement = _fit(snap, policy, g, exclude)
+    if placement is not None:
+        borrowed = _borrowed(snap, policy, g)
+        snap.assume(Running(g, placement, now))
+        for n in [n for n, owner in state.held.items() if owner == g.id]:
+            del state.held[n]
+        return Admit(g, placement, borrowed)
+    if state.nominated.get(g.id):
+        return Pending(g, "waiting for the gangs it preempted to release their GPUs", "Capacity")
+    holder = state.reserved_for is not None and state.reserved_for.id == g.id
+    victims = _preempt(
+        snap, policy, g, now=now, budget=state.budget, exclude=exclude, holder=holder
+    )
+    if victims is not None:
+        needed, placement = victims
+        for r in needed:
+            snap.forget(r.gang.id)
+        snap.assume(Running(g, placement, now))
+        state.budget -= len(needed)
+        names = ", ".join(sorted(r.gang.id for r in needed))
+        return Preempt(
+            g,
+            tuple(sorted(r.gang.id for r in needed)),
+            placement,
+            f"preempting {names} to free {_gpus(g.gpu_total)} GPUs",
+        )
+    reason = _outside_reserve(snap, policy, g) or shortfall(snap, g, exclude=exclude)
+    held_here = exclude and place(snap, g) is not None
+    if held_here:
+        return Pending(g, f"{reason}; the free GPUs are held for a gang ahead of it", "Reserved")
+    if state.reserved_for is None:
+        _reserve(snap, state, g)
+    return Pending(g, reason, "Capacity")

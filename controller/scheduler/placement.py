@@ -1,0 +1,150 @@
+"""Placing a gang: all-or-nothing, fewest nodes, tightest topology domain.
+
+The order of preference, for `workers` identical pods:
+
+1. one node that holds the whole gang (the fullest such node, so large free
+   nodes stay free for large gangs);
+2. else, level by level from the tightest (NVLink domain, rack, zone), the
+   domain that can hold the gang with the least room to spare, filled with
+   as few nodes as possible (largest free nodes first, the last workers on
+   the node that fits them most tightly);
+3. else the same across the whole cluster.
+
+A gang that does not fit gets `None` and `shortfall` explains why with the
+figures a user can act on. Nothing here changes the snapshot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Container, Sequence
+
+from controller.scheduler.snapshot import NodeState, Snapshot
+from controller.scheduler.types import MILLI, Gang, Placement, PodPlacement
+
+__all__ = ["LEVEL_NAMES", "place", "shortfall"]
+
+LEVEL_NAMES = {
+    "nvidia.com/gpu.clique": "NVLink domain",
+    "topology.kubernetes.io/rack": "rack",
+    "topology.kubernetes.io/zone": "zone",
+}
+
+_NONE: frozenset[str] = frozenset()
+
+
+def _fill(nodes: Sequence[tuple[NodeState, int]], workers: int) -> list[tuple[NodeState, int]]:
+    """Fewest nodes: largest first, the remainder on the tightest fit."""
+    ordered = sorted(nodes, key=lambda nk: (-nk[1], nk[0].name))
+    chosen: list[tuple[NodeState, int]] = []
+    need = workers
+    i = 0
+    while need > 0:
+        if ordered[i][1] >= need:
+            rest = ordered[i:]
+            ns, k = min((nk for nk in rest if nk[1] >= need), key=lambda nk: (nk[1], nk[0].name))
+            chosen.append((ns, need))
+            return chosen
+        ns, k = ordered[i]
+        chosen.append((ns, k))
+        need -= k
+        i += 1
+    return chosen
+
+
+def _single(open_nodes: Sequence[tuple[NodeState, int]], gang: Gang) -> NodeState | None:
+    fits = [nk for nk in open_nodes if nk[1] >= gang.workers]
+    if not fits:
+        return None
+    if gang.pod.shared:
+        return min(fits, key=lambda nk: (_shared_waste(nk[0], gang.pod.gpu_milli), nk[0].name))[0]
+    return min(fits, key=lambda nk: (nk[1], nk[0].whole, nk[0].name))[0]
+
+
+def _shared_waste(ns: NodeState, milli: int) -> tuple[int, int]:
+    """Prefer the device left fullest (smallest remainder), then nodes with
+    fewer whole GPUs, so shared pods pack and whole GPUs stay whole."""
+    leftovers = [f - milli for f in ns.free if f >= milli and f < MILLI]
+    if leftovers:
+        return (0, min(leftovers))
+    return (1, ns.whole)
+
+
+def _choose(snap: Snapshot, gang: Gang, exclude: Container[str]) -> list[tuple[NodeState, int]]:
+    if gang.gpu_total > snap.free_milli:
+        return []
+    open_nodes = snap.open_slots(gang.pod, exclude)
+    if sum(k for _, k in open_nodes) < gang.workers:
+        return []
+    one = _single(open_nodes, gang)
+    if one is not None:
+        return [(one, gang.workers)]
+    slots = {ns.name: k for ns, k in open_nodes}
+    for level in range(len(snap.levels)):
+        best: tuple[int, str, list[tuple[NodeState, int]]] | None = None
+        for domain, members in snap.domain_members(level).items():
+            nodes = [(ns, slots[ns.name]) for ns in members if ns.name in slots]
+            total = sum(k for _, k in nodes)
+            if total >= gang.workers and (best is None or (total, domain) < best[:2]):
+                best = (total, domain, nodes)
+        if best is not None:
+            return _fill(best[2], gang.workers)
+    return _fill(open_nodes, gang.workers)
+
+
+def place(snap: Snapshot, gang: Gang, *, exclude: Container[str] = _NONE) -> Placement | None:
+    """Where the whole gang would go now, or None if it does not fit.
+
+    `exclude` names nodes the gang may not use (GPUs reserved for another gang).
+    """
+    chosen = _choose(snap, gang, exclude)
+    if not chosen:
+        return None
+    pods: list[PodPlacement] = []
+    for ns, count in chosen:
+        taken: list[tuple[int, ...]] = []
+        for _ in range(count):
+            devices = ns.pick_devices(gang.pod)
+            ns.take(gang.pod, devices)
+            taken.append(devices)
+        for devices in taken:
+            ns.give(gang.pod, devices)
+            pods.append(PodPlacement(ns.name, devices))
+    return Placement(tuple(pods))
+
+
+def _gpus(milli: int) -> str:
+    n = milli / MILLI
+    text = f"{n:g}"
+    return f"{text} GPU" if n == 1 else f"{text} GPUs"
+
+
+def shortfall(snap: Snapshot, gang: Gang, *, exclude: Container[str] = _NONE) -> str:
+    """Why `gang` does not fit: its need against the largest free blocks."""
+    pod = gang.pod
+    per = _gpus(pod.gpu_total)
+    need = (
+        f"needs {_gpus(gang.gpu_total)}"
+        if gang.workers == 1
+        else f"needs {_gpus(gang.gpu_total)} ({gang.workers} workers x {per})"
+    )
+    candidates = snap.candidates(pod)
+    if not candidates:
+        return f"{need}; no node matches its GPU model, node selector and tolerations"
+    open_nodes = snap.open_slots(pod, exclude)
+    fit = sum(k for _, k in open_nodes)
+    parts = [f"{need}; the free GPUs of the nodes it may use hold {fit} of {gang.workers}"]
+    if open_nodes:
+        ns, k = max(open_nodes, key=lambda nk: (nk[1], nk[0].name))
+        parts.append(f"at most {k} on one node ({ns.name})")
+        slots = {n.name: k for n, k in open_nodes}
+        for level, key in enumerate(snap.levels):
+            blocks = [
+                (sum(slots.get(m.name, 0) for m in members), d)
+                for d, members in snap.domain_members(level).items()
+            ]
+            if blocks:
+                total, domain = max(blocks)
+                name = LEVEL_NAMES.get(key, key)
+                parts.append(f"at most {total} in one {name} ({domain})")
+                break
+    return "; ".join(parts)

@@ -1,0 +1,223 @@
+"""The cycle's mutable view of the cluster: free GPUs per device, usage per quota.
+
+A snapshot is built once per cycle from the informers' state (or the
+simulator's) and then changed only through `assume` and `forget`, which are
+exact inverses. That is what makes preemption's what-if cheap: forget the
+candidate victims, try the placement, assume them back — no copy of the
+world. Every change bumps `version`, so derived figures can be cached.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Container, Iterable, Sequence
+from dataclasses import dataclass
+
+from controller.scheduler.types import MILLI, Gang, JobId, Node, PodShape, Running
+
+__all__ = ["Foreign", "NodeState", "Snapshot"]
+
+
+@dataclass(frozen=True)
+class Foreign:
+    """Resources held on a node by pods gangops does not schedule."""
+
+    node: str
+    gpus: int
+    cpu_milli: int = 0
+    memory: int = 0
+
+
+class NodeState:
+    """One node's free resources during a cycle."""
+
+    __slots__ = ("cpu", "domains", "free", "mem", "name", "node", "whole")
+
+    def __init__(self, node: Node, levels: Sequence[str]) -> None:
+        self.node = node
+        self.name = node.name
+        self.free = [MILLI] * node.gpus
+        """Free milli-GPUs of each device."""
+        self.whole = node.gpus
+        """Devices with nothing allocated."""
+        self.cpu: int | None = node.cpu_milli or None
+        self.mem: int | None = node.memory or None
+        self.domains = tuple(node.labels.get(level) for level in levels)
+
+    def slots(self, pod: PodShape) -> int:
+        """How many more pods of `pod`'s shape fit on this node right now."""
+        if pod.shared:
+            n = sum(f // pod.gpu_milli for f in self.free)
+        elif pod.gpus:
+            n = self.whole // pod.gpus
+        else:
+            n = 1 << 30
+        if self.cpu is not None and pod.cpu_milli:
+            n = min(n, self.cpu // pod.cpu_milli)
+        if self.mem is not None and pod.memory:
+            n = min(n, self.mem // pod.memory)
+        return n
+
+    def take(self, pod: PodShape, devices: Sequence[int]) -> None:
+        """Allocate one pod on `devices`."""
+        for d in devices:
+            if self.free[d] == MILLI:
+                self.whole -= 1
+            self.free[d] -= pod.gpu_milli if pod.shared else MILLI
+        if self.cpu is not None:
+            self.cpu -= pod.cpu_milli
+        if self.mem is not None:
+            self.mem -= pod.memory
+
+    def give(self, pod: PodShape, devices: Sequence[int]) -> None:
+        """Release one pod from `devices` (the inverse of `take`)."""
+        for d in devices:
+            self.free[d] += pod.gpu_milli if pod.shared else MILLI
+            if self.free[d] == MILLI:
+                self.whole += 1
+        if self.cpu is not None:
+            self.cpu += pod.cpu_milli
+        if self.mem is not None:
+            self.mem += pod.memory
+
+    def pick_devices(self, pod: PodShape) -> tuple[int, ...]:
+        """Devices for one more pod: whole GPUs lowest index first; a shared
+        pod goes on the fullest device it fits on, so whole GPUs stay whole."""
+        if pod.shared:
+            best = min(
+                (f - pod.gpu_milli, i) for i, f in enumerate(self.free) if f >= pod.gpu_milli
+            )
+            return (best[1],)
+        out = [i for i, f in enumerate(self.free) if f == MILLI][: pod.gpus]
+        return tuple(out)
+
+
+class Snapshot:
+    """Free capacity and quota usage, changed only by `assume` and `forget`."""
+
+    def __init__(
+        self,
+        nodes: Iterable[Node],
+        *,
+        levels: Sequence[str],
+        running: Iterable[Running] = (),
+        foreign: Iterable[Foreign] = (),
+        reserve_tiers: frozenset[str] = frozenset(),
+    ) -> None:
+        self.levels = tuple(levels)
+        self.nodes = [NodeState(n, self.levels) for n in nodes if n.schedulable]
+        self.by_name = {ns.name: ns for ns in self.nodes}
+        self.capacity = sum(ns.node.gpus for ns in self.nodes) * MILLI
+        self.reserve_tiers = reserve_tiers
+        self.running: dict[JobId, Running] = {}
+        self.project_usage: dict[str, int] = {}
+        self.user_usage: dict[tuple[str, str], int] = {}
+        self.outside_reserve = 0
+        """Milli-GPUs used by tiers that may not use the reserve."""
+        self.version = 0
+        self.free_milli = sum(len(ns.free) for ns in self.nodes) * MILLI
+        """Free milli-GPUs on schedulable nodes."""
+        self._candidates: dict[tuple[object, ...], list[NodeState]] = {}
+        self._open: dict[tuple[PodShape, Container[str]], list[tuple[NodeState, int]]] = {}
+        self._open_version = -1
+        self._domains: list[dict[str, list[NodeState]]] = [{} for _ in self.levels]
+        for ns in self.nodes:
+            for i, d in enumerate(ns.domains):
+                if d is not None:
+                    self._domains[i].setdefault(d, []).append(ns)
+        for f in foreign:
+            self._hold_foreign(f)
+        for r in running:
+            self.assume(r)
+
+    def _hold_foreign(self, f: Foreign) -> None:
+        ns = self.by_name.get(f.node)
+        if ns is None:
+            return
+        for _ in range(min(f.gpus, ns.whole)):
+            i = ns.free.index(MILLI)
+            ns.free[i] = 0
+            ns.whole -= 1
+            self.free_milli -= MILLI
+        if ns.cpu is not None:
+            ns.cpu -= f.cpu_milli
+        if ns.mem is not None:
+            ns.mem -= f.memory
+
+    def domain_members(self, level: int) -> dict[str, list[NodeState]]:
+        """Nodes per domain value at topology level `level`."""
+        return self._domains[level]
+
+    def candidates(self, pod: PodShape) -> list[NodeState]:
+        """Nodes `pod` may use at all: GPU model, labels, taints (cached)."""
+        key = pod.constraint_key()
+        found = self._candidates.get(key)
+        if found is None:
+            found = [ns for ns in self.nodes if _statically_fits(ns.node, pod)]
+            self._candidates[key] = found
+        return found
+
+    def open_slots(self, pod: PodShape, exclude: Container[str]) -> list[tuple[NodeState, int]]:
+        """Candidate nodes not in `exclude` with room for at least one `pod`,
+        and how many fit on each (cached until the snapshot changes)."""
+        if self._open_version != self.version:
+            self._open.clear()
+            self._open_version = self.version
+        key = (pod, exclude)
+        found = self._open.get(key)
+        if found is None:
+            found = []
+            for ns in self.candidates(pod):
+                if ns.name in exclude:
+                    continue
+                k = ns.slots(pod)
+                if k > 0:
+                    found.append((ns, k))
+            self._open[key] = found
+        return found
+
+    def assume(self, r: Running) -> None:
+        """Put a running (or just admitted) gang into the snapshot."""
+        g = r.gang
+        for p in r.placement.pods:
+            ns = self.by_name.get(p.node)
+            if ns is not None:
+                ns.take(g.pod, p.devices)
+        self.running[g.id] = r
+        self.free_milli -= g.gpu_total
+        self._count(g, +1)
+
+    def forget(self, job: JobId) -> Running:
+        """Take a gang out of the snapshot (the inverse of `assume`)."""
+        r = self.running.pop(job)
+        for p in r.placement.pods:
+            ns = self.by_name.get(p.node)
+            if ns is not None:
+                ns.give(r.gang.pod, p.devices)
+        self.free_milli += r.gang.gpu_total
+        self._count(r.gang, -1)
+        return r
+
+    def _count(self, g: Gang, sign: int) -> None:
+        amount = sign * g.gpu_total
+        self.project_usage[g.project] = self.project_usage.get(g.project, 0) + amount
+        key = (g.project, g.user)
+        self.user_usage[key] = self.user_usage.get(key, 0) + amount
+        if g.tier not in self.reserve_tiers:
+            self.outside_reserve += amount
+        self.version += 1
+
+
+def _statically_fits(node: Node, pod: PodShape) -> bool:
+    if pod.gpus and node.gpus < pod.gpus:
+        return False
+    if pod.gpu_models and node.gpu_model not in pod.gpu_models:
+        return False
+    labels = node.labels
+    if any(labels.get(k) != v for k, v in pod.node_selector):
+        return False
+    for t in node.taints:
+        if t.effect in ("NoSchedule", "NoExecute") and not any(
+            tol.tolerates(t) for tol in pod.tolerations
+        ):
+            return False
+    return True

@@ -1,0 +1,210 @@
+"""Values the scheduling core works on: nodes, gangs, placements, decisions.
+
+GPU amounts inside the core are in milli-GPUs (1000 = one whole GPU), so a
+pod that asks for a share of one GPU (`gpu_milli < 1000`, as in the openb
+traces) and a pod that asks for eight whole GPUs are counted on one scale.
+Everything is frozen; the mutable state of a cycle lives in `snapshot`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal, NewType
+
+__all__ = [
+    "MILLI",
+    "Admit",
+    "Decision",
+    "Gang",
+    "JobId",
+    "Node",
+    "Pending",
+    "Placement",
+    "PodPlacement",
+    "PodShape",
+    "Preempt",
+    "Running",
+    "Taint",
+    "Toleration",
+]
+
+MILLI = 1000
+JobId = NewType("JobId", str)
+"""`namespace/name` of a TrainingJob (or a trace pod's name in the simulator)."""
+
+
+@dataclass(frozen=True)
+class Taint:
+    """A node taint."""
+
+    key: str
+    effect: str
+    value: str = ""
+
+
+@dataclass(frozen=True)
+class Toleration:
+    """A pod toleration; `operator` Exists ignores the value, an empty key matches all."""
+
+    key: str = ""
+    operator: Literal["Exists", "Equal"] = "Exists"
+    value: str = ""
+    effect: str = ""
+
+    def tolerates(self, taint: Taint) -> bool:
+        """True when this toleration covers `taint`."""
+        if self.effect and self.effect != taint.effect:
+            return False
+        if not self.key:
+            return self.operator == "Exists"
+        if self.key != taint.key:
+            return False
+        return self.operator == "Exists" or self.value == taint.value
+
+
+@dataclass(frozen=True)
+class Node:
+    """A GPU node as the scheduler sees it."""
+
+    name: str
+    gpus: int
+    """Whole GPUs (`nvidia.com/gpu` allocatable)."""
+    cpu_milli: int = 0
+    """Allocatable CPU in millicores; 0 means "not tracked"."""
+    memory: int = 0
+    """Allocatable memory in bytes; 0 means "not tracked"."""
+    gpu_model: str = ""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    schedulable: bool = True
+    """False when the node is not Ready, cordoned, or tainted by an alert action."""
+
+
+@dataclass(frozen=True)
+class PodShape:
+    """What each worker pod of a gang needs, and where it may run."""
+
+    gpus: int = 1
+    """Whole GPUs per pod; with `gpu_milli < 1000` it must be 1 (a shared GPU)."""
+    gpu_milli: int = MILLI
+    """Share of each GPU; less than 1000 only for single-GPU pods sharing a device."""
+    cpu_milli: int = 0
+    memory: int = 0
+    gpu_models: frozenset[str] = frozenset()
+    """Acceptable GPU models (empty: any)."""
+    node_selector: tuple[tuple[str, str], ...] = ()
+    """Required node labels (key, value), from nodeSelector and required node affinity."""
+    tolerations: tuple[Toleration, ...] = ()
+
+    @property
+    def shared(self) -> bool:
+        """True for a pod asking for a share of one GPU."""
+        return self.gpu_milli < MILLI
+
+    @property
+    def gpu_total(self) -> int:
+        """Milli-GPUs one pod takes."""
+        return self.gpu_milli if self.shared else self.gpus * MILLI
+
+    def constraint_key(self) -> tuple[object, ...]:
+        """What decides which nodes a pod may use at all (for caching)."""
+        return (self.gpu_models, self.node_selector, self.tolerations)
+
+
+@dataclass(frozen=True)
+class Gang:
+    """A job's request: `workers` identical pods, placed all-or-nothing."""
+
+    id: JobId
+    project: str
+    user: str
+    tier: str
+    priority: int
+    """The tier's value; higher runs first."""
+    created: float
+    """Submission time, seconds on the caller's clock (ordering within a tier)."""
+    workers: int
+    pod: PodShape = PodShape()
+    preemptible: bool = False
+    """Whether the tier allows preempting this job."""
+    may_preempt: bool = True
+    """False for tiers with `preemptionPolicy: Never`."""
+    min_workers: int | None = None
+    """Elastic floor in workers; `None` means not elastic."""
+    expected_duration: float | None = None
+    """Known runtime (simulator traces); lets a job backfill reserved GPUs if it ends first."""
+
+    @property
+    def gpu_total(self) -> int:
+        """Milli-GPUs the whole gang takes."""
+        return self.workers * self.pod.gpu_total
+
+
+@dataclass(frozen=True)
+class PodPlacement:
+    """One worker pod on one node, on given GPU devices."""
+
+    node: str
+    devices: tuple[int, ...]
+    """GPU indices on the node (one index for a shared GPU)."""
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where every worker of a gang goes."""
+
+    pods: tuple[PodPlacement, ...]
+
+    def nodes(self) -> dict[str, int]:
+        """Workers per node."""
+        out: dict[str, int] = {}
+        for p in self.pods:
+            out[p.node] = out.get(p.node, 0) + 1
+        return out
+
+
+@dataclass(frozen=True)
+class Running:
+    """An admitted gang and where it runs."""
+
+    gang: Gang
+    placement: Placement
+    started: float
+    """When it was admitted (its pods may still be starting)."""
+
+
+@dataclass(frozen=True)
+class Admit:
+    """Admit a gang and bind its pods as placed."""
+
+    gang: Gang
+    placement: Placement
+    borrowed_milli: int
+    """How much of it is above the project's guarantee (reclaimable)."""
+
+
+@dataclass(frozen=True)
+class Preempt:
+    """Evict whole victim gangs so that `gang` fits; `gang` keeps a nomination
+    on `placement` until the victims are gone."""
+
+    gang: Gang
+    victims: tuple[JobId, ...]
+    placement: Placement
+    reason: str
+
+
+@dataclass(frozen=True)
+class Pending:
+    """The gang waits; `reason` says why in words a user can act on."""
+
+    gang: Gang
+    reason: str
+    code: Literal["Quota", "Capacity", "Refused", "Reserved"]
+    """Refused: cannot run under the current policy at all (tier not allowed,
+    bigger than the job limit); Quota and Capacity: waits for usage to fall;
+    Reserved: the free GPUs are held for a gang ahead of it."""
+
+
+Decision = Admit | Preempt | Pending

@@ -1,0 +1,235 @@
+"""Table-driven cases for the scheduling cycle: jobs, nodes and quotas in;
+admitted, pending and preempted out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from controller.scheduler.cycle import schedule
+from controller.scheduler.policy import SchedulingPolicy
+from controller.scheduler.snapshot import Snapshot
+from controller.scheduler.types import Admit, Gang, Node, Pending, Preempt, Running, Taint
+from tests.unit.scheduler.builders import job, node, policy, running
+
+LEVELS = ("nvidia.com/gpu.clique", "topology.kubernetes.io/rack", "topology.kubernetes.io/zone")
+
+
+@dataclass
+class Case:
+    name: str
+    nodes: list[Node]
+    queue: list[Gang]
+    running: list[Running] = field(default_factory=list)
+    policy: SchedulingPolicy = field(default_factory=policy)
+    now: float = 0.0
+    admitted: dict[str, dict[str, int]] = field(default_factory=dict)
+    """job -> workers per node (checked exactly)."""
+    pending: dict[str, str] = field(default_factory=dict)
+    """job -> a substring of its reason."""
+    preempted: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """preemptor -> victims."""
+
+
+def _eight(name: str, **kw: str) -> Node:
+    return node(name, 8, **kw)
+
+
+CASES = [
+    Case(
+        "seed: a gang of 8 goes on two nodes with 4 free each, never on the one with 3",
+        nodes=[node("n1", rack="r1"), node("n2", rack="r1"), node("n3", rack="r2")],
+        running=[
+            running(job("f1").gang(4).build(), {"n1": 4}),
+            running(job("f2").gang(4).build(), {"n2": 4}),
+            running(job("f3").gang(5).build(), {"n3": 5}),
+        ],
+        queue=[job("bert").gang(8).build()],
+        admitted={"bert": {"n1": 4, "n2": 4}},
+    ),
+    Case(
+        "one node preferred over several; the fullest node that fits",
+        nodes=[node("big"), node("small", 4)],
+        queue=[job("a").gang(4).build()],
+        admitted={"a": {"small": 4}},
+    ),
+    Case(
+        "the tightest domain that holds the gang: the NVLink domain, not the rack",
+        nodes=[
+            node("a", 4, clique="c1", rack="r1"),
+            node("b", 4, clique="c1", rack="r1"),
+            node("c", 4, clique="c2", rack="r1"),
+            node("d", 4, clique="c2", rack="r1"),
+        ],
+        running=[running(job("f").gang(1).build(), {"a": 1})],
+        queue=[job("g").gang(8, per_worker=4).build()],
+        admitted={"g": {"c": 1, "d": 1}},
+    ),
+    Case(
+        "all or nothing: a gang larger than the free GPUs places nothing",
+        nodes=[node("n1"), node("n2")],
+        running=[running(job("f").gang(10).build(), {"n1": 8, "n2": 2})],
+        queue=[job("big").gang(8).build()],
+        pending={"big": "hold 6 of 8"},
+    ),
+    Case(
+        "workers need whole free blocks: 3 free GPUs hold no 4-GPU worker",
+        nodes=[node("n1", 4), node("n2", 4)],
+        running=[running(job("f").gang(2).build(), {"n1": 1, "n2": 1})],
+        queue=[job("g").gang(8, per_worker=4).build()],
+        pending={"g": "hold 0 of 2"},
+    ),
+    Case(
+        "project max is never exceeded; the reason names the project and figures",
+        nodes=[node("n1")],
+        policy=policy({"nlp": {"guaranteed": 2, "max": 4}}),
+        running=[running(job("r").project("nlp").gang(3).build(), {"n1": 3})],
+        queue=[job("q").project("nlp").gang(2).build()],
+        pending={"q": "project nlp at max: 3 of 4 GPUs in use, this job needs 2"},
+    ),
+    Case(
+        "user max inside the project",
+        nodes=[node("n1")],
+        policy=policy({"p": {"guaranteed": 8, "users": {"alice": (1, 2)}}}),
+        queue=[job("a").user("alice").gang(3).build(), job("b").user("bob").gang(3).build()],
+        admitted={"b": {"n1": 3}},
+        pending={"a": "user alice at max"},
+    ),
+    Case(
+        "a tier the project may not use is refused",
+        nodes=[node("n1")],
+        policy=policy({"p": {"tiers": ["normal"]}}),
+        queue=[job("a").tier("high").build()],
+        pending={"a": "tier 'high' is not allowed for project p"},
+    ),
+    Case(
+        "a job over the project's job limit is refused",
+        nodes=[node("n1")],
+        policy=policy({"p": {"job_max": 4}}),
+        queue=[job("a").gang(8).build()],
+        pending={"a": "allows at most 4 per job"},
+    ),
+    Case(
+        "borrowing off: a project stops at its guarantee",
+        nodes=[node("n1")],
+        policy=policy({"p": {"guaranteed": 2}}, borrowing=False),
+        queue=[job("a").gang(3).build()],
+        pending={"a": "borrowing is disabled"},
+    ),
+    Case(
+        "the reserve is only for its tiers",
+        nodes=[node("n1")],
+        policy=policy(reserve=4),
+        queue=[job("a").gang(6).build(), job("c").tier("critical").gang(6).build()],
+        admitted={"c": {"n1": 6}},
+        pending={"a": "held for critical"},
+    ),
+    Case(
+        "order: higher tier first, then the project furthest below its guarantee",
+        nodes=[node("n1", 4)],
+        policy=policy({"rich": {"guaranteed": 2}, "poor": {"guaranteed": 2}}),
+        running=[running(job("r").project("rich").gang(2).build(), {"n1": 2})],
+        queue=[
+            job("rich-2").project("rich").gang(2).at(1).build(),
+            job("poor-1").project("poor").gang(2).at(2).build(),
+        ],
+        admitted={"poor-1": {"n1": 2}},
+        pending={"rich-2": "hold 0 of 2"},
+    ),
+    Case(
+        "a higher tier preempts a preemptible batch gang, whole",
+        nodes=[node("n1")],
+        running=[running(job("sweep").tier("batch").gang(8).build(), {"n1": 8})],
+        queue=[job("prod").tier("high").gang(4).build()],
+        preempted={"prod": ("sweep",)},
+    ),
+    Case(
+        "the fewest victims: the smaller of two batch gangs is kept if not needed",
+        nodes=[node("n1")],
+        running=[
+            running(job("b1").tier("batch").gang(4).build(), {"n1": 4}, started=-5000),
+            running(job("b2").tier("batch").gang(4).build(), {"n1": 4}, started=-6000),
+        ],
+        queue=[job("prod").tier("high").gang(4).build()],
+        preempted={"prod": ("b1",)},
+    ),
+    Case(
+        "young jobs are protected by minRuntimeSeconds",
+        nodes=[node("n1")],
+        policy=policy(min_runtime=600),
+        running=[running(job("sweep").tier("batch").gang(8).build(), {"n1": 8}, started=-60)],
+        queue=[job("prod").tier("high").gang(4).build()],
+        pending={"prod": "hold 0 of 4"},
+    ),
+    Case(
+        "non-preemptible tiers are never victims",
+        nodes=[node("n1")],
+        running=[running(job("n").tier("normal").gang(8).build(), {"n1": 8})],
+        queue=[job("prod").tier("high").gang(4).build()],
+        pending={"prod": "hold 0 of 4"},
+    ),
+    Case(
+        "maxPerHour bounds churn",
+        nodes=[node("n1")],
+        policy=policy(max_per_hour=0),
+        running=[running(job("sweep").tier("batch").gang(8).build(), {"n1": 8})],
+        queue=[job("prod").tier("high").gang(4).build()],
+        pending={"prod": "hold 0 of 4"},
+    ),
+    Case(
+        "a project under its guarantee reclaims GPUs lent to another project",
+        nodes=[node("n1")],
+        policy=policy({"owner": {"guaranteed": 4}, "borrower": {"guaranteed": 0}}),
+        running=[running(job("lent").project("borrower").gang(8).build(), {"n1": 8})],
+        queue=[job("mine").project("owner").gang(4).build()],
+        preempted={"mine": ("lent",)},
+    ),
+    Case(
+        "the top blocked gang reserves its nodes; a small non-preemptible job waits",
+        nodes=[node("n1", 4), node("n2", 4)],
+        running=[running(job("r").gang(4).build(), {"n1": 4})],
+        queue=[
+            job("big").gang(8, per_worker=4).at(1).build(),
+            job("small").gang(2).at(2).build(),
+            job("filler").tier("batch").gang(2).at(3).build(),
+        ],
+        pending={"big": "hold 1 of 2", "small": "held for a gang ahead of it"},
+        admitted={"filler": {"n2": 2}},
+    ),
+    Case(
+        "taints are honoured: a tainted node is skipped without a toleration",
+        nodes=[
+            node("t4", 4, taints=(Taint("nvidia.com/gpu", "NoSchedule", "present"),)),
+            node("n1", 8),
+        ],
+        queue=[job("a").gang(4).build()],
+        admitted={"a": {"n1": 4}},
+    ),
+    Case(
+        "node selector: only matching nodes",
+        nodes=[node("a", 8, zone="z1"), node("b", 4, zone="z2")],
+        queue=[job("a").gang(4).on("topology.kubernetes.io/zone", "z1").build()],
+        admitted={"a": {"a": 4}},
+    ),
+    Case(
+        "shared GPUs: two half-GPU pods share one device",
+        nodes=[node("n1", 1)],
+        queue=[job("a").share(500).build(), job("b").share(500).at(1).build()],
+        admitted={"a": {"n1": 1}, "b": {"n1": 1}},
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_cycle(case: Case) -> None:
+    snap = Snapshot(case.nodes, levels=LEVELS, running=case.running)
+    result = schedule(snap, case.queue, case.policy, now=case.now)
+    admitted = {d.gang.id: d.placement.nodes() for d in result.decisions if isinstance(d, Admit)}
+    pending = {d.gang.id: d.reason for d in result.decisions if isinstance(d, Pending)}
+    preempted = {d.gang.id: d.victims for d in result.decisions if isinstance(d, Preempt)}
+    assert admitted == case.admitted
+    assert preempted == case.preempted
+    assert set(pending) == set(case.pending), pending
+    for name, text in case.pending.items():
+        assert text in pending[name]
