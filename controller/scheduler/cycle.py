@@ -185,8 +185,8 @@ def _victim_ok(
 ) -> tuple[bool, bool]:
     """(may this running gang be evicted for `g`, is it borrowed work)."""
     v = r.gang
-    if v.id == g.id or now - r.started < policy.min_runtime_seconds:
-        return False, False
+    if r.started >= now or now - r.started < policy.min_runtime_seconds:
+        return False, False  # admitted this cycle, or too young to lose its progress
     vp = policy.projects.get(v.project)
     borrowed = vp is not None and snap.project_usage.get(v.project, 0) > vp.guaranteed
     if v.preemptible and (v.priority < g.priority or (holder and v.priority <= g.priority)):
@@ -305,7 +305,10 @@ def schedule(
     result.order = [g.id for g in ordered]
     for g in ordered:
         t0 = timer() if timer else 0.0
-        result.decisions.append(_decide(snap, policy, state, g, now))
+        decision = _decide(snap, policy, state, g, now)
+        result.decisions.append(decision)
+        if isinstance(decision, Preempt):
+            _retry_waiting(snap, policy, state, result.decisions, now)
         if timer:
             result.decision_seconds.append(timer() - t0)
     if state.reserved_for is not None:
@@ -314,6 +317,45 @@ def schedule(
             n for n, owner in state.held.items() if owner == state.reserved_for.id
         )
     return result
+
+
+def _retry_waiting(
+    snap: Snapshot, policy: SchedulingPolicy, state: _State, decisions: list[Decision], now: float
+) -> None:
+    """A preemption can free more than its preemptor takes; gangs ahead of it
+    that were blocked by capacity get the surplus (or preempt in turn) before
+    anyone behind it. Restarts from the top after each change, so the queue
+    order holds; ends because every change admits a gang or evicts one."""
+    changed = True
+    while changed:
+        changed = False
+        for i, d in enumerate(decisions):
+            if not (isinstance(d, Pending) and d.code in ("Capacity", "Reserved")):
+                continue
+            if state.nominated.get(d.gang.id):
+                continue
+            again = _decide(snap, policy, state, d.gang, now)
+            if not isinstance(again, Pending):
+                decisions[i] = again
+                changed = True
+                break
+
+
+def _admit(
+    snap: Snapshot,
+    policy: SchedulingPolicy,
+    state: _State,
+    g: Gang,
+    placement: Placement,
+    now: float,
+) -> Admit:
+    borrowed = _borrowed(snap, policy, g)
+    snap.assume(Running(g, placement, now))
+    for n in [n for n, owner in state.held.items() if owner == g.id]:
+        del state.held[n]
+    if state.reserved_for is not None and state.reserved_for.id == g.id:
+        state.reserved_for = None
+    return Admit(g, placement, borrowed)
 
 
 def _decide(
@@ -328,11 +370,7 @@ def _decide(
     exclude = _excluded(state, g, now)
     placement = _fit(snap, policy, g, exclude)
     if placement is not None:
-        borrowed = _borrowed(snap, policy, g)
-        snap.assume(Running(g, placement, now))
-        for n in [n for n, owner in state.held.items() if owner == g.id]:
-            del state.held[n]
-        return Admit(g, placement, borrowed)
+        return _admit(snap, policy, state, g, placement, now)
     if state.nominated.get(g.id):
         return Pending(g, "waiting for the gangs it preempted to release their GPUs", "Capacity")
     holder = state.reserved_for is not None and state.reserved_for.id == g.id

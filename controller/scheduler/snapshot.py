@@ -215,6 +215,8 @@ def _statically_fits(node: Node, pod: PodShape) -> bool:
     labels = node.labels
     if any(labels.get(k) != v for k, v in pod.node_selector):
         return False
+    if pod.affinity and not any(all(r.matches(labels) for r in term) for term in pod.affinity):
+        return False
     for t in node.taints:
         if t.effect in ("NoSchedule", "NoExecute") and not any(
             tol.tolerates(t) for tol in pod.tolerations

@@ -24,6 +24,7 @@ __all__ = [
     "PodPlacement",
     "PodShape",
     "Preempt",
+    "Requirement",
     "Running",
     "Taint",
     "Toleration",
@@ -64,6 +65,35 @@ class Toleration:
 
 
 @dataclass(frozen=True)
+class Requirement:
+    """A node selector requirement (`matchExpressions` of required node affinity)."""
+
+    key: str
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]
+    values: tuple[str, ...] = ()
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        """True when a node with `labels` satisfies this requirement."""
+        value = labels.get(self.key)
+        op = self.operator
+        if op == "Exists":
+            return value is not None
+        if op == "DoesNotExist":
+            return value is None
+        if op == "In":
+            return value in self.values
+        if op == "NotIn":
+            return value not in self.values
+        if value is None or not self.values:
+            return False
+        try:
+            number, bound = int(value), int(self.values[0])
+        except ValueError:
+            return False
+        return number > bound if op == "Gt" else number < bound
+
+
+@dataclass(frozen=True)
 class Node:
     """A GPU node as the scheduler sees it."""
 
@@ -94,7 +124,9 @@ class PodShape:
     gpu_models: frozenset[str] = frozenset()
     """Acceptable GPU models (empty: any)."""
     node_selector: tuple[tuple[str, str], ...] = ()
-    """Required node labels (key, value), from nodeSelector and required node affinity."""
+    """Required node labels (key, value), from nodeSelector."""
+    affinity: tuple[tuple[Requirement, ...], ...] = ()
+    """Required node affinity: any one term, each term all its requirements."""
     tolerations: tuple[Toleration, ...] = ()
 
     @property
@@ -109,7 +141,7 @@ class PodShape:
 
     def constraint_key(self) -> tuple[object, ...]:
         """What decides which nodes a pod may use at all (for caching)."""
-        return (self.gpu_models, self.node_selector, self.tolerations)
+        return (self.gpu_models, self.node_selector, self.affinity, self.tolerations)
 
 
 @dataclass(frozen=True)
