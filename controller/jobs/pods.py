@@ -1,0 +1,128 @@
+"""The objects that run a TrainingJob: its worker pods and a headless Service.
+
+Workers get the rendezvous environment torchrun-style launchers read
+(`WORLD_SIZE`, `RANK`, `MASTER_ADDR`, `MASTER_PORT`), stable DNS names through
+the headless Service (`<job>-<rank>.<job>.<namespace>.svc`), `schedulerName:
+gangops` so no other scheduler binds them, the tier's PriorityClass, and an
+owner reference so deleting the job deletes them. Each gang attempt has its
+own pod names, so a restart never waits for the old pods' names to free up.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+from controller.jobs.spec import JobSpec
+from controller.scheduler.types import Placement
+
+__all__ = [
+    "LABEL_ATTEMPT",
+    "LABEL_JOB",
+    "LABEL_RANK",
+    "MASTER_PORT",
+    "SCHEDULER_NAME",
+    "headless_service",
+    "worker_pods",
+]
+
+SCHEDULER_NAME = "gangops"
+LABEL_JOB = "ai.operator/job-name"
+LABEL_ATTEMPT = "ai.operator/attempt"
+LABEL_RANK = "ai.operator/rank"
+ANNOTATION_NODE = "gangops.ai/assigned-node"
+MASTER_PORT = 29500
+
+
+def _owner(job: JobSpec) -> dict[str, Any]:
+    return {
+        "apiVersion": "ai.operator/v1",
+        "kind": "TrainingJob",
+        "name": job.name,
+        "uid": job.uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def headless_service(job: JobSpec) -> dict[str, Any]:
+    """The Service that gives every worker a stable DNS name."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": job.name,
+            "namespace": job.namespace,
+            "labels": {LABEL_JOB: job.name},
+            "ownerReferences": [_owner(job)],
+        },
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": {LABEL_JOB: job.name},
+            "ports": [{"name": "rendezvous", "port": MASTER_PORT}],
+        },
+    }
+
+
+def worker_pods(
+    job: JobSpec,
+    template: Mapping[str, Any],
+    placement: Placement,
+    *,
+    tier: str,
+    attempt: int,
+) -> list[dict[str, Any]]:
+    """One pod per worker of `placement`, rank by rank; the node each is
+    assigned to is recorded in an annotation for the binder."""
+    world = len(placement.pods)
+    master = f"{job.name}-{attempt}-0.{job.name}.{job.namespace}.svc"
+    pods = []
+    for rank, where in enumerate(placement.pods):
+        meta = copy.deepcopy(dict(template.get("metadata") or {}))
+        labels = dict(meta.get("labels") or {})
+        labels.update({LABEL_JOB: job.name, LABEL_ATTEMPT: str(attempt), LABEL_RANK: str(rank)})
+        annotations = dict(meta.get("annotations") or {})
+        annotations[ANNOTATION_NODE] = where.node
+        spec = copy.deepcopy(dict(template.get("spec") or {}))
+        env = [
+            {"name": "WORLD_SIZE", "value": str(world)},
+            {"name": "RANK", "value": str(rank)},
+            {"name": "MASTER_ADDR", "value": master},
+            {"name": "MASTER_PORT", "value": str(MASTER_PORT)},
+        ]
+        containers = []
+        for c in spec.get("containers") or ():
+            c = dict(c)
+            names = {e["name"] for e in env}
+            c["env"] = [e for e in c.get("env") or () if e.get("name") not in names] + env
+            containers.append(c)
+        spec.update(
+            {
+                "containers": containers,
+                "schedulerName": SCHEDULER_NAME,
+                "priorityClassName": tier,
+                "hostname": f"{job.name}-{attempt}-{rank}",
+                "subdomain": job.name,
+                "restartPolicy": "Never",
+            }
+        )
+        spec.pop("nodeName", None)
+        spec.pop("priority", None)
+        pods.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    **meta,
+                    "name": f"{job.name}-{attempt}-{rank}",
+                    "namespace": job.namespace,
+                    "labels": labels,
+                    "annotations": annotations,
+                    "ownerReferences": [_owner(job)],
+                },
+                "spec": spec,
+            }
+        )
+    return pods

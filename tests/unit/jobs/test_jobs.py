@@ -1,0 +1,165 @@
+"""TrainingJob parsing, worker pods and status: the pure half of the job controller."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from controller.jobs.pods import SCHEDULER_NAME, headless_service, worker_pods
+from controller.jobs.spec import SpecError, parse_job, to_gang
+from controller.jobs.status import job_status
+from controller.scheduler.types import Placement, PodPlacement, Taint, Toleration
+from tests.unit.scheduler.builders import policy
+
+JOB: dict[str, Any] = {
+    "apiVersion": "ai.operator/v1",
+    "kind": "TrainingJob",
+    "metadata": {
+        "name": "bert",
+        "namespace": "p",
+        "uid": "u-1",
+        "generation": 3,
+        "creationTimestamp": "2026-12-02T10:00:00Z",
+        "labels": {"ai.operator/user": "alice"},
+    },
+    "spec": {
+        "gangSize": 8,
+        "priority": "high",
+        "tolerations": ["nvidia.com/gpu"],
+        "resourceProfile": {"minGPU": 4, "maxGPU": 16},
+        "template": {
+            "metadata": {"labels": {"app": "bert"}},
+            "spec": {
+                "nodeSelector": {"topology.kubernetes.io/zone": "z1"},
+                "containers": [
+                    {
+                        "name": "trainer",
+                        "image": "trainer:1",
+                        "env": [{"name": "RANK", "value": "stale"}],
+                        "resources": {
+                            "limits": {"nvidia.com/gpu": 4},
+                            "requests": {"cpu": "8", "memory": "64Gi"},
+                        },
+                    }
+                ],
+            },
+        },
+    },
+}
+
+
+def _job(**spec: Any) -> dict[str, Any]:
+    obj = copy.deepcopy(JOB)
+    obj["spec"].update(spec)
+    return obj
+
+
+def test_parse_reads_gang_workers_and_constraints() -> None:
+    job = parse_job(JOB)
+    assert (job.gang_size, job.gpus_per_worker, job.workers) == (8, 4, 2)
+    assert (job.min_gpu, job.max_gpu, job.user, job.tier) == (4, 16, "alice", "high")
+    assert job.pod.cpu_milli == 8000 and job.pod.memory == 64 * 2**30
+    assert job.pod.node_selector == (("topology.kubernetes.io/zone", "z1"),)
+    short = job.pod.tolerations[0]
+    assert short == Toleration(key="nvidia.com/gpu", operator="Exists")
+    assert short.tolerates(Taint("nvidia.com/gpu", "NoSchedule", "present"))
+    assert job.created == 1796205600.0
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"gangSize": 6}, "not a multiple of the 4 GPUs"),
+        ({"gangSize": 0}, "positive integer"),
+        ({"resourceProfile": {"minGPU": 12}}, "minGPU <= gangSize <= maxGPU"),
+        ({"resourceProfile": {"maxGPU": 4}}, "minGPU <= gangSize <= maxGPU"),
+        ({"template": {"spec": {"containers": [{"name": "c"}]}}}, "asks for no GPUs"),
+        ({"template": {"spec": {}}}, "at least one container"),
+        ({"tolerations": [7]}, "tolerations[0]"),
+    ],
+)
+def test_malformed_jobs_get_a_sentence(change: dict[str, Any], message: str) -> None:
+    with pytest.raises(SpecError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        parse_job(_job(**change))
+
+
+def test_missing_user_label_is_refused() -> None:
+    obj = copy.deepcopy(JOB)
+    obj["metadata"]["labels"] = {}
+    with pytest.raises(SpecError, match=r"ai\.operator/user"):
+        parse_job(obj)
+
+
+def test_to_gang_resolves_project_and_tier() -> None:
+    gang = to_gang(parse_job(JOB), policy())
+    assert (gang.project, gang.tier, gang.priority, gang.workers) == ("p", "high", 100_000, 2)
+    assert gang.min_workers == 1
+    no_tier = _job()
+    del no_tier["spec"]["priority"]
+    assert to_gang(parse_job(no_tier), policy()).tier == "normal"  # the project's default
+    elsewhere = copy.deepcopy(JOB)
+    elsewhere["metadata"]["namespace"] = "nobody"
+    with pytest.raises(SpecError, match="belongs to no project"):
+        to_gang(parse_job(elsewhere), policy())
+    with pytest.raises(SpecError, match="tier 'gold' does not exist"):
+        to_gang(parse_job(_job(priority="gold")), policy())
+
+
+def test_worker_pods_carry_rendezvous_and_ownership() -> None:
+    job = parse_job(JOB)
+    placement = Placement((PodPlacement("n1", (0, 1, 2, 3)), PodPlacement("n2", (0, 1, 2, 3))))
+    pods = worker_pods(job, JOB["spec"]["template"], placement, tier="high", attempt=2)
+    assert [p["metadata"]["name"] for p in pods] == ["bert-2-0", "bert-2-1"]
+    assert [p["metadata"]["annotations"]["gangops.ai/assigned-node"] for p in pods] == [
+        "n1",
+        "n2",
+    ]
+    env = {e["name"]: e["value"] for e in pods[1]["spec"]["containers"][0]["env"]}
+    assert env == {
+        "WORLD_SIZE": "2",
+        "RANK": "1",
+        "MASTER_ADDR": "bert-2-0.bert.p.svc",
+        "MASTER_PORT": "29500",
+    }
+    spec = pods[0]["spec"]
+    assert spec["schedulerName"] == SCHEDULER_NAME and spec["priorityClassName"] == "high"
+    assert (spec["hostname"], spec["subdomain"]) == ("bert-2-0", "bert")
+    assert pods[0]["metadata"]["ownerReferences"][0]["uid"] == "u-1"
+    assert pods[0]["metadata"]["labels"]["app"] == "bert"
+    svc = headless_service(job)
+    assert svc["spec"]["clusterIP"] == "None" and svc["metadata"]["name"] == "bert"
+
+
+def test_status_is_kstatus_and_stable() -> None:
+    queued = job_status(
+        generation=3, phase="Queued", reason="Capacity", message="needs 8 GPUs", now="t1"
+    )
+    conds = {c["type"]: c["status"] for c in queued["conditions"]}
+    assert conds["Reconciling"] == "True" and conds["Ready"] == "False"
+    assert conds["Stalled"] == "False" and queued["observedGeneration"] == 3
+    again = job_status(
+        generation=3,
+        phase="Queued",
+        reason="Capacity",
+        message="needs 8 GPUs",
+        now="t2",
+        previous=queued["conditions"],
+    )
+    assert again == queued  # unchanged status keeps its transition times
+    running = job_status(
+        generation=3,
+        phase="Running",
+        reason="Running",
+        message="",
+        now="t3",
+        previous=queued["conditions"],
+        allocation={"n2": 4, "n1": 4},
+    )
+    conds = {c["type"]: c for c in running["conditions"]}
+    assert conds["Ready"]["status"] == "True" and conds["Ready"]["lastTransitionTime"] == "t3"
+    assert conds["Stalled"]["lastTransitionTime"] == "t1"
+    assert list(running["allocation"]) == ["n1", "n2"]
+    failed = job_status(generation=3, phase="Failed", reason="BackoffLimit", message="", now="t")
+    assert {c["type"]: c["status"] for c in failed["conditions"]}["Stalled"] == "True"
