@@ -1,0 +1,8 @@
+"""The one package that talks to the API server.
+
+`client.Kube` (raw JSON, server-side apply with a required field manager, a
+write fence), `informer.Informer` (list-then-watch cache), `leader.LeaseElector`
+(Lease-based leader election), `events.EventRecorder`, `crds` (CRDs generated
+from the JSON Schemas) and `clock` (injected time). Nothing outside this
+package imports `kubernetes`.
+"""

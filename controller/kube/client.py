@@ -1,0 +1,415 @@
+"""The one door to the API server: raw JSON over the official client's transport.
+
+Everything in gangops that reads or writes Kubernetes objects goes through
+`Kube`. It borrows from the `kubernetes` package only what is hard to get
+right (kubeconfig and in-cluster credentials, TLS, token refresh) and speaks
+plain JSON dicts on top of it (`_preload_content=False`): typed models cost a
+deserialisation per object and cannot represent custom resources anyway.
+
+Writes have sharp edges removed, as in lightkube: server-side apply always
+names its field manager (there is no default), and every write passes the
+`fence` first, so a replica that has lost its leader Lease cannot write even
+if a thread is still running.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, TypedDict, cast
+
+import urllib3
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes.client.exceptions import ApiException
+
+__all__ = [
+    "RESOURCES",
+    "ApiError",
+    "Kube",
+    "NotLeaderError",
+    "Resource",
+    "WatchEvent",
+    "connect",
+    "resource_for",
+]
+
+Obj = dict[str, Any]
+Fence = Callable[[], bool]
+
+
+@dataclass(frozen=True)
+class Resource:
+    """Where a kind lives in the REST API."""
+
+    group: str
+    version: str
+    kind: str
+    plural: str
+    namespaced: bool
+
+    @property
+    def api_version(self) -> str:
+        """`group/version`, or `version` for the core group."""
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    def path(
+        self, *, name: str | None = None, namespace: str | None = None, sub: str | None = None
+    ) -> str:
+        """The URL path of the collection (no name) or of one object."""
+        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        if self.namespaced and namespace:
+            base += f"/namespaces/{namespace}"
+        base += f"/{self.plural}"
+        if name is not None:
+            base += f"/{name}"
+        if sub is not None:
+            base += f"/{sub}"
+        return base
+
+
+def _r(group: str, version: str, kind: str, plural: str, namespaced: bool) -> Resource:
+    return Resource(group, version, kind, plural, namespaced)
+
+
+RESOURCES: Mapping[str, Resource] = {
+    r.kind: r
+    for r in (
+        _r("", "v1", "Namespace", "namespaces", False),
+        _r("", "v1", "ResourceQuota", "resourcequotas", True),
+        _r("", "v1", "LimitRange", "limitranges", True),
+        _r("", "v1", "ConfigMap", "configmaps", True),
+        _r("", "v1", "Secret", "secrets", True),
+        _r("", "v1", "Event", "events", True),
+        _r("scheduling.k8s.io", "v1", "PriorityClass", "priorityclasses", False),
+        _r("coordination.k8s.io", "v1", "Lease", "leases", True),
+        _r(
+            "apiextensions.k8s.io",
+            "v1",
+            "CustomResourceDefinition",
+            "customresourcedefinitions",
+            False,
+        ),
+        _r("policy.ai.operator", "v1", "PolicySource", "policysources", False),
+        _r("policy.ai.operator", "v1", "ClusterPolicy", "clusterpolicies", False),
+        _r("policy.ai.operator", "v1", "PriorityTier", "prioritytiers", False),
+        _r("policy.ai.operator", "v1", "Project", "projects", False),
+    )
+}
+"""The kinds gangops reads or writes. A fixed table: no discovery round trips."""
+
+
+def resource_for(obj: Mapping[str, Any]) -> Resource:
+    """The resource of an object, by its `kind` (and checked against its `apiVersion`)."""
+    kind = obj.get("kind", "")
+    res = RESOURCES.get(kind)
+    if res is None or obj.get("apiVersion") != res.api_version:
+        raise KeyError(f"gangops does not manage {obj.get('apiVersion')}/{kind}")
+    return res
+
+
+class ApiError(Exception):
+    """The API server refused a request (or could not be reached: status 0)."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(f"{status} {reason}: {message}")
+        self.status = status
+        self.reason = reason
+        """The Status `reason` (NotFound, Conflict, Invalid, ...), or Unreachable."""
+        self.message = message
+
+    @classmethod
+    def from_exception(cls, e: ApiException) -> ApiError:
+        body: Any = e.body
+        try:
+            status = json.loads(body) if body else {}
+        except ValueError:
+            status = {}
+        if not isinstance(status, dict):
+            status = {}
+        return cls(
+            int(e.status or 0),
+            str(status.get("reason") or e.reason or "Unknown"),
+            str(status.get("message") or body or e.reason),
+        )
+
+
+class NotLeaderError(Exception):
+    """A write was attempted by a replica that does not hold the leader Lease."""
+
+
+class WatchEvent(TypedDict):
+    """One line of a watch stream."""
+
+    type: Literal["ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR"]
+    object: Obj
+
+
+def connect(kubeconfig: str | None = None, *, pool_size: int = 32) -> Kube:
+    """A client from, in order: `kubeconfig`, `$KUBECONFIG`, the in-cluster service
+    account, `~/.kube/config` (controller-runtime's order)."""
+    cfg = k8s.Configuration()
+    if kubeconfig is None and not os.environ.get("KUBECONFIG"):
+        if os.environ.get("KUBERNETES_SERVICE_HOST"):
+            k8s_config.load_incluster_config(client_configuration=cfg)
+            return Kube(_api_client(cfg, pool_size))
+        kubeconfig = str(Path.home() / ".kube" / "config")
+    k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
+    return Kube(_api_client(cfg, pool_size))
+
+
+def _api_client(cfg: k8s.Configuration, pool_size: int) -> k8s.ApiClient:
+    cfg.connection_pool_maxsize = pool_size
+    return k8s.ApiClient(cfg)
+
+
+class Kube:
+    """Raw-JSON access to the API server. Thread-safe; cheap to copy with `fenced`."""
+
+    def __init__(
+        self, api: k8s.ApiClient, *, fence: Fence | None = None, timeout_s: float = 30.0
+    ) -> None:
+        self._api = api
+        self._fence = fence
+        self._timeout = timeout_s
+
+    @property
+    def server(self) -> str:
+        """The API server's URL."""
+        return str(self._api.configuration.host)
+
+    def fenced(self, fence: Fence) -> Kube:
+        """The same connection, whose writes fail with NotLeaderError unless `fence()`."""
+        return Kube(self._api, fence=fence, timeout_s=self._timeout)
+
+    # -- transport
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Sequence[tuple[str, str]] = (),
+        body: Any = None,
+        content_type: str = "application/json",
+        timeout: float | tuple[float, float] | None = None,
+        stream: bool = False,
+    ) -> Any:
+        if method != "GET" and self._fence is not None and not self._fence():
+            raise NotLeaderError(f"refusing {method} {path}: this replica is not the leader")
+        try:
+            resp = self._api.call_api(
+                path,
+                method,
+                query_params=list(query),
+                header_params={"Content-Type": content_type, "Accept": "application/json"},
+                body=body,
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _request_timeout=timeout if timeout is not None else self._timeout,
+            )
+        except ApiException as e:
+            raise ApiError.from_exception(e) from None
+        except urllib3.exceptions.HTTPError as e:
+            raise ApiError(0, "Unreachable", f"{method} {path}: {e}") from None
+        if stream:
+            return resp
+        try:
+            data = resp.data
+        finally:
+            resp.release_conn()
+        return json.loads(data) if data else None
+
+    # -- reads
+
+    def get(self, res: Resource, name: str, namespace: str | None = None) -> Obj | None:
+        """The object, or None if it does not exist."""
+        try:
+            return cast(Obj, self._call("GET", res.path(name=name, namespace=namespace)))
+        except ApiError as e:
+            if e.status == 404:
+                return None
+            raise
+
+    def list(
+        self,
+        res: Resource,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+    ) -> tuple[list[Obj], str]:
+        """Every object (following `continue` tokens), and the list's resourceVersion.
+
+        Items of a list carry no `apiVersion`/`kind`; they are filled in.
+        """
+        items: list[Obj] = []
+        query: list[tuple[str, str]] = [("limit", "500")]
+        if label_selector:
+            query.append(("labelSelector", label_selector))
+        token = ""
+        while True:
+            page = self._call(
+                "GET",
+                res.path(namespace=namespace),
+                query=[*query, ("continue", token)] if token else query,
+            )
+            for item in page.get("items", []):
+                item.setdefault("apiVersion", res.api_version)
+                item.setdefault("kind", res.kind)
+                items.append(item)
+            meta = page.get("metadata", {})
+            token = meta.get("continue", "")
+            if not token:
+                return items, str(meta.get("resourceVersion", ""))
+
+    def watch(
+        self,
+        res: Resource,
+        *,
+        resource_version: str,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        timeout_s: int = 300,
+        on_open: Callable[[Any], None] | None = None,
+    ) -> Iterator[WatchEvent]:
+        """The events after `resource_version`, with bookmarks, until the server ends the
+        stream (after about `timeout_s`) or it stays silent past that (a read timeout).
+
+        `on_open` receives the HTTP response, so another thread can shut it down.
+        """
+        query = [
+            ("watch", "true"),
+            ("allowWatchBookmarks", "true"),
+            ("resourceVersion", resource_version),
+            ("timeoutSeconds", str(timeout_s)),
+        ]
+        if label_selector:
+            query.append(("labelSelector", label_selector))
+        resp = self._call(
+            "GET",
+            res.path(namespace=namespace),
+            query=query,
+            timeout=(10.0, timeout_s + 30.0),
+            stream=True,
+        )
+        if on_open is not None:
+            on_open(resp)
+        pending = b""
+        try:
+            for chunk in resp.stream(amt=None, decode_content=False):
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    if line.strip():
+                        event = cast(WatchEvent, json.loads(line))
+                        obj = event["object"]
+                        if event["type"] != "ERROR":
+                            obj.setdefault("apiVersion", res.api_version)
+                            obj.setdefault("kind", res.kind)
+                        yield event
+        except (urllib3.exceptions.HTTPError, OSError, ValueError) as e:
+            raise ApiError(0, "WatchBroken", f"watch {res.plural}: {e}") from None
+        finally:
+            resp.release_conn()
+
+    # -- writes
+
+    def apply(
+        self,
+        obj: Obj,
+        *,
+        field_manager: str,
+        dry_run: bool = False,
+        force: bool = True,
+    ) -> Obj:
+        """Server-side apply `obj`; returns the object as the server stored it (or would,
+        with `dry_run`). `field_manager` is required and must not be empty."""
+        if not field_manager:
+            raise ValueError("server-side apply needs a field manager")
+        res = resource_for(obj)
+        meta = obj["metadata"]
+        query = [("fieldManager", field_manager), ("force", "true" if force else "false")]
+        if dry_run:
+            query.append(("dryRun", "All"))
+        return cast(
+            Obj,
+            self._call(
+                "PATCH",
+                res.path(name=meta["name"], namespace=meta.get("namespace")),
+                query=query,
+                body=obj,
+                content_type="application/apply-patch+yaml",
+            ),
+        )
+
+    def create(self, obj: Obj, *, field_manager: str) -> Obj:
+        """Create `obj` (fails with 409 AlreadyExists if it exists)."""
+        res = resource_for(obj)
+        return cast(
+            Obj,
+            self._call(
+                "POST",
+                res.path(namespace=obj["metadata"].get("namespace")),
+                query=[("fieldManager", field_manager)],
+                body=obj,
+            ),
+        )
+
+    def replace(self, obj: Obj, *, field_manager: str) -> Obj:
+        """Replace `obj`; its `metadata.resourceVersion` makes this a compare-and-swap."""
+        res = resource_for(obj)
+        meta = obj["metadata"]
+        return cast(
+            Obj,
+            self._call(
+                "PUT",
+                res.path(name=meta["name"], namespace=meta.get("namespace")),
+                query=[("fieldManager", field_manager)],
+                body=obj,
+            ),
+        )
+
+    def merge_patch(
+        self,
+        res: Resource,
+        name: str,
+        patch: Obj,
+        *,
+        field_manager: str,
+        namespace: str | None = None,
+        subresource: str | None = None,
+    ) -> Obj:
+        """JSON merge patch (RFC 7386) of one object or of its `status` subresource."""
+        return cast(
+            Obj,
+            self._call(
+                "PATCH",
+                res.path(name=name, namespace=namespace, sub=subresource),
+                query=[("fieldManager", field_manager)],
+                body=patch,
+                content_type="application/merge-patch+json",
+            ),
+        )
+
+    def delete(
+        self,
+        res: Resource,
+        name: str,
+        *,
+        namespace: str | None = None,
+        uid: str | None = None,
+    ) -> bool:
+        """Delete an object (only if it still has `uid`, when given); False if it was gone."""
+        body: Obj = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"}
+        if uid:
+            body["preconditions"] = {"uid": uid}
+        try:
+            self._call("DELETE", res.path(name=name, namespace=namespace), body=body)
+        except ApiError as e:
+            if e.status == 404:
+                return False
+            raise
+        return True

@@ -1,0 +1,218 @@
+"""CustomResourceDefinitions, generated from the JSON Schemas in `schemas/`.
+
+The schemas are the one source of truth for every policy kind; the CRDs that
+let Argo CD, Flux or kubectl apply policies as custom resources, and the
+PolicySource CRD, are derived from them here, so the two cannot drift apart
+(a test compares `charts/gangops/crds/` with a fresh generation).
+
+JSON Schema 2020-12 is richer than a CRD's structural OpenAPI v3 schema, so
+the translation: local `$ref`s are inlined; `const` becomes a one-value
+`enum`; `additionalProperties: false` is dropped (the API server prunes
+unknown fields instead); `uniqueItems` becomes `x-kubernetes-list-type: set`;
+the integer-or-quantity `anyOf` becomes `x-kubernetes-int-or-string` with
+both branches' constraints merged.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from controller.kube.client import RESOURCES, Kube
+
+__all__ = ["GROUP", "KINDS", "crd_file_name", "generate_crds", "install", "render_yaml"]
+
+GROUP = "policy.ai.operator"
+VERSION = "v1"
+
+KINDS: dict[str, tuple[str, str, list[str]]] = {
+    "PolicySource": ("policysources", "policysource", ["ps"]),
+    "ClusterPolicy": ("clusterpolicies", "clusterpolicy", ["cpol"]),
+    "PriorityTier": ("prioritytiers", "prioritytier", ["tier"]),
+    "Project": ("projects", "project", ["proj"]),
+}
+"""kind -> (plural, singular, short names). All are cluster-scoped."""
+
+_DROPPED = {"$schema", "$id", "title", "$defs", "$comment"}
+
+_KSTATUS = {
+    "type": "object",
+    "description": "What the controller observed (kstatus conventions).",
+    "properties": {
+        "observedGeneration": {"type": "integer", "default": -1},
+        "conditions": {
+            "type": "array",
+            "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+        },
+    },
+}
+
+_READY = '.status.conditions[?(@.type=="Ready")]'
+_COLUMNS: dict[str, list[dict[str, Any]]] = {
+    "PolicySource": [
+        {"name": "URL", "type": "string", "jsonPath": ".spec.url"},
+        {"name": "Ready", "type": "string", "jsonPath": f"{_READY}.status"},
+        {"name": "Status", "type": "string", "jsonPath": f"{_READY}.message"},
+        {"name": "Revision", "type": "string", "jsonPath": ".status.lastAppliedRevision",
+         "priority": 1},  # fmt: skip
+    ],
+    "PriorityTier": [{"name": "Value", "type": "integer", "jsonPath": ".spec.value"}],
+    "Project": [{"name": "Namespaces", "type": "string", "jsonPath": ".spec.namespaces"}],
+}
+
+
+def _inline(node: Any, defs: dict[str, Any]) -> Any:
+    if isinstance(node, list):
+        return [_inline(x, defs) for x in node]
+    if not isinstance(node, dict):
+        return node
+    ref = node.get("$ref")
+    base: dict[str, Any] = {}
+    if isinstance(ref, str) and ref.startswith("#/$defs/"):
+        base = _inline(defs[ref.removeprefix("#/$defs/")], defs)
+    return {**base, **{k: _inline(v, defs) for k, v in node.items() if k != "$ref"}}
+
+
+def _json_type(value: Any) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    return {str: "string", float: "number", dict: "object", list: "array"}[type(value)]
+
+
+def _structural(node: Any) -> Any:
+    """One schema node in the CRD dialect."""
+    if isinstance(node, list):
+        return [_structural(x) for x in node]
+    if not isinstance(node, dict):
+        return node
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key in _DROPPED or (key == "additionalProperties" and value is False):
+            continue
+        if key == "const":
+            out["enum"] = [value]
+        elif key == "uniqueItems":
+            if value:
+                out["x-kubernetes-list-type"] = "set"
+        elif key == "properties":
+            out[key] = {k: _structural(v) for k, v in value.items()}
+        else:
+            out[key] = _structural(value)
+    if "anyOf" in out and {b.get("type") for b in out["anyOf"]} == {"integer", "string"}:
+        # `minimum` constrains only the integer, `pattern` only the string: merged,
+        # they mean what the two branches meant.
+        for branch in out.pop("anyOf"):
+            out.update({k: v for k, v in branch.items() if k != "type"})
+        out["x-kubernetes-int-or-string"] = True
+    elif "type" not in out and "enum" in out:
+        out["type"] = _json_type(out["enum"][0])
+    elif "type" not in out and "properties" in out:
+        out["type"] = "object"
+    return out
+
+
+def _crd(kind: str, schema: dict[str, Any]) -> dict[str, Any]:
+    plural, singular, short = KINDS[kind]
+    full = _inline(schema, schema.get("$defs", {}))
+    props = full["properties"]
+    status = _structural(props["status"]) if "status" in props else _KSTATUS
+    open_api: dict[str, Any] = {
+        "type": "object",
+        "description": full.get("description", ""),
+        "required": ["spec"],
+        "properties": {
+            "apiVersion": {"type": "string"},
+            "kind": {"type": "string"},
+            "metadata": {"type": "object"},
+            "spec": _structural(props["spec"]),
+            "status": {**status, "default": {}},
+        },
+    }
+    columns = [
+        *_COLUMNS.get(kind, []),
+        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    ]
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": f"{plural}.{GROUP}",
+            "labels": {"app.kubernetes.io/part-of": "gangops"},
+        },
+        "spec": {
+            "group": GROUP,
+            "scope": "Cluster",
+            "names": {
+                "kind": kind,
+                "listKind": f"{kind}List",
+                "plural": plural,
+                "singular": singular,
+                "shortNames": short,
+                "categories": ["gangops"],
+            },
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": True,
+                    "storage": True,
+                    "schema": {"openAPIV3Schema": open_api},
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": columns,
+                }
+            ],
+        },
+    }
+
+
+def generate_crds(schema_dir: Path) -> list[dict[str, Any]]:
+    """The CRDs of every kind in `KINDS`, from `<schema_dir>/<kind>.schema.json`."""
+    crds = []
+    for kind in KINDS:
+        path = schema_dir / f"{kind.lower()}.schema.json"
+        crds.append(_crd(kind, json.loads(path.read_text(encoding="utf-8"))))
+    return crds
+
+
+def crd_file_name(crd: dict[str, Any]) -> str:
+    """`<group>_<plural>.yaml`, the layout controller-gen uses for charts."""
+    spec = crd["spec"]
+    return f"{spec['group']}_{spec['names']['plural']}.yaml"
+
+
+def render_yaml(crd: dict[str, Any]) -> str:
+    """A CRD as a YAML file with a do-not-edit header."""
+    from ruamel.yaml import YAML
+
+    yaml = YAML(typ="safe", pure=True)
+    yaml.default_flow_style = False
+    yaml.width = 4096
+    buf = io.StringIO()
+    yaml.dump(crd, buf)
+    return (
+        "# Generated from schemas/ by `gangops install-crds --output-dir charts/gangops/crds`;\n"
+        "# do not edit: change the schema and regenerate.\n" + buf.getvalue()
+    )
+
+
+def install(kube: Kube, crds: list[dict[str, Any]], *, timeout_s: float = 30.0) -> None:
+    """Server-side apply the CRDs and wait until the API server serves them
+    (condition Established); raises TimeoutError naming those that are not."""
+    for crd in crds:
+        kube.apply(crd, field_manager="gangops")
+    pending = {c["metadata"]["name"] for c in crds}
+    deadline = time.monotonic() + timeout_s
+    while pending:
+        for name in sorted(pending):
+            live = kube.get(RESOURCES["CustomResourceDefinition"], name) or {}
+            conds = (live.get("status") or {}).get("conditions") or []
+            if any(c["type"] == "Established" and c["status"] == "True" for c in conds):
+                pending.discard(name)
+        if pending and time.monotonic() > deadline:
+            raise TimeoutError(f"CRDs not established after {timeout_s:.0f}s: {sorted(pending)}")
+        if pending:
+            time.sleep(0.1)

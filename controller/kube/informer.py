@@ -1,0 +1,226 @@
+"""The watch loop, written once: list, then watch from the list's resourceVersion.
+
+The official client's `SharedInformer` cannot list custom resources and has no
+has-synced signal, so gangops keeps its own, shaped like kopf's loop: list
+(and report what changed since the last list), watch from the list's
+resourceVersion with bookmarks, keep the latest resourceVersion, watch again
+when the server ends the stream, relist on 410 Gone, back off on errors.
+
+The store is a local cache of raw JSON dicts. Writers may put the object a
+write returned into it at once (`assume`), so a reconcile that runs before the
+watch event arrives sees its own write and does not repeat it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any, Literal
+
+from controller.kube.client import ApiError, Kube, Resource
+from controller.kube.clock import Clock, SystemClock
+
+__all__ = ["EventType", "Handler", "Informer", "key_of"]
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+EventType = Literal["ADDED", "MODIFIED", "DELETED"]
+Handler = Callable[[EventType, Obj], None]
+"""Called on the informer's thread for every change; it must return quickly (enqueue)."""
+
+
+def key_of(obj: Obj) -> tuple[str, str]:
+    """(namespace, name) of an object; namespace is "" for cluster-scoped ones."""
+    meta = obj["metadata"]
+    return (meta.get("namespace", "") or "", meta["name"])
+
+
+def _newer(a: Obj, b: Obj) -> bool:
+    """Is `a` at least as new as `b`? resourceVersions are opaque, but etcd's are
+    increasing integers; anything else is taken as newer."""
+    ra, rb = a["metadata"].get("resourceVersion", ""), b["metadata"].get("resourceVersion", "")
+    if ra.isdigit() and rb.isdigit():
+        return int(ra) >= int(rb)
+    return True
+
+
+class Informer:
+    """A cache of one resource (optionally one namespace and label selector)."""
+
+    def __init__(
+        self,
+        kube: Kube,
+        resource: Resource,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        handler: Handler | None = None,
+        clock: Clock | None = None,
+        watch_timeout_s: int = 300,
+    ) -> None:
+        self.resource = resource
+        self._kube = kube
+        self._namespace = namespace
+        self._selector = label_selector
+        self._handler = handler
+        self._clock = clock or SystemClock()
+        self._watch_timeout = watch_timeout_s
+        self._store: dict[tuple[str, str], Obj] = {}
+        self._lock = threading.Lock()
+        self._synced = threading.Event()
+        self._stop = threading.Event()
+        self._resp: Any = None
+        self._thread: threading.Thread | None = None
+        self.resource_version = ""
+        self.relists = 0
+        """How many times the loop listed (1 after the first sync)."""
+
+    # -- the cache
+
+    def get(self, name: str, namespace: str = "") -> Obj | None:
+        """The cached object, or None."""
+        with self._lock:
+            return self._store.get((namespace, name))
+
+    def items(self) -> list[Obj]:
+        """Every cached object."""
+        with self._lock:
+            return list(self._store.values())
+
+    def assume(self, obj: Obj) -> None:
+        """Put the result of a write into the cache, unless the cache already holds newer."""
+        key = key_of(obj)
+        with self._lock:
+            old = self._store.get(key)
+            if old is None or _newer(obj, old):
+                self._store[key] = obj
+
+    def forget(self, name: str, namespace: str = "") -> None:
+        """Drop a deleted object from the cache."""
+        with self._lock:
+            self._store.pop((namespace, name), None)
+
+    @property
+    def synced(self) -> bool:
+        """True once the first list has filled the cache."""
+        return self._synced.is_set()
+
+    def wait_synced(self, timeout_s: float) -> bool:
+        """Block until the first list is in the cache; False on timeout."""
+        return self._synced.wait(timeout_s)
+
+    # -- the loop
+
+    def start(self) -> Informer:
+        """Run the loop on a daemon thread."""
+        self._thread = threading.Thread(
+            target=self.run, name=f"informer-{self.resource.plural}", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """End the loop (closing an open watch) and wait for it."""
+        self._stop.set()
+        resp = self._resp
+        if resp is not None:
+            try:
+                resp.shutdown()
+            except Exception:  # a response already closed, or an older urllib3
+                log.debug("informer could not shut down its watch resource=%s", self.resource)
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(10)
+
+    def run(self) -> None:
+        """List and watch until stopped."""
+        backoff = 0.5
+        while not self._stop.is_set():
+            try:
+                self._list()
+                backoff = 0.5
+                while not self._stop.is_set() and self._watch():
+                    pass
+            except ApiError as e:
+                if self._stop.is_set():
+                    return
+                log.warning(
+                    "informer error resource=%s error=%r retry_in_s=%.1f",
+                    self.resource.plural,
+                    str(e),
+                    backoff,
+                )
+                self._clock.wait(self._stop, backoff)
+                backoff = min(backoff * 2, 30.0)
+
+    def _list(self) -> None:
+        items, rv = self._kube.list(
+            self.resource, namespace=self._namespace, label_selector=self._selector
+        )
+        fresh = {key_of(o): o for o in items}
+        with self._lock:
+            old = self._store
+            self._store = fresh
+            self.resource_version = rv
+        self.relists += 1
+        self._synced.set()
+        for key, obj in fresh.items():
+            prev = old.get(key)
+            if prev is None:
+                self._emit("ADDED", obj)
+            elif prev["metadata"].get("resourceVersion") != obj["metadata"].get("resourceVersion"):
+                self._emit("MODIFIED", obj)
+        for key, obj in old.items():
+            if key not in fresh:
+                self._emit("DELETED", obj)
+
+    def _watch(self) -> bool:
+        """One watch stream; True to watch again from the latest resourceVersion,
+        False to relist (410 Gone)."""
+
+        def opened(resp: Any) -> None:
+            self._resp = resp
+
+        try:
+            for event in self._kube.watch(
+                self.resource,
+                resource_version=self.resource_version,
+                namespace=self._namespace,
+                label_selector=self._selector,
+                timeout_s=self._watch_timeout,
+                on_open=opened,
+            ):
+                kind, obj = event["type"], event["object"]
+                if kind == "ERROR":
+                    if obj.get("code") == 410:
+                        log.info("watch expired; relisting resource=%s", self.resource.plural)
+                        return False
+                    raise ApiError(int(obj.get("code", 0)), str(obj.get("reason")), str(obj))
+                self.resource_version = obj["metadata"].get(
+                    "resourceVersion", self.resource_version
+                )
+                if kind == "BOOKMARK":
+                    continue
+                key = key_of(obj)
+                with self._lock:
+                    if kind == "DELETED":
+                        self._store.pop(key, None)
+                    else:
+                        self._store[key] = obj
+                self._emit(kind, obj)
+        except ApiError as e:
+            if e.status == 410:
+                return False
+            raise
+        finally:
+            self._resp = None
+        return True
+
+    def _emit(self, kind: EventType, obj: Obj) -> None:
+        if self._handler is None:
+            return
+        try:
+            self._handler(kind, obj)
+        except Exception:
+            log.exception("informer handler failed resource=%s", self.resource.plural)

@@ -1,0 +1,435 @@
+"""Applying one revision's objects: all or nothing, then prune.
+
+The steps, for the objects a revision compiles to:
+
+1. compare each with the live object in the cache: an object whose fields
+   (all of them, and no more than gangops owns) already match needs nothing,
+   so a reconcile with nothing to change sends no request at all;
+2. refuse the revision, touching nothing, if an object belongs to another
+   source, or a PriorityClass's immutable `value`/`preemptionPolicy` changed
+   and recreating is not allowed;
+3. server-side apply every remaining object with `dryRun=All`: admission and
+   validation run, nothing is stored; any refusal refuses the revision;
+4. apply for real, stage by stage in kind order (PriorityClasses, Namespaces,
+   ResourceQuotas, ...), each stage in parallel; a PriorityClass to recreate
+   is deleted and created again in its stage;
+5. prune what the previous inventory holds and this revision does not, in
+   reverse kind order: never a Namespace unless the source opts in, never an
+   object annotated `gangops.ai/prune: disabled` or claimed by another source.
+
+The `gangops.ai/revision` annotation records the revision that last changed
+an object: an object whose only difference is that annotation is left alone,
+so a commit that touches one project rewrites that project's objects only.
+An object in a namespace this revision creates cannot be dry-run before the
+namespace exists; the namespace's own dry-run stands for it, and the API
+server validates it when it is applied.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Callable, Iterable
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from controller.kube.client import ApiError, Kube, resource_for
+from controller.policy.compiler import ANNOTATION_REVISION, APPLY_ORDER, object_key
+
+__all__ = [
+    "ANNOTATION_PRUNE",
+    "FIELD_MANAGER",
+    "LABEL_SOURCE",
+    "LiveObjects",
+    "Ref",
+    "SyncOptions",
+    "SyncResult",
+    "owned_paths",
+    "sync",
+    "up_to_date",
+]
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+
+FIELD_MANAGER = "gangops"
+LABEL_SOURCE = "gangops.ai/policysource"
+"""Which PolicySource an object belongs to (routes drift events; guards against two
+sources fighting over one object)."""
+ANNOTATION_PRUNE = "gangops.ai/prune"
+"""`disabled` on a live object keeps prune from deleting it."""
+
+_IMMUTABLE = ("value", "preemptionPolicy")
+
+
+@dataclass(frozen=True, order=True)
+class Ref:
+    """One object in an inventory."""
+
+    kind: str
+    namespace: str
+    name: str
+    api_version: str
+
+    @property
+    def id(self) -> str:
+        """`<namespace>_<name>_<group>_<kind>`, Flux's inventory id."""
+        group = self.api_version.rpartition("/")[0]
+        return f"{self.namespace}_{self.name}_{group}_{self.kind}"
+
+    def entry(self) -> dict[str, str]:
+        """The inventory entry written to status."""
+        return {"id": self.id, "v": self.api_version.rpartition("/")[2]}
+
+    def __str__(self) -> str:
+        where = f"{self.namespace}/" if self.namespace else ""
+        return f"{self.kind} {where}{self.name}"
+
+    @classmethod
+    def of(cls, obj: Obj) -> Ref:
+        meta = obj["metadata"]
+        return cls(obj["kind"], meta.get("namespace", ""), meta["name"], obj["apiVersion"])
+
+    @classmethod
+    def from_entry(cls, entry: dict[str, str]) -> Ref:
+        namespace, name, group, kind = entry["id"].split("_", 3)
+        version = entry.get("v", "v1")
+        return cls(kind, namespace, name, f"{group}/{version}" if group else version)
+
+    def skeleton(self) -> Obj:
+        meta = {"name": self.name, **({"namespace": self.namespace} if self.namespace else {})}
+        return {"apiVersion": self.api_version, "kind": self.kind, "metadata": meta}
+
+    def rank(self) -> tuple[int, str, str, str]:
+        return object_key(self.skeleton())
+
+
+class LiveObjects(Protocol):
+    """The controller's cache of the objects it manages."""
+
+    def get(self, ref: Ref) -> Obj | None: ...
+
+    def assume(self, obj: Obj) -> None: ...
+
+    def forget(self, ref: Ref) -> None: ...
+
+
+@dataclass(frozen=True)
+class SyncOptions:
+    """What a PolicySource allows."""
+
+    source: str
+    """The PolicySource's name, written into the LABEL_SOURCE label."""
+    prune: bool = True
+    prune_namespaces: bool = False
+    allow_recreate: bool = False
+
+
+@dataclass
+class SyncResult:
+    """What one sync did; `reason` is a kstatus condition reason."""
+
+    ok: bool
+    reason: str
+    message: str
+    inventory: list[Ref]
+    created: list[str] = field(default_factory=list)
+    configured: list[str] = field(default_factory=list)
+    recreated: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    left: list[str] = field(default_factory=list)
+    """Objects no longer wanted but kept (namespaces, opted-out objects)."""
+    unchanged: int = 0
+
+    @property
+    def writes(self) -> int:
+        """Objects written (created, configured, recreated or deleted)."""
+        return len(self.created) + len(self.configured) + len(self.recreated) + len(self.deleted)
+
+    def summary(self) -> str:
+        parts = [
+            f"{len(v)} {k}"
+            for k, v in (
+                ("created", self.created),
+                ("configured", self.configured),
+                ("recreated", self.recreated),
+                ("deleted", self.deleted),
+            )
+            if v
+        ]
+        return ", ".join(parts) or "no changes"
+
+
+# ----------------------------------------------------------------- comparing
+
+
+def _without_revision(obj: Obj) -> Obj:
+    annotations = obj.get("metadata", {}).get("annotations")
+    if not annotations or ANNOTATION_REVISION not in annotations:
+        return obj
+    out = copy.copy(obj)
+    out["metadata"] = {**obj["metadata"]}
+    out["metadata"]["annotations"] = {
+        k: v for k, v in annotations.items() if k != ANNOTATION_REVISION
+    }
+    return out
+
+
+def _contains(want: Any, have: Any) -> bool:
+    if isinstance(want, dict):
+        return isinstance(have, dict) and all(
+            k in have and _contains(v, have[k]) for k, v in want.items()
+        )
+    return bool(want == have)
+
+
+def _paths(obj: Any, prefix: tuple[str, ...] = ()) -> set[tuple[str, ...]]:
+    out = {prefix}
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            out |= _paths(v, (*prefix, k))
+    return out
+
+
+def owned_paths(live: Obj, manager: str) -> set[tuple[str, ...]] | None:
+    """The field paths `manager` owns by apply in `live` (from managedFields), or None
+    when they are not plain field names (list keys, set values)."""
+    out: set[tuple[str, ...]] = set()
+
+    def walk(fields: dict[str, Any], prefix: tuple[str, ...]) -> bool:
+        for k, v in fields.items():
+            if k == ".":
+                out.add(prefix)
+                continue
+            if not k.startswith("f:"):
+                return False
+            path = (*prefix, k[2:])
+            out.add(path)
+            if not walk(v, path):
+                return False
+        return True
+
+    for entry in live.get("metadata", {}).get("managedFields") or []:
+        if entry.get("manager") == manager and entry.get("operation") == "Apply":
+            if not walk(entry.get("fieldsV1") or {}, ()):
+                return None
+    return out
+
+
+def up_to_date(desired: Obj, live: Obj | None, *, manager: str = FIELD_MANAGER) -> bool:
+    """Would applying `desired` change nothing? Every field of `desired` has its value in
+    `live`, and `manager` owns no field that `desired` lacks (apply would remove it).
+    The revision annotation is ignored."""
+    if live is None:
+        return False
+    want = _without_revision(desired)
+    if not _contains(want, live):
+        return False
+    owned = owned_paths(live, manager)
+    if owned is None:
+        return False
+    wanted = _paths(desired)
+    return owned <= wanted
+
+
+def _same_stored(a: Obj, b: Obj) -> bool:
+    """Would storing `a` leave `b` as it is (bookkeeping fields aside)?"""
+
+    def strip(o: Obj) -> Obj:
+        o = _without_revision(o)
+        meta = {
+            k: v
+            for k, v in o["metadata"].items()
+            if k not in ("resourceVersion", "managedFields", "generation")
+        }
+        return {**o, "metadata": meta}
+
+    return strip(a) == strip(b)
+
+
+# ----------------------------------------------------------------- syncing
+
+
+def _label(obj: Obj, source: str) -> Obj:
+    out = copy.deepcopy(obj)
+    out["metadata"].setdefault("labels", {})[LABEL_SOURCE] = source
+    return out
+
+
+def _owner(live: Obj | None) -> str:
+    return str(((live or {}).get("metadata", {}).get("labels") or {}).get(LABEL_SOURCE, ""))
+
+
+def _parallel(
+    pool: Executor, fn: Callable[[Obj], Obj | None], objs: Iterable[Obj]
+) -> list[tuple[Obj, Obj | None, ApiError | None]]:
+    """Run `fn` on each object; (object, result, error) in input order."""
+    items = list(objs)
+    futures = [pool.submit(fn, o) for o in items]
+    out: list[tuple[Obj, Obj | None, ApiError | None]] = []
+    for obj, fut in zip(items, futures, strict=True):
+        try:
+            out.append((obj, fut.result(), None))
+        except ApiError as e:
+            out.append((obj, None, e))
+    return out
+
+
+def _immutable_changes(desired: Obj, live: Obj | None) -> list[str]:
+    if live is None or desired["kind"] != "PriorityClass":
+        return []
+    return [
+        f"{f} {live.get(f)!r} -> {desired.get(f)!r}"
+        for f in _IMMUTABLE
+        if f in desired and live.get(f) != desired.get(f)
+    ]
+
+
+def _first(messages: list[str], limit: int = 5) -> str:
+    more = f" (and {len(messages) - limit} more)" if len(messages) > limit else ""
+    return "; ".join(messages[:limit]) + more
+
+
+def sync(
+    kube: Kube,
+    live: LiveObjects,
+    pool: Executor,
+    desired: list[Obj],
+    *,
+    inventory: list[Ref],
+    options: SyncOptions,
+) -> SyncResult:
+    """Make the cluster hold `desired` (in apply order) and prune what `inventory` held."""
+    wanted = [_label(o, options.source) for o in desired]
+    refs = [Ref.of(o) for o in wanted]
+    result = SyncResult(ok=True, reason="ReconciliationSucceeded", message="", inventory=refs)
+    current = {ref: live.get(ref) for ref in refs}
+
+    # 1-2. what must change, and what may not
+    conflicts, immutable, recreate, changing = [], [], [], []
+    for obj, ref in zip(wanted, refs, strict=True):
+        have = current[ref]
+        if _owner(have) not in ("", options.source):
+            conflicts.append(f"{ref} belongs to PolicySource {_owner(have)}")
+        elif changes := _immutable_changes(obj, have):
+            immutable.append(f"PriorityClass {ref.name}: {', '.join(changes)}")
+            recreate.append(obj)
+        elif not up_to_date(obj, have):
+            changing.append(obj)
+    if conflicts:
+        return _refused(result, "OwnershipConflict", conflicts, inventory)
+    if immutable and not options.allow_recreate:
+        msgs = [f"{m} (immutable; set spec.allowRecreate to delete and recreate)" for m in immutable]
+        return _refused(result, "ImmutableFieldChange", msgs, inventory)
+
+    # 3. dry-run everything that would change
+    new_namespaces = {
+        o["metadata"]["name"]
+        for o in changing
+        if o["kind"] == "Namespace" and current[Ref.of(o)] is None
+    }
+
+    def dry_run(obj: Obj) -> Obj:
+        return kube.apply(obj, field_manager=FIELD_MANAGER, dry_run=True)
+
+    to_apply: list[Obj] = []
+    errors: list[str] = []
+    for obj, out, err in _parallel(pool, dry_run, changing):
+        ref = Ref.of(obj)
+        if err is not None:
+            if err.status == 404 and ref.namespace in new_namespaces:
+                to_apply.append(obj)
+            else:
+                errors.append(f"{ref}: {err.message}")
+        elif out is not None and current[ref] is not None and _same_stored(out, current[ref]):
+            result.unchanged += 1
+        else:
+            to_apply.append(obj)
+    if errors:
+        return _refused(result, "DryRunFailed", errors, inventory)
+    result.unchanged += len(wanted) - len(changing) - len(recreate)
+
+    # 4. staged apply
+    applied: set[Ref] = set()
+    to_recreate = {Ref.of(o) for o in recreate}
+    for rank in range(len(APPLY_ORDER) + 1):
+        stage = [o for o in [*recreate, *to_apply] if object_key(o)[0] == rank]
+        if not stage:
+            continue
+
+        def apply_one(obj: Obj) -> Obj:
+            ref = Ref.of(obj)
+            if ref in to_recreate:
+                have = current[ref] or {}
+                uid = have.get("metadata", {}).get("uid")
+                kube.delete(resource_for(obj), ref.name, uid=uid)
+                live.forget(ref)
+            return kube.apply(obj, field_manager=FIELD_MANAGER)
+
+        failed = []
+        for obj, out, err in _parallel(pool, apply_one, stage):
+            ref = Ref.of(obj)
+            if err is not None:
+                failed.append(f"{ref}: {err.message}")
+                continue
+            assert out is not None
+            live.assume(out)
+            applied.add(ref)
+            bucket = (
+                result.recreated
+                if ref in to_recreate
+                else result.configured
+                if current[ref] is not None
+                else result.created
+            )
+            bucket.append(str(ref))
+        if failed:
+            kept = [r for r in inventory if r not in applied]
+            result.inventory = sorted(applied, key=Ref.rank) + kept
+            return _refused(result, "ApplyFailed", failed, result.inventory)
+
+    # 5. prune
+    gone = sorted(set(inventory) - set(refs), key=Ref.rank, reverse=True)
+    if not options.prune:
+        result.left += [str(r) for r in gone]
+        gone = []
+    failed = []
+    for ref in gone:
+        have = live.get(ref) or kube.get(resource_for(ref.skeleton()), ref.name, ref.namespace)
+        if have is None:
+            continue
+        annotations = have["metadata"].get("annotations") or {}
+        if (
+            (ref.kind == "Namespace" and not options.prune_namespaces)
+            or annotations.get(ANNOTATION_PRUNE) == "disabled"
+            or _owner(have) not in ("", options.source)
+        ):
+            result.left.append(str(ref))
+            continue
+        try:
+            kube.delete(
+                resource_for(have), ref.name, namespace=ref.namespace or None,
+                uid=have["metadata"].get("uid"),
+            )  # fmt: skip
+        except ApiError as e:
+            if e.status != 409:  # 409: the uid precondition failed, it is another object now
+                failed.append(f"{ref}: {e.message}")
+                continue
+        live.forget(ref)
+        result.deleted.append(str(ref))
+    if failed:
+        result.inventory = refs + [r for r in gone if str(r) not in result.deleted]
+        return _refused(result, "PruneFailed", failed, result.inventory)
+    result.message = f"applied: {result.summary()}"
+    return result
+
+
+def _refused(result: SyncResult, reason: str, messages: list[str], inventory: list[Ref]) -> SyncResult:
+    result.ok = False
+    result.reason = reason
+    result.message = _first(messages)
+    result.inventory = list(inventory)
+    log.warning("sync refused reason=%s detail=%r", reason, result.message)
+    return result

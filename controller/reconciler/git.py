@@ -1,0 +1,283 @@
+"""Policy revisions from Git: a local cache of each repository, fetched on demand.
+
+A poll costs one `git ls-remote` (the tip of the branch or tag); only a tip
+that is not in the cache costs a fetch. Fetches force-update the ref, so a
+force-pushed branch or a moved tag is simply followed. What can go wrong is
+told apart, because the controller reacts differently:
+
+- the remote cannot be reached (`GitOperationFailed`): keep what is applied,
+  retry with backoff;
+- the branch, tag or commit does not exist (`ReferenceNotFound`), e.g. a
+  deleted branch: keep what is applied, say so;
+- the cache is damaged (a fetch fails though the remote answers, or an object
+  is missing): delete the cache and clone again, once, without bothering
+  anyone.
+
+Files are read straight from the commit's tree (nothing is checked out), and
+named by their path in the repository, so diagnostics point at
+`policies/projects/nlp.yaml:12:5`.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import logging
+import os
+import posixpath
+import shutil
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import git
+from gitdb.exc import BadName, BadObject
+
+from controller.policy.loader import DEFAULT_LIMITS, YAML_SUFFIXES, Source
+from controller.policy.validate import Resolver
+
+__all__ = ["GitAuth", "GitCache", "GitError", "GitRef", "auth_from_secret"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class GitRef:
+    """What to follow: the first of commit, tag and branch that is set."""
+
+    branch: str | None = None
+    tag: str | None = None
+    commit: str | None = None
+
+    @property
+    def name(self) -> str:
+        """How the revision string names the ref (`main`, `v1.2`, or the commit)."""
+        return self.commit or self.tag or self.branch or "main"
+
+    def refspecs(self) -> list[str]:
+        """The refs `ls-remote` asks for (empty for a pinned commit)."""
+        if self.commit:
+            return []
+        if self.tag:
+            return [f"refs/tags/{self.tag}", f"refs/tags/{self.tag}^{{}}"]
+        return [f"refs/heads/{self.branch or 'main'}"]
+
+    def describe(self) -> str:
+        """For messages: `branch 'main'`, `tag 'v1'`, `commit 0123...`."""
+        if self.commit:
+            return f"commit {self.commit}"
+        if self.tag:
+            return f"tag {self.tag!r}"
+        return f"branch {self.branch or 'main'!r}"
+
+
+@dataclass(frozen=True)
+class GitAuth:
+    """Credentials, as environment for `git` (nothing lands on a command line)."""
+
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+class GitError(Exception):
+    """A Git operation failed; `reason` is the condition reason the status shows."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+def auth_from_secret(data: Mapping[str, bytes], *, key_dir: Path) -> GitAuth:
+    """Git credentials from a Secret's decoded data.
+
+    `identity` (+ `known_hosts`, required: host keys are always checked) for
+    SSH; `username` and `password`, or `bearerToken`, for HTTPS. Key files are
+    written into `key_dir` (mode 0600).
+    """
+    env: dict[str, str] = {}
+    headers: list[str] = []
+    if "identity" in data:
+        if "known_hosts" not in data:
+            raise GitError("InvalidSecret", "secret has `identity` but no `known_hosts`")
+        key_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        digest = hashlib.sha256(data["identity"] + data["known_hosts"]).hexdigest()[:16]
+        identity = key_dir / f"{digest}.key"
+        known = key_dir / f"{digest}.known_hosts"
+        for path, content in ((identity, data["identity"]), (known, data["known_hosts"])):
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(content if content.endswith(b"\n") else content + b"\n")
+        env["GIT_SSH_COMMAND"] = (
+            f"ssh -i {identity} -o IdentitiesOnly=yes -o UserKnownHostsFile={known}"
+            " -o StrictHostKeyChecking=yes -o BatchMode=yes"
+        )
+    if "username" in data and "password" in data:
+        basic = base64.b64encode(data["username"] + b":" + data["password"]).decode()
+        headers.append(f"Authorization: Basic {basic}")
+    elif "bearerToken" in data:
+        headers.append(f"Authorization: Bearer {data['bearerToken'].decode().strip()}")
+    for i, header in enumerate(headers):
+        env[f"GIT_CONFIG_KEY_{i}"] = "http.extraHeader"
+        env[f"GIT_CONFIG_VALUE_{i}"] = header
+    if headers:
+        env["GIT_CONFIG_COUNT"] = str(len(headers))
+    return GitAuth(env=env)
+
+
+def _stderr(e: git.GitCommandError) -> str:
+    text = str(e.stderr or e).strip().strip("'")
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    fatal = [ln for ln in lines if ln.startswith(("fatal:", "error:", "ERROR:"))]
+    return (fatal or lines or ["git failed"])[-1].removeprefix("stderr: ")
+
+
+class GitCache:
+    """Bare clones of the repositories the sources name, one per URL."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._locks: dict[str, threading.Lock] = {}
+        self._guard = threading.Lock()
+
+    def _dir(self, url: str) -> Path:
+        return self.root / (hashlib.sha256(url.encode()).hexdigest()[:16] + ".git")
+
+    def lock(self, url: str) -> threading.Lock:
+        """The lock to hold while using the cache of `url`."""
+        with self._guard:
+            return self._locks.setdefault(url, threading.Lock())
+
+    def forget(self, url: str) -> None:
+        """Delete the cache of `url` (it is damaged); the next `resolve` clones again."""
+        shutil.rmtree(self._dir(url), ignore_errors=True)
+
+    def _repo(self, url: str, *, fresh: bool = False) -> git.Repo:
+        path = self._dir(url)
+        if fresh and path.exists():
+            log.warning("re-cloning a damaged git cache url=%s cache=%s", url, path)
+            shutil.rmtree(path)
+        if path.exists():
+            try:
+                return git.Repo(path)
+            except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+                return self._repo(url, fresh=True)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return git.Repo.init(path, bare=True)
+
+    def resolve(self, url: str, ref: GitRef, *, auth: GitAuth, timeout_s: float) -> str:
+        """The commit `ref` names at `url` now, fetched into the cache."""
+        env = {"GIT_TERMINAL_PROMPT": "0", **auth.env}
+        repo = self._repo(url)
+        if ref.commit:
+            if self._has(repo, ref.commit):
+                return ref.commit
+            self._fetch(url, repo, ["+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"],
+                        env, timeout_s)  # fmt: skip
+            if not self._has(self._repo(url), ref.commit):
+                raise GitError("ReferenceNotFound", f"{ref.describe()} not found in {url}")
+            return ref.commit
+        sha = self._ls_remote(repo, url, ref, env, timeout_s)
+        if not self._has(repo, sha):
+            target = ref.refspecs()[0]
+            self._fetch(url, repo, [f"+{target}:{target}"], env, timeout_s)
+        return sha
+
+    def _ls_remote(
+        self, repo: git.Repo, url: str, ref: GitRef, env: dict[str, str], timeout_s: float
+    ) -> str:
+        try:
+            out = repo.git.ls_remote(url, *ref.refspecs(), env=env, kill_after_timeout=timeout_s)
+        except git.GitCommandError as e:
+            raise GitError("GitOperationFailed", f"cannot reach {url}: {_stderr(e)}") from None
+        found: dict[str, str] = {}
+        for line in str(out).splitlines():
+            sha, _, name = line.partition("\t")
+            found[name] = sha
+        wanted = ref.refspecs()
+        sha = found.get(wanted[-1]) or found.get(wanted[0])
+        if not sha:
+            raise GitError("ReferenceNotFound", f"{ref.describe()} not found in {url}")
+        return sha
+
+    def _fetch(
+        self,
+        url: str,
+        repo: git.Repo,
+        refspecs: list[str],
+        env: dict[str, str],
+        timeout_s: float,
+        *,
+        retried: bool = False,
+    ) -> None:
+        try:
+            repo.git.fetch(
+                "--force", "--no-tags", url, *refspecs, env=env, kill_after_timeout=timeout_s
+            )
+        except git.GitCommandError as e:
+            if retried:
+                raise GitError("GitOperationFailed", f"fetch {url}: {_stderr(e)}") from None
+            try:  # does the remote answer? then our cache is what is broken
+                repo.git.ls_remote("--heads", url, env=env, kill_after_timeout=timeout_s)
+            except git.GitCommandError:
+                raise GitError("GitOperationFailed", f"fetch {url}: {_stderr(e)}") from None
+            self._fetch(url, self._repo(url, fresh=True), refspecs, env, timeout_s, retried=True)
+
+    @staticmethod
+    def _has(repo: git.Repo, sha: str) -> bool:
+        try:
+            repo.commit(sha).tree  # noqa: B018 - reading it proves the objects are there
+        except (ValueError, BadName, BadObject, git.GitCommandError):
+            return False
+        return True
+
+    def read(self, url: str, sha: str, path: str) -> tuple[list[Source], Resolver]:
+        """The YAML files under `path` at commit `sha` (already fetched), and a resolver
+        relative to `path`. Raises GitError: PathNotFound, or ArtifactFailed when the
+        cache cannot give the commit's files (the caller re-clones with `forget`)."""
+        repo = self._repo(url)
+        try:
+            commit = repo.commit(sha)
+            root = posixpath.normpath(path.strip("/") or ".")
+            item = commit.tree if root == "." else commit.tree / root
+        except KeyError:
+            raise GitError("PathNotFound", f"path {path!r} not found at {sha[:12]}") from None
+        except (ValueError, BadName, BadObject, git.GitCommandError) as e:
+            raise GitError("ArtifactFailed", f"cannot read {sha[:12]} from the cache: {e}") from e
+
+        def source(blob: git.Blob) -> Source:
+            # Read now, so a damaged cache shows here (and is re-cloned) rather than
+            # as an unreadable policy file; files over the loader's limit are left
+            # unread for the loader to refuse.
+            if blob.size > DEFAULT_LIMITS.max_file_bytes:
+                return Source(path=str(blob.path), size=blob.size, read=lambda: b"")
+            try:
+                data: bytes = blob.data_stream.read()
+            except (ValueError, BadObject, git.GitCommandError) as e:
+                raise GitError("ArtifactFailed", f"cannot read {blob.path} at {sha[:12]}: {e}")
+            return Source(path=str(blob.path), size=blob.size, read=lambda: data)
+
+        sources: list[Source] = []
+        if isinstance(item, git.Blob):
+            sources.append(source(item))
+            base = posixpath.dirname(root)
+        else:
+            base = root
+            for obj in item.traverse(
+                prune=lambda o, _d: posixpath.basename(str(o.path)).startswith(".")
+            ):
+                if isinstance(obj, git.Blob) and str(obj.path).endswith(YAML_SUFFIXES):
+                    sources.append(source(obj))
+        sources.sort(key=lambda s: s.path)
+
+        def resolve(rel: str) -> Source | None:
+            target = posixpath.normpath(posixpath.join(base, rel))
+            if target.startswith(".."):
+                return None
+            try:
+                blob = commit.tree / target
+            except KeyError:
+                return None
+            return source(blob) if isinstance(blob, git.Blob) else None
+
+        return sources, resolve
