@@ -83,6 +83,8 @@ RESOURCES: Mapping[str, Resource] = {
         _r("", "v1", "LimitRange", "limitranges", True),
         _r("", "v1", "ConfigMap", "configmaps", True),
         _r("", "v1", "Secret", "secrets", True),
+        _r("", "v1", "ServiceAccount", "serviceaccounts", True),
+        _r("", "v1", "Pod", "pods", True),
         _r("", "v1", "Event", "events", True),
         _r("scheduling.k8s.io", "v1", "PriorityClass", "priorityclasses", False),
         _r("coordination.k8s.io", "v1", "Lease", "leases", True),

@@ -56,8 +56,12 @@ _COLUMNS: dict[str, list[dict[str, Any]]] = {
         {"name": "URL", "type": "string", "jsonPath": ".spec.url"},
         {"name": "Ready", "type": "string", "jsonPath": f"{_READY}.status"},
         {"name": "Status", "type": "string", "jsonPath": f"{_READY}.message"},
-        {"name": "Revision", "type": "string", "jsonPath": ".status.lastAppliedRevision",
-         "priority": 1},  # fmt: skip
+        {
+            "name": "Revision",
+            "type": "string",
+            "jsonPath": ".status.lastAppliedRevision",
+            "priority": 1,
+        },
     ],
     "PriorityTier": [{"name": "Value", "type": "integer", "jsonPath": ".spec.value"}],
     "Project": [{"name": "Namespaces", "type": "string", "jsonPath": ".spec.namespaces"}],

@@ -70,4 +70,6 @@ class EventRecorder:
         try:
             self._kube.create(event, field_manager=self._component)
         except (ApiError, NotLeaderError) as e:
-            log.warning("could not record event reason=%s object=%s error=%r", reason, meta["name"], str(e))
+            log.warning(
+                "could not record event reason=%s object=%s error=%r", reason, meta["name"], str(e)
+            )

@@ -133,7 +133,12 @@ class LeaseElector:
         meta: dict[str, Any] = {"name": s.name, "namespace": s.namespace}
         if lease is not None:
             meta["resourceVersion"] = lease["metadata"]["resourceVersion"]
-        return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta, "spec": spec}
+        return {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": meta,
+            "spec": spec,
+        }
 
     def release(self) -> None:
         """Give the Lease up (on shutdown) so another replica need not wait it out."""

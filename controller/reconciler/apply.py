@@ -212,9 +212,9 @@ def owned_paths(live: Obj, manager: str) -> set[tuple[str, ...]] | None:
         return True
 
     for entry in live.get("metadata", {}).get("managedFields") or []:
-        if entry.get("manager") == manager and entry.get("operation") == "Apply":
-            if not walk(entry.get("fieldsV1") or {}, ()):
-                return None
+        mine = entry.get("manager") == manager and entry.get("operation") == "Apply"
+        if mine and not walk(entry.get("fieldsV1") or {}, ()):
+            return None
     return out
 
 
@@ -321,7 +321,9 @@ def sync(
     if conflicts:
         return _refused(result, "OwnershipConflict", conflicts, inventory)
     if immutable and not options.allow_recreate:
-        msgs = [f"{m} (immutable; set spec.allowRecreate to delete and recreate)" for m in immutable]
+        msgs = [
+            f"{m} (immutable; set spec.allowRecreate to delete and recreate)" for m in immutable
+        ]
         return _refused(result, "ImmutableFieldChange", msgs, inventory)
 
     # 3. dry-run everything that would change
@@ -343,7 +345,7 @@ def sync(
                 to_apply.append(obj)
             else:
                 errors.append(f"{ref}: {err.message}")
-        elif out is not None and current[ref] is not None and _same_stored(out, current[ref]):
+        elif out is not None and (have := current[ref]) is not None and _same_stored(out, have):
             result.unchanged += 1
         else:
             to_apply.append(obj)
@@ -410,9 +412,11 @@ def sync(
             continue
         try:
             kube.delete(
-                resource_for(have), ref.name, namespace=ref.namespace or None,
+                resource_for(have),
+                ref.name,
+                namespace=ref.namespace or None,
                 uid=have["metadata"].get("uid"),
-            )  # fmt: skip
+            )
         except ApiError as e:
             if e.status != 409:  # 409: the uid precondition failed, it is another object now
                 failed.append(f"{ref}: {e.message}")
@@ -426,7 +430,9 @@ def sync(
     return result
 
 
-def _refused(result: SyncResult, reason: str, messages: list[str], inventory: list[Ref]) -> SyncResult:
+def _refused(
+    result: SyncResult, reason: str, messages: list[str], inventory: list[Ref]
+) -> SyncResult:
     result.ok = False
     result.reason = reason
     result.message = _first(messages)

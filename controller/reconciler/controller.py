@@ -137,6 +137,11 @@ class _Queue:
             self._active.discard(name)
             self._cv.notify()
 
+    def wake(self) -> None:
+        """Wake a waiting `get` (to see that it should stop)."""
+        with self._cv:
+            self._cv.notify_all()
+
 
 @dataclass
 class _State:
@@ -239,6 +244,7 @@ class Reconciler:
     def stop(self) -> None:
         """Stop the worker and the informers."""
         self._stop.set()
+        self._queue.wake()
         for inf in self._informers():
             inf.stop()
         if self._worker is not None:
@@ -441,7 +447,12 @@ class Reconciler:
         if result.policy_set is None:
             errors = [d for d in result.diagnostics if d.is_error]
             n = self.settings.max_diagnostics
-            lines = [str(d) for d in errors[:n]]
+            lines = [
+                f"{d.file}:{d.line}:{d.column}: {d.code}: {d.message}"
+                if d.line
+                else f"{d.file}: {d.code}: {d.message}"
+                for d in errors[:n]
+            ]
             more = f" (and {len(errors) - n} more)" if len(errors) > n else ""
             message = f"{len(errors)} error(s): " + "; ".join(lines) + more
             state.compiled = (key, None, message)
@@ -530,9 +541,13 @@ class Reconciler:
         }
         changed = self._write_status(obj, status)
 
-        outcome = "applied" if ok and result and result.writes else "unchanged" if ok else (
-            "stalled" if stalled else "failed"
-        )  # fmt: skip
+        outcome = (
+            "applied"
+            if ok and result and result.writes
+            else "unchanged"
+            if ok
+            else ("stalled" if stalled else "failed")
+        )
         self.metrics.reconciles.labels(name, outcome).inc()
         self.metrics.stalled.labels(name).set(1 if stalled else 0)
         self.metrics.objects.labels(name).set(len(state.inventory))
@@ -550,8 +565,8 @@ class Reconciler:
         )
         if result is not None and result.writes:
             for ref in result.recreated:
-                self._event(obj, "Warning", "PriorityClassRecreated",
-                            f"{ref} deleted and recreated (value or preemptionPolicy changed)")  # fmt: skip
+                message = f"{ref} deleted and recreated (value or preemptionPolicy changed)"
+                self._event(obj, "Warning", "PriorityClassRecreated", message)
             verb = "ReconciliationSucceeded" if ok else reason
             self._event(obj, "Normal" if ok else "Warning", verb, f"{revision}: {result.summary()}")
         elif not ok and changed:
@@ -564,9 +579,12 @@ class Reconciler:
         name = obj["metadata"]["name"]
         try:
             out = self._kube.merge_patch(
-                _SOURCE, name, {"status": status}, field_manager=FIELD_MANAGER,
+                _SOURCE,
+                name,
+                {"status": status},
+                field_manager=FIELD_MANAGER,
                 subresource="status",
-            )  # fmt: skip
+            )
         except ApiError as e:
             log.warning("status write failed source=%s error=%r", name, str(e))
             return False

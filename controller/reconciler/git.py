@@ -32,7 +32,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import git
-from gitdb.exc import BadName, BadObject
 
 from controller.policy.loader import DEFAULT_LIMITS, YAML_SUFFIXES, Source
 from controller.policy.validate import Resolver
@@ -125,6 +124,12 @@ def auth_from_secret(data: Mapping[str, bytes], *, key_dir: Path) -> GitAuth:
     return GitAuth(env=env)
 
 
+def _hidden(obj: object, _depth: int) -> bool:
+    return isinstance(obj, git.Tree | git.Blob) and posixpath.basename(str(obj.path)).startswith(
+        "."
+    )
+
+
 def _stderr(e: git.GitCommandError) -> str:
     text = str(e.stderr or e).strip().strip("'")
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
@@ -172,8 +177,13 @@ class GitCache:
         if ref.commit:
             if self._has(repo, ref.commit):
                 return ref.commit
-            self._fetch(url, repo, ["+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"],
-                        env, timeout_s)  # fmt: skip
+            self._fetch(
+                url,
+                repo,
+                ["+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"],
+                env,
+                timeout_s,
+            )
             if not self._has(self._repo(url), ref.commit):
                 raise GitError("ReferenceNotFound", f"{ref.describe()} not found in {url}")
             return ref.commit
@@ -192,11 +202,11 @@ class GitCache:
             raise GitError("GitOperationFailed", f"cannot reach {url}: {_stderr(e)}") from None
         found: dict[str, str] = {}
         for line in str(out).splitlines():
-            sha, _, name = line.partition("\t")
-            found[name] = sha
+            commit, _, name = line.partition("\t")
+            found[name] = commit
         wanted = ref.refspecs()
         sha = found.get(wanted[-1]) or found.get(wanted[0])
-        if not sha:
+        if sha is None:
             raise GitError("ReferenceNotFound", f"{ref.describe()} not found in {url}")
         return sha
 
@@ -227,7 +237,7 @@ class GitCache:
     def _has(repo: git.Repo, sha: str) -> bool:
         try:
             repo.commit(sha).tree  # noqa: B018 - reading it proves the objects are there
-        except (ValueError, BadName, BadObject, git.GitCommandError):
+        except (ValueError, git.BadName, git.BadObject, git.GitCommandError):
             return False
         return True
 
@@ -242,7 +252,7 @@ class GitCache:
             item = commit.tree if root == "." else commit.tree / root
         except KeyError:
             raise GitError("PathNotFound", f"path {path!r} not found at {sha[:12]}") from None
-        except (ValueError, BadName, BadObject, git.GitCommandError) as e:
+        except (ValueError, git.BadName, git.BadObject, git.GitCommandError) as e:
             raise GitError("ArtifactFailed", f"cannot read {sha[:12]} from the cache: {e}") from e
 
         def source(blob: git.Blob) -> Source:
@@ -253,19 +263,18 @@ class GitCache:
                 return Source(path=str(blob.path), size=blob.size, read=lambda: b"")
             try:
                 data: bytes = blob.data_stream.read()
-            except (ValueError, BadObject, git.GitCommandError) as e:
-                raise GitError("ArtifactFailed", f"cannot read {blob.path} at {sha[:12]}: {e}")
+            except (ValueError, git.BadObject, git.GitCommandError) as e:
+                msg = f"cannot read {blob.path} at {sha[:12]}: {e}"
+                raise GitError("ArtifactFailed", msg) from e
             return Source(path=str(blob.path), size=blob.size, read=lambda: data)
 
         sources: list[Source] = []
+        base = root
         if isinstance(item, git.Blob):
             sources.append(source(item))
             base = posixpath.dirname(root)
-        else:
-            base = root
-            for obj in item.traverse(
-                prune=lambda o, _d: posixpath.basename(str(o.path)).startswith(".")
-            ):
+        elif isinstance(item, git.Tree):
+            for obj in item.traverse(prune=_hidden):
                 if isinstance(obj, git.Blob) and str(obj.path).endswith(YAML_SUFFIXES):
                     sources.append(source(obj))
         sources.sort(key=lambda s: s.path)

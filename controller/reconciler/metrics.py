@@ -73,7 +73,7 @@ class ReconcilerMetrics:
 
     def set_revision(self, source: str, revision: str) -> None:
         """Make `revision` the one applied revision of `source`."""
-        for metric in list(self.applied_revision.collect())[0].samples:
+        for metric in next(iter(self.applied_revision.collect())).samples:
             if metric.labels.get("source") == source and metric.labels["revision"] != revision:
                 self.applied_revision.remove(source, metric.labels["revision"])
         self.applied_revision.labels(source, revision).set(1)

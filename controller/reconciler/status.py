@@ -52,9 +52,7 @@ def conditions(
 ) -> list[Condition]:
     """The conditions for a result: Ready always; Reconciling or Stalled when True."""
     at = stamp(now)
-    out = [
-        _condition(old, "Ready", "True" if ready else "False", reason, message, generation, at)
-    ]
+    out = [_condition(old, "Ready", "True" if ready else "False", reason, message, generation, at)]
     if reconciling:
         out.append(_condition(old, "Reconciling", "True", reason, message, generation, at))
     if stalled:

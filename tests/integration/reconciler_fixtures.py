@@ -58,9 +58,7 @@ def policy_repo(tmp_path: Path, prefix: str) -> PolicyRepo:
 
 
 @pytest.fixture
-def reconcile_env(
-    kube: Kube, crds: None, prefix: str, tmp_path: Path
-) -> Iterator[ReconcileEnv]:
+def reconcile_env(kube: Kube, crds: None, prefix: str, tmp_path: Path) -> Iterator[ReconcileEnv]:
     system = f"{prefix}-sys"
     kube.create(
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": system}},

@@ -50,9 +50,7 @@ def project(name: str, namespaces: list[str], *, gpu: int = 8) -> str:
 
 
 def git(cwd: Path, *args: str) -> str:
-    out = subprocess.run(
-        ["git", *args], cwd=cwd, check=True, capture_output=True, text=True
-    ).stdout
+    out = subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout
     return out.strip()
 
 
@@ -95,7 +93,6 @@ class PolicyRepo:
         self.write("projects/a.yaml", project(n("a"), [n("a"), n("a-dev")]))
         self.write("projects/b.yaml", project(n("b"), [n("b")]))
         return self.commit("seed")
-
 
 
 @dataclass
@@ -172,15 +169,18 @@ class ReconcileEnv:
             if st.get("observedGeneration") != obj["metadata"]["generation"]:
                 return None
             if revision_sha is not None:
-                key = "lastAppliedRevision" if status == "True" and type_ == "Ready" else (
-                    "lastAttemptedRevision"
-                )  # fmt: skip
+                key = (
+                    "lastAppliedRevision"
+                    if status == "True" and type_ == "Ready"
+                    else ("lastAttemptedRevision")
+                )
                 if not str(st.get(key, "")).endswith(revision_sha):
                     return None
             return obj
 
-        return wait_for(f"{name} {type_}={status} {reason or ''} {revision_sha or ''}", probe,
-                        timeout=timeout)  # fmt: skip
+        return wait_for(
+            f"{name} {type_}={status} {reason or ''} {revision_sha or ''}", probe, timeout=timeout
+        )
 
     def events(self, name: str) -> list[Obj]:
         items, _ = self.kube.list(RESOURCES["Event"], namespace="default")
@@ -196,13 +196,12 @@ class ReconcileEnv:
             for o in items:
                 if o["metadata"]["labels"][LABEL_SOURCE].startswith(self.prefix):
                     self.kube.delete(
-                        RESOURCES[kind], o["metadata"]["name"],
+                        RESOURCES[kind],
+                        o["metadata"]["name"],
                         namespace=o["metadata"].get("namespace"),
-                    )  # fmt: skip
+                    )
         self.kube.delete(RESOURCES["Namespace"], self.system_namespace)
-
 
 
 def managed(kube: Kube, kind: str, name: str, namespace: str | None = None) -> Obj | None:
     return kube.get(RESOURCES[kind], name, namespace)
-
