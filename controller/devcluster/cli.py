@@ -1,0 +1,300 @@
+"""`gangops dev-cluster up | down | env`: the local control plane from a shell.
+
+The launcher (`controller.devcluster.launcher`) is what tests and benchmarks
+use directly; this module gives people the same cluster for the demo and for
+poking around with kubectl: `up` in one shell, `env` and `down` from any other.
+It only registers the subcommand; the `gangops` entry point owns the parser.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import FrameType
+
+from controller.clusterspec import ClusterSpecError, load_cluster
+from controller.devcluster.launcher import (
+    DEFAULT_CLUSTER_FILE,
+    USERS,
+    DevCluster,
+    DevClusterError,
+    Options,
+    State,
+    ensure_binaries,
+    is_running,
+    read_state,
+    start,
+    stop_from_state,
+)
+
+__all__ = ["add_subcommand", "default_state_file"]
+
+_DESCRIPTION = """\
+Run a real Kubernetes control plane on this machine, without Docker: etcd,
+kube-apiserver and kube-controller-manager (built once from Go modules by
+clusters/local/build.sh and cached under ~/.cache/gangops), plus a fake kubelet
+that registers the GPU nodes of a cluster description and runs the pods bound
+to them. Everything listens on free 127.0.0.1 ports and lives in a temporary
+directory.
+
+  up     start a cluster (see `up --help`)
+  env    print `export KUBECONFIG=...` for the running cluster:
+           eval "$(gangops dev-cluster env)"
+  down   stop the running cluster and delete its directory
+
+The cluster is recorded in a state file (--state) so `env` and `down` work
+from any shell. The fake kubelet's pod annotations (gangops.ai/fake-exit,
+gangops.ai/fake-duration-seconds, gangops.ai/fake-exit-code) are described
+in clusters/local/README.md.
+"""
+
+_UP_DESCRIPTION = """\
+Start the local control plane and wait until it is ready: the API server
+answers /readyz, the controller manager is healthy, and every fake GPU node is
+Ready and schedulable. Prints `export KUBECONFIG=...` on stdout (progress goes
+to stderr).
+
+By default `up` stays in the foreground and stops the cluster on Ctrl-C (or
+when `gangops dev-cluster down` is run elsewhere). With --detach it returns
+once the cluster is ready and leaves it running until `down`:
+  eval "$(gangops dev-cluster up --detach)"
+
+Credentials: an admin kubeconfig (group system:masters) and two ordinary users,
+alice and bob, whom RBAC allows nothing until a RoleBinding says otherwise
+(`gangops dev-cluster env --user alice`).
+"""
+
+
+def default_state_file() -> Path:
+    """Where the running cluster is recorded: $XDG_STATE_HOME/gangops/dev-cluster.json."""
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "gangops" / "dev-cluster.json"
+
+
+def add_subcommand(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register `dev-cluster` and its actions; each sets `func(args) -> exit code`."""
+    parser = subparsers.add_parser(
+        "dev-cluster",
+        help="run a local Kubernetes control plane with fake GPU nodes (up, down, env)",
+        description=_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    actions = parser.add_subparsers(dest="dev_cluster_action", metavar="ACTION", required=True)
+
+    up = actions.add_parser(
+        "up",
+        help="start a cluster and wait until it is ready",
+        description=_UP_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    up.add_argument(
+        "--cluster",
+        type=Path,
+        default=DEFAULT_CLUSTER_FILE,
+        metavar="FILE",
+        help="cluster description whose GPU nodes are registered"
+        " (default: clusters/local/cluster.yaml)",
+    )
+    up.add_argument(
+        "--detach",
+        action="store_true",
+        help="return once ready and leave the cluster running until `down`",
+    )
+    up.add_argument(
+        "--kube-scheduler",
+        action="store_true",
+        help="also run the default kube-scheduler (off: gangops schedules its own pods)",
+    )
+    up.add_argument(
+        "--timeout",
+        type=float,
+        default=120.0,
+        metavar="SECONDS",
+        help="give up if not ready after this long (default: 120; the build comes first"
+        " and is not counted)",
+    )
+    _state_argument(up)
+    up.set_defaults(func=_up)
+
+    down = actions.add_parser(
+        "down",
+        help="stop the running cluster and delete its directory",
+        description="Stop the cluster recorded in the state file (started by `up` in any"
+        " shell, foreground or detached) and delete its directory. Does nothing, and"
+        " succeeds, if no cluster is running.",
+    )
+    _state_argument(down)
+    down.set_defaults(func=_down)
+
+    env = actions.add_parser(
+        "env",
+        help="print `export KUBECONFIG=...` for the running cluster",
+        description='Print shell code pointing kubectl at the running cluster: eval "$(gangops'
+        ' dev-cluster env)". Fails if no cluster is running.',
+    )
+    env.add_argument(
+        "--user",
+        choices=("admin", *USERS),
+        default="admin",
+        help="whose credentials: admin (default) or an ordinary user",
+    )
+    _state_argument(env)
+    env.set_defaults(func=_env)
+
+
+def _state_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--state",
+        type=Path,
+        default=default_state_file(),
+        metavar="FILE",
+        help="state file recording the running cluster (default: %(default)s)",
+    )
+
+
+def _err(message: str) -> None:
+    print(f"gangops dev-cluster: {message}", file=sys.stderr)
+
+
+def _read_state(path: Path) -> State | None:
+    try:
+        return read_state(path)
+    except DevClusterError as e:
+        _err(str(e))
+        return None
+
+
+class _Stop(Exception):
+    """SIGTERM or SIGHUP arrived: stop the cluster like Ctrl-C does."""
+
+
+def _raise_stop(signum: int, frame: FrameType | None) -> None:
+    raise _Stop(signal.Signals(signum).name)
+
+
+def _up(args: argparse.Namespace) -> int:
+    try:
+        spec = load_cluster(args.cluster)
+    except ClusterSpecError as e:
+        _err(str(e))
+        return 2
+    state_file: Path = args.state
+    if state_file.exists():
+        state = _read_state(state_file)
+        if state is None:
+            return 1
+        if is_running(state):
+            _err(
+                f"a cluster is already running (state {state_file}, server {state['server']});"
+                " use it, or stop it with `gangops dev-cluster down`"
+            )
+            return 1
+        stop_from_state(state_file)  # stale: its processes are gone; clean up after it
+    try:
+        build = ensure_binaries(progress=lambda line: print(line, file=sys.stderr))
+    except DevClusterError as e:
+        _err(str(e))
+        return 1
+    if build.built:
+        print(
+            f"gangops dev-cluster: built {build.built} binaries in {build.seconds:.0f}s",
+            file=sys.stderr,
+        )
+    options = Options(
+        cluster=spec,
+        data_dir=Path(tempfile.mkdtemp(prefix="gangops-dev-cluster-")),
+        bin_dir=build.bin_dir,
+        kube_scheduler=args.kube_scheduler,
+        tie_to_process=not args.detach,
+        state_file=state_file,
+        remove_data_dir=True,
+        timeout_s=args.timeout,
+    )
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    signal.signal(signal.SIGTERM, _raise_stop)
+    signal.signal(signal.SIGHUP, _raise_stop)
+    try:
+        return _run(options, detach=args.detach)
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def _run(options: Options, *, detach: bool) -> int:
+    try:
+        cluster = start(options)
+    except DevClusterError as e:
+        _err(f"the cluster did not start: {e}")
+        return 1
+    except (KeyboardInterrupt, _Stop):
+        _err("interrupted while starting; stopped")
+        return 130
+    _summary(cluster, detach=detach)
+    if detach:
+        return 0
+    try:
+        while True:
+            time.sleep(1.0)
+            cluster.check_alive()
+    except (KeyboardInterrupt, _Stop):
+        _err("stopping")
+        code = 0
+    except DevClusterError as e:
+        _err(str(e))
+        code = 1
+    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(s, signal.SIG_IGN)  # a second Ctrl-C must not cut the shutdown short
+    cluster.stop()
+    return code
+
+
+def _summary(cluster: DevCluster, *, detach: bool) -> None:
+    t = cluster.timings
+    assert t is not None
+    gpus = cluster.options.cluster.total_gpus
+    users = ", ".join(f"{u}: {p}" for u, p in cluster.user_kubeconfigs.items())
+    how = (
+        "Stop it with `gangops dev-cluster down`."
+        if detach
+        else "Stop it with Ctrl-C, or `gangops dev-cluster down` from another shell."
+    )
+    print(
+        f"gangops dev-cluster: ready in {t.ready_s:.1f}s (API server {t.control_plane_s:.1f}s;"
+        f" {len(cluster.node_names)} fake GPU nodes, {gpus} nvidia.com/gpu, Ready"
+        f" {t.nodes_s:.1f}s after the API server)\n"
+        f"  server      {cluster.server}\n"
+        f"  kubeconfig  {cluster.kubeconfig}\n"
+        f"  users       {users}\n"
+        f"  logs        {cluster.log_dir}\n"
+        f"{how}",
+        file=sys.stderr,
+    )
+    print(f"export KUBECONFIG={cluster.kubeconfig}", flush=True)
+
+
+def _down(args: argparse.Namespace) -> int:
+    try:
+        stopped = stop_from_state(args.state)
+    except DevClusterError as e:
+        _err(str(e))
+        return 1
+    _err("cluster stopped" if stopped else f"no cluster is running (no state in {args.state})")
+    return 0
+
+
+def _env(args: argparse.Namespace) -> int:
+    state = _read_state(args.state)
+    if state is None:
+        _err(f"no cluster is running (no state in {args.state}); start one with `up`")
+        return 1
+    if not is_running(state) or not state["ready"]:
+        _err(f"the cluster recorded in {args.state} is not running or not ready")
+        return 1
+    path = state["kubeconfig"] if args.user == "admin" else state["users"][args.user]
+    print(f"export KUBECONFIG={path}")
+    return 0
