@@ -80,7 +80,14 @@ def git_tree(root: Path, ref: str) -> tuple[list[Source], Resolver, str]:
         return Path(os.path.relpath(top / path_in_repo, cwd)).as_posix()
 
     def source(blob: git.Blob) -> Source:
-        return Source(path=display(str(blob.path)), size=blob.size, read=blob.data_stream.read)
+        # Open the blob's stream only when it is read: GitPython streams all
+        # share one `git cat-file --batch` process, so a stream opened early
+        # and read late returns another object's bytes.
+        def read() -> bytes:
+            data: bytes = blob.data_stream.read()
+            return data
+
+        return Source(path=display(str(blob.path)), size=blob.size, read=read)
 
     sources: list[Source] = []
     try:
