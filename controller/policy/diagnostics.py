@@ -59,6 +59,7 @@ CODES: dict[str, Code] = _codes(
     Code("GP111", "foreign-document", I, "A document of another API group (a Kustomization, a cluster description) is not a policy and is skipped."),
     Code("GP112", "unreadable-file", E, "The file could not be read (permissions, a broken link)."),
     Code("GP113", "no-policies", E, "No policy documents were found under the given paths."),
+    Code("GP114", "too-deep", E, "Lists and mappings nest more than 100 levels deep (policies need fewer than ten); the file or document is not read."),
     # -- schema (GP2xx)
     Code("GP201", "unknown-field", E, "A field is not part of the kind's schema; the nearest known field is suggested."),
     Code("GP202", "wrong-type", E, "A field has the wrong type (for example a string where a number belongs)."),

@@ -20,6 +20,7 @@ from typing import Any
 
 from ruamel.yaml import YAML
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
+from ruamel.yaml.events import CollectionEndEvent, CollectionStartEvent
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from ruamel.yaml.resolver import VersionedResolver
 
@@ -29,6 +30,7 @@ __all__ = [
     "API_GROUP",
     "API_VERSION",
     "DEFAULT_LIMITS",
+    "DEFAULT_MAX_DEPTH",
     "DEFAULT_MAX_FILE_BYTES",
     "DEFAULT_MAX_NODES",
     "KINDS",
@@ -45,6 +47,9 @@ API_VERSION = f"{API_GROUP}/v1"
 KINDS = ("ClusterPolicy", "PriorityTier", "Project")
 DEFAULT_MAX_FILE_BYTES = 1 << 20
 DEFAULT_MAX_NODES = 100_000
+DEFAULT_MAX_DEPTH = 100
+_COMPOSER_SAFE_DEPTH = 1000
+"""Nesting libyaml's composer survives; text that may nest deeper is checked first."""
 YAML_SUFFIXES = (".yaml", ".yml")
 
 Path_ = tuple[str | int, ...]
@@ -59,6 +64,8 @@ class Limits:
     """Files larger than this are reported (GP103) and not read."""
     max_nodes: int = DEFAULT_MAX_NODES
     """A document may never expand to more nodes than this (GP105)."""
+    max_depth: int = DEFAULT_MAX_DEPTH
+    """Lists and mappings nested deeper than this are refused (GP114)."""
 
 
 DEFAULT_LIMITS = Limits()
@@ -214,6 +221,10 @@ def _load_one(src: Source, yaml: YAML, limits: Limits, result: LoadResult) -> No
             )
         )
         return
+    deep = _too_deep(yaml, text, limits.max_depth)
+    if deep is not None:
+        diags.append(_deep_diagnostic(src.path, limits.max_depth, *deep))
+        return
     try:
         nodes = list(yaml.compose_all(text))
     except MarkedYAMLError as e:
@@ -231,10 +242,49 @@ def _load_one(src: Source, yaml: YAML, limits: Limits, result: LoadResult) -> No
     # alias bomb: stop it after a few thousand nodes, not at max_nodes.
     budget = min(limits.max_nodes, len(text) + 1000)
     for node in nodes:
-        _document(src.path, node, yaml, budget, result)
+        _document(src.path, node, yaml, Limits(budget, limits.max_depth), result)
 
 
-def _document(file: str, node: Node, yaml: YAML, budget: int, result: LoadResult) -> None:
+def _too_deep(yaml: YAML, text: str, max_depth: int) -> tuple[int, int] | None:
+    """Where the text's nesting first exceeds `max_depth`, when it might nest
+    too deep to compose; None otherwise.
+
+    libyaml composes recursively in C (some ten thousand levels crash the
+    process) and scans flow collections in time quadratic in their depth, so
+    such text is refused from the parser's events before it is composed.
+    Each level of nesting takes a `[` or `{`, or at least two more columns
+    (indentation, `- `, `? `), which bounds the depth cheaply, so ordinary
+    files are not parsed twice. Shallower nesting is checked while building.
+    """
+    longest = max(map(len, text.splitlines()), default=0)
+    if text.count("[") + text.count("{") + 2 * longest + 2 <= _COMPOSER_SAFE_DEPTH:
+        return None
+    depth = 0
+    try:
+        for event in yaml.parse(text):
+            if isinstance(event, CollectionStartEvent):
+                depth += 1
+                if depth > max_depth:
+                    return (event.start_mark.line + 1, event.start_mark.column + 1)
+            elif isinstance(event, CollectionEndEvent):
+                depth -= 1
+    except YAMLError:
+        return None  # the composer reports it, with its position
+    return None
+
+
+def _deep_diagnostic(file: str, max_depth: int, line: int, col: int) -> Diagnostic:
+    return Diagnostic(
+        "GP114",
+        f"lists and mappings nest more than {max_depth} levels deep here; "
+        "no policy needs more than ten",
+        file,
+        line,
+        col,
+    )
+
+
+def _document(file: str, node: Node, yaml: YAML, limits: Limits, result: LoadResult) -> None:
     line, col = node.start_mark.line + 1, node.start_mark.column + 1
     diags = result.diagnostics
     if isinstance(node, ScalarNode) and node.tag == "tag:yaml.org,2002:null":
@@ -246,14 +296,28 @@ def _document(file: str, node: Node, yaml: YAML, budget: int, result: LoadResult
             Diagnostic("GP107", f"a document must be a mapping, found {what}", file, line, col)
         )
         return
-    builder = _Builder(file, yaml, budget)
+    builder = _Builder(file, yaml, limits)
     try:
         data = builder.build(node, ())
+    except _TooDeep as e:
+        diags.append(_deep_diagnostic(file, limits.max_depth, *e.position))
+        return
+    except _Recursive as e:
+        diags.append(
+            Diagnostic(
+                "GP105",
+                "an alias refers to a list or mapping that contains it, so it never ends; "
+                "remove the alias",
+                file,
+                *e.position,
+            )
+        )
+        return
     except _TooManyNodes:
         diags.append(
             Diagnostic(
                 "GP105",
-                f"document expands to more than {budget} nodes through anchors and "
+                f"document expands to more than {limits.max_nodes} nodes through anchors and "
                 "aliases (an alias bomb?); remove the aliases",
                 file,
                 line,
@@ -322,6 +386,20 @@ class _TooManyNodes(Exception):
     pass
 
 
+class _Positioned(Exception):
+    def __init__(self, node: Node) -> None:
+        super().__init__()
+        self.position = (node.start_mark.line + 1, node.start_mark.column + 1)
+
+
+class _TooDeep(_Positioned):
+    pass
+
+
+class _Recursive(_Positioned):
+    pass
+
+
 _MERGE = "tag:yaml.org,2002:merge"
 _STR = "tag:yaml.org,2002:str"
 
@@ -343,12 +421,19 @@ def _float(text: str) -> float:
     return float(t)
 
 
+def _bool(text: str) -> bool:
+    t = text.lower()
+    if t not in ("true", "false"):
+        raise ValueError(f"{text!r} is not true or false")
+    return t == "true"
+
+
 # Scalars resolved by ruamel's YAML 1.2 resolver, built without its (slow,
 # per-node) constructor; anything unusual falls back to the constructor.
 _PLAIN_TAGS: dict[str, Callable[[str], Any]] = {
     "tag:yaml.org,2002:int": _int,
     "tag:yaml.org,2002:float": _float,
-    "tag:yaml.org,2002:bool": lambda t: t.lower() == "true",
+    "tag:yaml.org,2002:bool": _bool,
     "tag:yaml.org,2002:null": lambda t: None,
 }
 
@@ -356,10 +441,13 @@ _PLAIN_TAGS: dict[str, Callable[[str], Any]] = {
 class _Builder:
     """Builds plain values from a node graph, recording positions and problems."""
 
-    def __init__(self, file: str, yaml: YAML, max_nodes: int) -> None:
+    def __init__(self, file: str, yaml: YAML, limits: Limits) -> None:
         self.file = file
         self.constructor = yaml.constructor
-        self.budget = max_nodes
+        self.budget = limits.max_nodes
+        self.max_depth = limits.max_depth
+        self.open: list[Node] = []
+        """The lists and mappings being built, outermost first."""
         self.positions: dict[Path_, tuple[int, int]] = {}
         self.diagnostics: list[Diagnostic] = []
 
@@ -369,11 +457,19 @@ class _Builder:
             raise _TooManyNodes
         if path not in self.positions:
             self.positions[path] = (node.start_mark.line + 1, node.start_mark.column + 1)
-        if isinstance(node, MappingNode):
-            return self._mapping(node, path)
-        if isinstance(node, SequenceNode):
+        if not isinstance(node, MappingNode | SequenceNode):
+            return self._scalar(node)
+        if any(n is node for n in self.open):
+            raise _Recursive(node)
+        if len(self.open) >= self.max_depth:
+            raise _TooDeep(node)
+        self.open.append(node)
+        try:
+            if isinstance(node, MappingNode):
+                return self._mapping(node, path)
             return [self.build(item, (*path, i)) for i, item in enumerate(node.value)]
-        return self._scalar(node)
+        finally:
+            self.open.pop()
 
     def _scalar(self, node: Node) -> Any:
         tag = node.tag
@@ -383,7 +479,22 @@ class _Builder:
             try:
                 return _PLAIN_TAGS[tag](node.value)
             except ValueError:  # a form only ruamel's constructor knows
+                pass
+            try:
                 return self.constructor.construct_object(node)
+            except (ValueError, KeyError) as e:  # `!!int abc`, `!!bool maybe`, 5,000 digits
+                self.constructor.recursive_objects.pop(node, None)
+                self.diagnostics.append(
+                    Diagnostic(
+                        "GP101",
+                        f"{_clip(str(node.value))} cannot be read as !!{tag.rpartition(':')[2]} "
+                        f"({_clip(str(e))}); quote it to make it a string",
+                        self.file,
+                        node.start_mark.line + 1,
+                        node.start_mark.column + 1,
+                    )
+                )
+                return str(node.value)
         # Timestamps, binary and custom tags: keep the text as written; the
         # schema decides whether a string is acceptable there.
         return str(node.value)
@@ -391,6 +502,7 @@ class _Builder:
     def _mapping(self, node: MappingNode, path: Path_) -> dict[str, Any]:
         out: dict[str, Any] = {}
         merged: dict[str, Any] = {}
+        first_lines: dict[str, int] = {}
         for key_node, value_node in node.value:
             if key_node.tag == _MERGE:
                 for source in self._merge_sources(value_node, path):
@@ -400,7 +512,7 @@ class _Builder:
             key = self._key(key_node)
             kpath = (*path, key)
             if key in out:
-                first = self.positions.get(kpath, (0, 0))[0]
+                first = first_lines[key]
                 self.diagnostics.append(
                     Diagnostic(
                         "GP102",
@@ -413,6 +525,7 @@ class _Builder:
                 )
                 self.positions.pop(kpath, None)
             self.positions[kpath] = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
+            first_lines.setdefault(key, key_node.start_mark.line + 1)
             out[key] = self.build(value_node, kpath)
         for k, v in merged.items():
             out.setdefault(k, v)
@@ -449,3 +562,7 @@ class _Builder:
             )
         )
         return f"<complex key at line {node.start_mark.line + 1}>"
+
+
+def _clip(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
