@@ -34,5 +34,10 @@ lint: venv
 bench: venv
 	$(BIN)/python -m tests.perf
 
+# End-to-end tests on a kind cluster (clusters/local/kind.yaml); without Docker and
+# kind it says they are skipped, and why, and succeeds.
+e2e: venv
+	@bash clusters/local/e2e.sh
+
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
