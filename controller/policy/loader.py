@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -242,7 +242,7 @@ def _load_one(src: Source, yaml: YAML, limits: Limits, result: LoadResult) -> No
     # alias bomb: stop it after a few thousand nodes, not at max_nodes.
     budget = min(limits.max_nodes, len(text) + 1000)
     for node in nodes:
-        _document(src.path, node, yaml, Limits(budget, limits.max_depth), result)
+        _document(src.path, node, yaml, replace(limits, max_nodes=budget), result)
 
 
 def _too_deep(yaml: YAML, text: str, max_depth: int) -> tuple[int, int] | None:
