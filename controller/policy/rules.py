@@ -52,7 +52,8 @@ def check(
     out += _cluster_count(clusters, root)
     out += _tiers(tiers)
     out += _namespaces(projects)
-    tier_names = {t.name for t in tiers}
+    # Tiers that failed the schema still exist: naming one is no second error.
+    tier_names = {d.name for d in documents if d.kind == "PriorityTier" and d.name}
     for p in projects:
         out += _project(p, tier_names)
     for c in clusters:
@@ -305,7 +306,8 @@ def _capacity(c: ClusterPolicy, projects: Sequence[Project]) -> Iterator[Diagnos
         cap = c.capacity.get(r)
         if cap is None:
             continue
-        usable = cap - (c.reserve_gpu if r == "gpu" else 0)
+        # A reserve above the capacity is GP316; then nothing is usable.
+        usable = max(cap - (c.reserve_gpu if r == "gpu" else 0), Fraction(0))
         guaranteed = sum((p.quota.guaranteed.get(r) or Fraction(0) for p in projects), Fraction(0))
         if guaranteed > usable:
             reserve = (
@@ -321,7 +323,7 @@ def _capacity(c: ClusterPolicy, projects: Sequence[Project]) -> Iterator[Diagnos
                 "capacity",
                 r,
             )
-        maxima = sum((p.quota.max.get(r) or cap for p in projects), Fraction(0))
+        maxima = sum((_or(p.quota.max.get(r), cap) for p in projects), Fraction(0))
         if maxima > cap:
             yield Diagnostic(
                 "GP306",
@@ -332,3 +334,7 @@ def _capacity(c: ClusterPolicy, projects: Sequence[Project]) -> Iterator[Diagnos
                 *c.doc.pos(("spec", "capacity", r)),
                 severity=Severity.INFO,
             )
+
+
+def _or(amount: Fraction | None, default: Fraction) -> Fraction:
+    return default if amount is None else amount

@@ -161,9 +161,13 @@ def _schema_problems(doc: Document) -> Iterator[Diagnostic]:
     if doc.kind not in KINDS:
         return
     validator = _validator(doc.kind)
+    reported: set[tuple[str | int, ...]] = set()
     for err in validator.iter_errors(doc.data):
+        reported.add(tuple(err.absolute_path))
         yield from _translate(doc, err)
-    yield from _quantities(doc, doc.data, ())
+    for d, path in _quantities(doc, doc.data, ()):
+        if path not in reported:
+            yield d
 
 
 def _translate(doc: Document, err: ValidationError) -> Iterator[Diagnostic]:
@@ -225,16 +229,25 @@ def _translate(doc: Document, err: ValidationError) -> Iterator[Diagnostic]:
         yield Diagnostic("GP204", f"{where}: {_constraint(err)}", doc.file, line, col)
 
 
-def _quantities(doc: Document, value: Any, path: tuple[str | int, ...]) -> Iterator[Diagnostic]:
-    """Quantities the schema's pattern lets through but the parser refuses (e.g. 1e99)."""
+_RESOURCE_KEYS = ("capacity", "guaranteed", "max")
+"""Keys whose values are resource amounts (cpu and memory are quantities there)."""
+
+
+def _quantities(
+    doc: Document, value: Any, path: tuple[str | int, ...]
+) -> Iterator[tuple[Diagnostic, tuple[str | int, ...]]]:
+    """Quantities the schema's pattern lets through but the parser refuses
+    (e.g. 1e99), each with its path."""
     if isinstance(value, dict):
         for k, v in value.items():
-            if k in ("cpu", "memory") and isinstance(v, str):
+            amount = bool(path) and path[-1] in _RESOURCE_KEYS and k in ("cpu", "memory")
+            if amount and isinstance(v, str):
                 try:
                     parse_quantity(v)
                 except QuantityError as e:
                     line, col = doc.pos((*path, k))
-                    yield Diagnostic("GP312", f"{_dotted((*path, k))}: {e}", doc.file, line, col)
+                    where = _dotted((*path, k))
+                    yield Diagnostic("GP312", f"{where}: {e}", doc.file, line, col), (*path, k)
             else:
                 yield from _quantities(doc, v, (*path, k))
     elif isinstance(value, list):
