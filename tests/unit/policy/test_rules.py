@@ -1,0 +1,460 @@
+"""Every diagnostic code, table-driven: a small policy set in, the exact
+diagnostics out as (code, file, line).
+
+Each case starts from a valid base set (`cluster.yaml`, `tiers.yaml`) and adds
+or replaces files; the expected list is complete, so a case also fails when a
+rule fires where it should not. The last test checks that every code in the
+registry is exercised here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from controller.policy.diagnostics import CODES, Severity
+from controller.policy.loader import DEFAULT_LIMITS, Limits
+from tests.unit.policy.builders import Files, located, validate
+
+CLUSTER = """\
+apiVersion: policy.ai.operator/v1
+kind: ClusterPolicy
+metadata: {name: default}
+spec:
+  capacity: {gpu: 64}
+  reserve: {gpu: 8, tiers: [critical]}
+"""
+
+TIERS = """\
+apiVersion: policy.ai.operator/v1
+kind: PriorityTier
+metadata: {name: critical}
+spec: {value: 1000000}
+---
+apiVersion: policy.ai.operator/v1
+kind: PriorityTier
+metadata: {name: normal}
+spec: {value: 1000, globalDefault: true}
+---
+apiVersion: policy.ai.operator/v1
+kind: PriorityTier
+metadata: {name: batch}
+spec: {value: 10, preemptible: true, preemptionPolicy: Never}
+"""
+
+BASE = {"cluster.yaml": CLUSTER, "tiers.yaml": TIERS}
+
+PROJECT_P = """\
+apiVersion: policy.ai.operator/v1
+kind: Project
+metadata: {name: p}
+spec:
+  namespaces: [p]
+  quota: {max: {gpu: 8}}
+"""
+
+BOMB = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{n}: &{n} [{', '.join([f'*{p}'] * 10)}]\n" for p, n in zip("abcdef", "bcdefg", strict=True)
+)
+
+
+@dataclass
+class Case:
+    name: str
+    files: Files
+    """Added to the base set; a file of the same name replaces the base file."""
+    expect: list[tuple[str, str, int]]
+    """Every diagnostic, as (code, file, line), in any order."""
+    says: tuple[str, ...] = ()
+    """Substrings the messages must contain, between them."""
+    base: bool = True
+    limits: Limits = DEFAULT_LIMITS
+    extra: Files = field(default_factory=dict)
+    """Files that are not policy documents (cluster descriptions)."""
+
+
+CASES = [
+    Case("valid base set", {}, []),
+    # -- reading files (GP1xx)
+    Case(
+        "GP101 syntax error at the parser's position",
+        {"p.yaml": "apiVersion: policy.ai.operator/v1\nkind: Project\nspec: {a: [1, 2}\n"},
+        [("GP101", "p.yaml", 3)],
+    ),
+    Case(
+        "GP101 a merge key that is no mapping",
+        {"p.yaml": PROJECT_P + "x: &x 5\ny: {<<: *x}\n"},
+        # An alias has no position of its own: the anchored node's is given.
+        [("GP101", "p.yaml", 7), ("GP201", "p.yaml", 7), ("GP201", "p.yaml", 8)],
+        says=("merge key",),
+    ),
+    Case(
+        "GP101 a tagged scalar that is not what its tag says",
+        {"p.yaml": PROJECT_P.replace("gpu: 8", "gpu: !!int eight")},
+        [("GP101", "p.yaml", 6), ("GP202", "p.yaml", 6)],
+        says=("cannot be read as !!int",),
+    ),
+    Case(
+        "GP102 duplicate key",
+        {"p.yaml": PROJECT_P + "  namespaces: [q]\n"},
+        [("GP102", "p.yaml", 7)],
+        says=("first defined on line 5",),
+    ),
+    Case(
+        "GP103 file over the size limit",
+        {"p.yaml": PROJECT_P + "#" * 1000 + "\n"},
+        [("GP103", "p.yaml", 0)],
+        limits=Limits(max_file_bytes=1000),
+    ),
+    Case(
+        "GP104 not UTF-8",
+        {"p.yaml": PROJECT_P.encode() + b"# caf\xe9\n"},
+        [("GP104", "p.yaml", 7)],
+        says=("0xe9",),
+    ),
+    Case("GP105 alias bomb", {"p.yaml": BOMB}, [("GP105", "p.yaml", 1)]),
+    Case(
+        "GP105 recursive alias",
+        {"p.yaml": PROJECT_P + "x: &x [*x]\n"},
+        [("GP105", "p.yaml", 7)],
+        says=("contains it",),
+    ),
+    Case(
+        "GP106 empty document",
+        {"p.yaml": "---\n# nothing here\n---\n" + PROJECT_P},
+        [("GP106", "p.yaml", 3)],
+    ),
+    Case("GP107 not a mapping", {"p.yaml": "- a\n- b\n"}, [("GP107", "p.yaml", 1)]),
+    Case(
+        "GP108 no apiVersion",
+        {"p.yaml": "kind: Project\nmetadata: {name: p}\n"},
+        [("GP108", "p.yaml", 1)],
+        says=("no apiVersion",),
+    ),
+    Case(
+        "GP108 no kind",
+        {"p.yaml": "apiVersion: policy.ai.operator/v1\nmetadata: {name: p}\n"},
+        [("GP108", "p.yaml", 1)],
+        says=("no kind",),
+    ),
+    Case(
+        "GP109 unknown kind",
+        {"p.yaml": PROJECT_P.replace("kind: Project", "kind: Projet")},
+        [("GP109", "p.yaml", 2)],
+        says=("did you mean 'Project'?",),
+    ),
+    Case(
+        "GP110 unsupported version",
+        {"p.yaml": PROJECT_P.replace("operator/v1", "operator/v2")},
+        [("GP110", "p.yaml", 1)],
+    ),
+    Case(
+        "GP111 other API group, skipped",
+        {"k.yaml": "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"},
+        [("GP111", "k.yaml", 2)],
+    ),
+    Case(
+        "GP112 unreadable file",
+        {"p.yaml": PermissionError(13, "Permission denied")},
+        [("GP112", "p.yaml", 0)],
+        says=("Permission denied",),
+    ),
+    Case(
+        "GP113 no policies (and no ClusterPolicy)",
+        {"k.yaml": "apiVersion: v1\nkind: ConfigMap\n"},
+        [("GP113", ".", 0), ("GP111", "k.yaml", 2)],
+        base=False,
+    ),
+    Case(
+        "GP114 nesting too deep",
+        {"p.yaml": PROJECT_P + "x: " + "[" * 2000 + "]" * 2000 + "\n"},
+        [("GP114", "p.yaml", 7)],
+    ),
+    Case(
+        "GP114 nesting too deep, within what the composer survives",
+        {"p.yaml": PROJECT_P + "x: " + "[" * 150 + "]" * 150 + "\n"},
+        [("GP114", "p.yaml", 7)],
+    ),
+    # -- schema (GP2xx)
+    Case(
+        "GP201 unknown field, with a suggestion",
+        {"p.yaml": PROJECT_P.replace("{name: p}", "{name: p, lables: {a: b}}")},
+        [("GP201", "p.yaml", 3)],
+        says=("metadata.lables: unknown field 'lables' (did you mean 'labels'?)",),
+    ),
+    Case(
+        "GP201 unknown field, nothing close: the allowed fields are listed",
+        {"p.yaml": PROJECT_P.replace("{max:", "{zzz: 1, max:")},
+        [("GP201", "p.yaml", 6)],
+        says=("allowed: guaranteed, max",),
+    ),
+    Case(
+        "GP202 wrong type",
+        {"p.yaml": PROJECT_P.replace("gpu: 8", 'gpu: "8"')},
+        [("GP202", "p.yaml", 6)],
+        says=("expected an integer, found string",),
+    ),
+    Case(
+        "GP203 missing field",
+        {"p.yaml": PROJECT_P.replace("  quota: {max: {gpu: 8}}\n", "")},
+        [("GP203", "p.yaml", 4)],
+        says=("missing required field 'quota'",),
+    ),
+    Case(
+        "GP204 value not allowed",
+        {"tiers.yaml": TIERS.replace("Never", "Sometimes")},
+        [("GP204", "tiers.yaml", 14)],
+        says=("not one of 'PreemptLowerPriority', 'Never'",),
+    ),
+    Case(
+        "GP204 duplicate namespaces",
+        {"p.yaml": PROJECT_P.replace("[p]", "[p, p]")},
+        [("GP204", "p.yaml", 5)],
+    ),
+    # -- semantic rules (GP3xx)
+    Case(
+        "GP301 duplicate project name",
+        {"p.yaml": PROJECT_P, "q.yaml": PROJECT_P.replace("[p]", "[q]")},
+        [("GP301", "q.yaml", 3)],
+        says=("already defined at p.yaml:1",),
+    ),
+    Case(
+        "GP301 duplicate user",
+        {
+            "p.yaml": PROJECT_P
+            + "  users:\n    members:\n      - {name: ann}\n      - {name: ann}\n"
+        },
+        [("GP301", "p.yaml", 10)],
+    ),
+    Case(
+        "GP302 namespace in two projects",
+        {"p.yaml": PROJECT_P, "q.yaml": PROJECT_P.replace("name: p", "name: q")},
+        [("GP302", "q.yaml", 5)],
+        says=("already belongs to project 'p'",),
+    ),
+    Case(
+        "GP303 project guaranteed above max",
+        {"p.yaml": PROJECT_P.replace("{max:", "{guaranteed: {gpu: 9}, max:")},
+        [("GP303", "p.yaml", 6)],
+    ),
+    Case(
+        "GP303 user guaranteed above max",
+        {"p.yaml": PROJECT_P + "  users: {default: {guaranteed: {gpu: 3}, max: {gpu: 2}}}\n"},
+        [("GP303", "p.yaml", 7)],
+    ),
+    Case(
+        "GP304 users' guarantees above the project's",
+        {
+            "p.yaml": PROJECT_P.replace("{max:", "{guaranteed: {gpu: 4}, max:")
+            + "  users:\n    members:\n"
+            + "      - {name: ann, guaranteed: {gpu: 3}}\n"
+            + "      - {name: bob, guaranteed: {gpu: 3}}\n"
+        },
+        [("GP304", "p.yaml", 8)],
+        says=("adds up to 6 GPUs",),
+    ),
+    Case(
+        "GP305 guarantees above capacity minus reserve",
+        {"p.yaml": PROJECT_P.replace("{max: {gpu: 8}}", "{guaranteed: {gpu: 57}, max: {gpu: 64}}")},
+        [("GP305", "cluster.yaml", 5)],
+        says=("minus the reserve of 8",),
+    ),
+    Case(
+        "GP305 CPU guarantees above the CPU capacity",
+        {
+            "cluster.yaml": CLUSTER.replace("{gpu: 64}", '{gpu: 64, cpu: "10"}'),
+            "p.yaml": PROJECT_P.replace(
+                "{max: {gpu: 8}}", '{guaranteed: {cpu: "11"}, max: {gpu: 8, cpu: "11"}}'
+            ),
+        },
+        [("GP305", "cluster.yaml", 5), ("GP306", "cluster.yaml", 5)],
+    ),
+    Case(
+        "GP305 not reported beside GP316 when nothing is guaranteed",
+        {"cluster.yaml": CLUSTER.replace("{gpu: 8,", "{gpu: 65,"), "p.yaml": PROJECT_P},
+        [("GP316", "cluster.yaml", 6)],
+    ),
+    Case(
+        "GP306 a project with a max of 0 GPUs counts 0, not the capacity",
+        {
+            "p.yaml": PROJECT_P.replace("gpu: 8", "gpu: 64"),
+            "q.yaml": PROJECT_P.replace("name: p", "name: q")
+            .replace("[p]", "[q]")
+            .replace("gpu: 8", "gpu: 0"),
+        },
+        [],
+    ),
+    Case(
+        "GP306 maxima over-commit (info)",
+        {
+            "p.yaml": PROJECT_P.replace("gpu: 8", "gpu: 40"),
+            "q.yaml": PROJECT_P.replace("name: p", "name: q")
+            .replace("[p]", "[q]")
+            .replace("gpu: 8", "gpu: 40"),
+        },
+        [("GP306", "cluster.yaml", 5)],
+        says=("1.25x over-commit",),
+    ),
+    Case(
+        "GP307 unknown tier in a project",
+        {"p.yaml": PROJECT_P + "  jobs: {tiers: [nromal]}\n"},
+        [("GP307", "p.yaml", 7)],
+        says=("did you mean 'normal'?",),
+    ),
+    Case(
+        "GP307 unknown tier in the reserve",
+        {"cluster.yaml": CLUSTER.replace("critical", "urgent")},
+        [("GP307", "cluster.yaml", 6)],
+    ),
+    Case(
+        "GP307 default tier not allowed",
+        {"p.yaml": PROJECT_P + "  jobs: {tiers: [batch], defaultTier: normal}\n"},
+        [("GP307", "p.yaml", 7)],
+        says=("not in jobs.tiers",),
+    ),
+    Case(
+        "GP308 tier value out of range",
+        {"tiers.yaml": TIERS.replace("value: 1000000", "value: 1000000001")},
+        [("GP308", "tiers.yaml", 4)],
+    ),
+    Case(
+        "GP308 tier value below int32",
+        {"tiers.yaml": TIERS.replace("value: 10,", "value: -2147483649,")},
+        [("GP308", "tiers.yaml", 14)],
+    ),
+    Case(
+        "GP309 system- tier",
+        {"tiers.yaml": TIERS.replace("name: batch", "name: system-batch")},
+        [("GP309", "tiers.yaml", 13)],
+    ),
+    Case(
+        "GP309 reserved namespaces",
+        {"p.yaml": PROJECT_P.replace("[p]", "[p, kube-system, default]")},
+        [("GP309", "p.yaml", 5), ("GP309", "p.yaml", 5)],
+    ),
+    Case(
+        "GP310 two global defaults",
+        {"tiers.yaml": TIERS.replace("{value: 10,", "{value: 10, globalDefault: true,")},
+        [("GP310", "tiers.yaml", 14)],
+    ),
+    Case(
+        "GP311 project name not DNS-1123",
+        {"p.yaml": PROJECT_P.replace("{name: p}", "{name: P_1}")},
+        [("GP311", "p.yaml", 3)],
+    ),
+    Case(
+        "GP311 namespace not DNS-1123",
+        {"p.yaml": PROJECT_P.replace("[p]", "[p, Team.A]")},
+        [("GP311", "p.yaml", 5)],
+    ),
+    Case(
+        "GP312 not a quantity",
+        {"p.yaml": PROJECT_P.replace("gpu: 8", 'gpu: 8, cpu: "lots"')},
+        [("GP312", "p.yaml", 6)],
+    ),
+    Case(
+        "GP312 negative quantity",
+        {"p.yaml": PROJECT_P.replace("gpu: 8", 'gpu: 8, memory: "-1Gi"')},
+        [("GP312", "p.yaml", 6)],
+    ),
+    Case(
+        "GP312 a quantity the pattern allows but the parser refuses",
+        {"p.yaml": PROJECT_P.replace("gpu: 8", 'gpu: 8, memory: "1e99"')},
+        [("GP312", "p.yaml", 6)],
+        says=("exponent out of range",),
+    ),
+    Case(
+        "cpu and memory are quantities only where resources are",
+        {"p.yaml": PROJECT_P.replace("{name: p}", "{name: p, labels: {cpu: high}}")},
+        [],
+    ),
+    Case("GP313 no ClusterPolicy", {"tiers.yaml": TIERS}, [("GP313", ".", 0)], base=False),
+    Case(
+        "GP313 two ClusterPolicies",
+        {"c2.yaml": CLUSTER.replace("name: default", "name: other")},
+        [("GP313", "c2.yaml", 3)],
+    ),
+    Case(
+        "GP314 job max above the project's max",
+        {"p.yaml": PROJECT_P + "  jobs: {maxGPU: 16}\n"},
+        [("GP314", "p.yaml", 7)],
+    ),
+    Case(
+        "GP315 user max above the project's max (warning)",
+        {"p.yaml": PROJECT_P + "  users: {members: [{name: ann, max: {gpu: 9}}]}\n"},
+        [("GP315", "p.yaml", 7)],
+    ),
+    Case(
+        "GP316 reserve above capacity",
+        {"cluster.yaml": CLUSTER.replace("{gpu: 8,", "{gpu: 65,")},
+        [("GP316", "cluster.yaml", 6)],
+    ),
+    Case(
+        "GP317 neither capacity.gpu nor capacityFrom",
+        {"cluster.yaml": CLUSTER.replace("  capacity: {gpu: 64}\n", "")},
+        [("GP317", "cluster.yaml", 4)],
+    ),
+    Case(
+        "GP317 capacityFrom names no file",
+        {"cluster.yaml": CLUSTER.replace("capacity: {gpu: 64}", "capacityFrom: nowhere.yaml")},
+        [("GP317", "cluster.yaml", 5)],
+        says=("'nowhere.yaml' not found",),
+    ),
+    Case(
+        "GP317 capacityFrom names something that is no cluster description",
+        {"cluster.yaml": CLUSTER.replace("capacity: {gpu: 64}", "capacityFrom: c/cluster.yaml")},
+        [("GP317", "cluster.yaml", 5)],
+        extra={"c/cluster.yaml": "kind: Node\n"},
+    ),
+    Case(
+        "capacityFrom: the capacity is the cluster's GPU count",
+        {
+            "cluster.yaml": CLUSTER.replace("capacity: {gpu: 64}", "capacityFrom: c/cluster.yaml"),
+            "p.yaml": PROJECT_P.replace("{max: {gpu: 8}}", "{guaranteed: {gpu: 9}, max: {gpu: 9}}"),
+        },
+        [("GP305", "cluster.yaml", 4)],
+        says=("capacity of 16 GPUs minus the reserve of 8",),
+        extra={
+            "c/cluster.yaml": "kind: Cluster\nspec:\n"
+            "  pools: [{name: a, count: 2, gpusPerNode: 8}]\n"
+        },
+    ),
+    Case(
+        "GP318 a project allowing no tiers (warning)",
+        {"p.yaml": PROJECT_P + "  jobs: {tiers: []}\n"},
+        [("GP318", "p.yaml", 7)],
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_diagnostics(case: Case) -> None:
+    files = {**(BASE if case.base else {}), **case.files}
+    result = validate(files, limits=case.limits, extra=case.extra)
+    assert sorted(located(result.diagnostics)) == sorted(case.expect)
+    messages = "\n".join(d.message for d in result.diagnostics)
+    for text in case.says:
+        assert text in messages
+    assert result.ok == (not any(CODES[c].severity is Severity.ERROR for c, _, _ in case.expect))
+    assert (result.policy_set is not None) == result.ok
+
+
+def test_every_registered_code_has_a_case() -> None:
+    exercised = {code for case in CASES for code, _, _ in case.expect}
+    assert exercised == set(CODES)
+
+
+def test_every_problem_in_every_file_is_reported() -> None:
+    files = {
+        **BASE,
+        "a.yaml": PROJECT_P.replace("gpu: 8", 'gpu: "8"'),
+        "b.yaml": PROJECT_P.replace("name: p", "name: q").replace("[p]", "[q]") + "  zzz: 1\n",
+        "c.yaml": "a: [\n",
+    }
+    result = validate(files)
+    assert located(result.diagnostics) == [
+        ("GP202", "a.yaml", 6),
+        ("GP201", "b.yaml", 7),
+        ("GP101", "c.yaml", 2),
+    ]
