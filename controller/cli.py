@@ -137,6 +137,11 @@ def _parser() -> argparse.ArgumentParser:
 
 def _add_plugins(sub: Any) -> None:
     """Subcommands that live with their own package."""
+    from controller.reconciler.cli import add_subcommand as add_install_crds
+    from controller.run import add_subcommand as add_run
+
+    add_run(sub)
+    add_install_crds(sub)
     try:
         from controller.devcluster.cli import add_subcommand
     except ImportError:

@@ -15,6 +15,7 @@ if a thread is still running.
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -36,6 +37,8 @@ __all__ = [
     "connect",
     "resource_for",
 ]
+
+log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 Fence = Callable[[], bool]
@@ -200,8 +203,10 @@ class Kube:
         timeout: float | tuple[float, float] | None = None,
         stream: bool = False,
     ) -> Any:
-        if method != "GET" and self._fence is not None and not self._fence():
-            raise NotLeaderError(f"refusing {method} {path}: this replica is not the leader")
+        if method != "GET":
+            if self._fence is not None and not self._fence():
+                raise NotLeaderError(f"refusing {method} {path}: this replica is not the leader")
+            log.debug("api write method=%s path=%s", method, path)
         try:
             resp = self._api.call_api(
                 path,

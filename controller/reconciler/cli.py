@@ -1,0 +1,59 @@
+"""`gangops install-crds`: the CRDs generated from schemas/, into a cluster or a directory.
+
+The chart ships the same files (`charts/gangops/crds/`, written by
+`--output-dir`); this command is for clusters installed without Helm and for
+regenerating the chart's copies after a schema change.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+__all__ = ["add_subcommand"]
+
+
+def _install_crds(args: argparse.Namespace) -> int:
+    from controller.kube.client import ApiError, connect
+    from controller.kube.crds import crd_file_name, generate_crds, install, render_yaml
+    from controller.policy.validate import schema_dir
+
+    crds = generate_crds(schema_dir())
+    if args.output_dir is not None:
+        out = Path(args.output_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        for crd in crds:
+            (out / crd_file_name(crd)).write_text(render_yaml(crd), encoding="utf-8")
+            print(f"wrote {out / crd_file_name(crd)}")
+        return 0
+    if args.print:
+        sys.stdout.write("".join("---\n" + render_yaml(c) for c in crds))
+        return 0
+    try:
+        install(connect(args.kubeconfig), crds, timeout_s=args.timeout)
+    except (ApiError, TimeoutError) as e:
+        print(f"gangops install-crds: {e}", file=sys.stderr)
+        return 1
+    for crd in crds:
+        print(f"customresourcedefinition/{crd['metadata']['name']} established")
+    return 0
+
+
+def add_subcommand(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register `gangops install-crds`."""
+    p = subparsers.add_parser(
+        "install-crds",
+        help="install the gangops CRDs (PolicySource and the policy kinds)",
+        description="Generate the CustomResourceDefinitions from the JSON Schemas and apply "
+        "them (server-side, field manager gangops), waiting until they are established; "
+        "or write them to a directory, or print them.",
+    )
+    p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, in-cluster, ...)")
+    p.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument(
+        "--output-dir", metavar="DIR", help="write one YAML file per CRD here instead"
+    )
+    where.add_argument("--print", action="store_true", help="print the CRDs as YAML instead")
+    p.set_defaults(func=_install_crds)

@@ -1,0 +1,272 @@
+"""`gangops run`: the controller process.
+
+One process holds every long-running part: the policy reconciler (and, as they
+land, the job controller and scheduler), the webhook server (Git pushes) and
+the metrics/health server (`/metrics`, `/healthz`, `/readyz`). Replicas elect
+a leader through a `coordination.k8s.io` Lease; only the leader reconciles,
+and its client is fenced by the elector, so a replica whose Lease lapsed
+cannot write even from a thread still in flight. A leader that loses the
+Lease exits (status 1), as controller-runtime's managers do: the restart
+rejoins the election as a candidate with clean state. Every replica serves
+webhooks (they only annotate the PolicySource) and metrics.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import socket
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from controller.kube.client import connect
+from controller.kube.clock import SystemClock
+from controller.kube.leader import ElectionSettings, LeaseElector
+from controller.reconciler.controller import Reconciler, ReconcilerSettings
+from controller.reconciler.metrics import ReconcilerMetrics
+from controller.reconciler.webhook import PATH_PREFIX, handle_push
+
+__all__ = ["add_subcommand"]
+
+log = logging.getLogger("gangops.run")
+
+_MAX_BODY = 10 * 1024 * 1024
+"""Webhook payloads above this are refused (GitHub caps its own at 25 MB; pushes are small)."""
+
+_DESCRIPTION = """\
+Run the controller: reconcile every PolicySource into the cluster, serve Git
+push webhooks and metrics. Credentials: --kubeconfig, else $KUBECONFIG, else the
+in-cluster service account, else ~/.kube/config.
+
+endpoints:
+  METRICS_ADDR  /metrics (Prometheus), /healthz, /readyz
+  WEBHOOK_ADDR  POST /hook/<policysource>  (GitHub X-Hub-Signature-256 or GitLab
+                X-Gitlab-Token, checked against the secret in --webhook-secret-file)
+
+With leader election (the default) replicas share a Lease; only the holder
+writes, and a holder that loses it exits with status 1 to be restarted.
+"""
+
+
+Response = tuple[int, str, bytes]
+Route = Callable[[str, str, dict[str, str], bytes], Response]
+
+
+@dataclass
+class _Routes:
+    """Path prefix -> handler(method, path, headers, body)."""
+
+    routes: dict[str, Route]
+
+    def handler(self) -> type[BaseHTTPRequestHandler]:
+        routes = self.routes
+
+        class Handler(BaseHTTPRequestHandler):
+            def _serve(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                if length > _MAX_BODY:
+                    self._reply((413, "text/plain", b"payload too large\n"))
+                    return
+                body = self.rfile.read(length) if length else b""
+                path = self.path.split("?", 1)[0]
+                for prefix, route in routes.items():
+                    if path == prefix or (prefix.endswith("/") and path.startswith(prefix)):
+                        headers = {k: v for k, v in self.headers.items()}
+                        self._reply(route(self.command, path, headers, body))
+                        return
+                self._reply((404, "text/plain", b"not found\n"))
+
+            def _reply(self, response: Response) -> None:
+                code, ctype, payload = response
+                self.send_response(code)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            do_GET = _serve
+            do_POST = _serve
+
+            def log_message(self, format: str, *args: Any) -> None:
+                log.debug("http %s", format % args)
+
+        return Handler
+
+
+def _serve(addr: str, routes: dict[str, Route]) -> ThreadingHTTPServer:
+    host, _, port = addr.rpartition(":")
+    server = ThreadingHTTPServer((host or "0.0.0.0", int(port)), _Routes(routes).handler())
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name=f"http-{port}", daemon=True).start()
+    log.info("serving addr=%s:%d paths=%s", host or "0.0.0.0", server.server_port, ",".join(routes))
+    return server
+
+
+def _text(code: int, text: str) -> Response:
+    return code, "text/plain; charset=utf-8", (text + "\n").encode()
+
+
+def _run(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="time=%(asctime)s level=%(levelname)s logger=%(name)s %(message)s",
+    )
+    clock = SystemClock()
+    kube = connect(args.kubeconfig)
+    metrics = ReconcilerMetrics()
+    secret = (
+        Path(args.webhook_secret_file).read_bytes().strip() if args.webhook_secret_file else b""
+    )
+    identity = args.identity or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+    settings = ReconcilerSettings(
+        cache_dir=Path(args.cache_dir),
+        system_namespace=args.system_namespace,
+        source_selector=args.source_selector,
+    )
+    stop = threading.Event()
+    exit_code = 0
+    reconciler: Reconciler | None = None
+    elector: LeaseElector | None = None
+
+    def start_leading() -> None:
+        nonlocal reconciler
+        log.info("leading identity=%s", identity)
+        metrics.leader.set(1)
+        fenced = kube.fenced(elector.is_leader) if elector is not None else kube
+        reconciler = Reconciler(fenced, settings=settings, clock=clock, metrics=metrics)
+        reconciler.start()
+
+    def stop_leading() -> None:
+        nonlocal exit_code
+        metrics.leader.set(0)
+        if not stop.is_set():
+            log.error(
+                "lost the leader lease; exiting to rejoin as a candidate identity=%s", identity
+            )
+            exit_code = 1
+            stop.set()
+
+    def ready() -> bool:
+        if elector is not None and not elector.is_leader():
+            return True  # a candidate is ready to serve webhooks and to take over
+        return reconciler is not None and reconciler.ready()
+
+    def health(method: str, path: str, headers: dict[str, str], body: bytes) -> Response:
+        if path == "/readyz":
+            return _text(200, "ok") if ready() else _text(503, "informers not synced")
+        return _text(200, "ok")
+
+    def scrape(method: str, path: str, headers: dict[str, str], body: bytes) -> Response:
+        return 200, CONTENT_TYPE_LATEST, generate_latest(metrics.registry)
+
+    def hook(method: str, path: str, headers: dict[str, str], body: bytes) -> Response:
+        if method != "POST":
+            return _text(405, "POST a push event")
+        r = handle_push(kube, path=path, headers=headers, body=body, secret=secret, clock=clock)
+        metrics.webhooks.labels(r.result).inc()
+        return _text(r.status, r.message)
+
+    servers = [
+        _serve(args.metrics_addr, {"/metrics": scrape, "/healthz": health, "/readyz": health})
+    ]
+    if args.webhook_addr:
+        servers.append(_serve(args.webhook_addr, {PATH_PREFIX: hook}))
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        log.info("signal received signal=%s; shutting down", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    if args.leader_elect:
+        elector = LeaseElector(
+            kube,
+            identity=identity,
+            settings=ElectionSettings(
+                name=args.lease_name,
+                namespace=args.lease_namespace or args.system_namespace,
+                lease_duration_s=args.lease_duration,
+                renew_deadline_s=args.renew_deadline,
+                retry_period_s=args.retry_period,
+            ),
+            clock=clock,
+        )
+        campaign = threading.Thread(
+            target=elector.run,
+            args=(stop,),
+            kwargs={"on_started": start_leading, "on_stopped": stop_leading},
+            name="leader-election",
+            daemon=True,
+        )
+        campaign.start()
+    else:
+        start_leading()
+    stop.wait()
+    if elector is not None:
+        campaign.join(10)
+    if reconciler is not None:
+        reconciler.stop()
+    for server in servers:
+        server.shutdown()
+    log.info("stopped exit_code=%d", exit_code)
+    return exit_code
+
+
+def _default_cache() -> str:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return str(Path(base) / "gangops" / "reconciler")
+
+
+def add_subcommand(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register `gangops run`."""
+    p = subparsers.add_parser(
+        "run",
+        help="run the controller (reconciler, webhooks, metrics, leader election)",
+        description=_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, in-cluster, ...)")
+    p.add_argument(
+        "--system-namespace",
+        default=os.environ.get("POD_NAMESPACE", "gangops-system"),
+        help="the controller's namespace: policy ConfigMap, Git secrets, the Lease "
+        "(default: $POD_NAMESPACE, else gangops-system)",
+    )
+    p.add_argument("--metrics-addr", default=":8080", help="metrics and health (default :8080)")
+    p.add_argument(
+        "--webhook-addr", default=":9292", help="Git push webhooks; '' disables (default :9292)"
+    )
+    p.add_argument(
+        "--webhook-secret-file",
+        help="file holding the shared webhook secret (GitHub HMAC key / GitLab token)",
+    )
+    p.add_argument("--cache-dir", default=_default_cache(), help="Git caches (default %(default)s)")
+    p.add_argument(
+        "--source-selector",
+        help="reconcile only PolicySources matching this label selector (sharding)",
+    )
+    p.add_argument(
+        "--leader-elect",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="elect a leader among replicas through a Lease (default on)",
+    )
+    p.add_argument("--lease-name", default="gangops-controller", help="the Lease's name")
+    p.add_argument("--lease-namespace", help="the Lease's namespace (default: system namespace)")
+    p.add_argument("--identity", help="this replica's name in the Lease (default host_random)")
+    p.add_argument("--lease-duration", type=float, default=15.0, metavar="SECONDS")
+    p.add_argument("--renew-deadline", type=float, default=10.0, metavar="SECONDS")
+    p.add_argument("--retry-period", type=float, default=2.0, metavar="SECONDS")
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    p.set_defaults(func=_run)
