@@ -120,7 +120,7 @@ def sources_from_paths(paths: Iterable[str | Path], *, root: Path | None = None)
     Display paths are relative to `root` (default: the current directory)
     when the file is below it. Raises `FileNotFoundError` for a missing path.
     """
-    base = (root or Path.cwd()).resolve()
+    base = Path(os.path.abspath(root or Path.cwd()))
     found: list[Path] = []
     for raw in paths:
         p = Path(raw)
@@ -142,7 +142,8 @@ def sources_from_paths(paths: Iterable[str | Path], *, root: Path | None = None)
             continue
         seen.add(resolved)
         try:
-            display = resolved.relative_to(base).as_posix()
+            # Named as found, not as resolved: a link shows as the link.
+            display = Path(os.path.abspath(f)).relative_to(base).as_posix()
         except ValueError:
             display = f.as_posix()
         try:
