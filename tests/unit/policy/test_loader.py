@@ -1,0 +1,307 @@
+"""The loader: YAML in, documents with positions (or diagnostics) out, never a traceback."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from controller.policy.diagnostics import Severity
+from controller.policy.loader import Limits, LoadResult, Source, load_sources, sources_from_paths
+from tests.unit.policy.builders import Files, sources, validate
+
+
+def load(files: Files, limits: Limits | None = None) -> LoadResult:
+    return load_sources(sources(files), limits=limits or Limits())
+
+
+def where(result: LoadResult) -> list[tuple[str, int, int]]:
+    return [(d.code, d.line, d.column) for d in result.diagnostics]
+
+
+PROJECT = """\
+apiVersion: policy.ai.operator/v1
+kind: Project
+metadata:
+  name: nlp
+spec:
+  namespaces: [nlp, nlp-dev]
+  quota:
+    max: {gpu: 8, cpu: "16"}
+  users:
+    members:
+      - name: ann
+        max:
+          gpu: 4
+"""
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "col", "problem"),
+    [
+        ("a: [1, 2\nb: 3\n", 2, 2, "did not find expected ',' or ']'"),
+        ("a: b: c\n", 1, 5, "mapping values are not allowed in this context"),
+        ("a: 'open\n", 2, 1, "found unexpected end of stream"),
+        ("a:\n\tb: 1\n", 2, 1, "found character that cannot start any token"),
+        ("a: *nowhere\n", 1, 4, "found undefined alias"),
+    ],
+)
+def test_yaml_syntax_error_is_located(text: str, line: int, col: int, problem: str) -> None:
+    result = load({"a.yaml": text})
+    assert where(result) == [("GP101", line, col)]
+    assert problem in result.diagnostics[0].message
+    assert result.documents == []
+
+
+def test_every_duplicate_key_is_reported_at_its_place() -> None:
+    text = "kind: Project\nkind: Project\nspec:\n  a: 1\n  b: 2\n  a: 3\nkind: Tier\n"
+    result = load({"a.yaml": text})
+    assert [(c, line, col) for c, line, col in where(result) if c == "GP102"] == [
+        ("GP102", 2, 1),
+        ("GP102", 6, 3),
+        ("GP102", 7, 1),
+    ]
+    messages = [d.message for d in result.diagnostics if d.code == "GP102"]
+    assert messages[0].startswith("duplicate key 'kind' (first defined on line 1)")
+    assert "first defined on line 4" in messages[1]
+    assert "first defined on line 1" in messages[2]
+
+
+def test_the_later_duplicate_wins_and_is_where_the_key_points() -> None:
+    text = PROJECT + "  namespaces: [other]\n"
+    result = load({"a.yaml": text})
+    (doc,) = result.documents
+    assert doc.data["spec"]["namespaces"] == ["other"]
+    assert doc.pos(("spec", "namespaces")) == (14, 3)
+
+
+def test_positions_of_nested_fields() -> None:
+    (doc,) = load({"a.yaml": PROJECT}).documents
+    assert (doc.line, doc.column) == (1, 1)
+    assert doc.pos(("metadata", "name")) == (4, 3)
+    assert doc.pos(("spec", "namespaces", 1)) == (6, 21)
+    assert doc.pos(("spec", "quota", "max", "cpu")) == (8, 19)
+    assert doc.pos(("spec", "users", "members", 0)) == (11, 9)
+    assert doc.pos(("spec", "users", "members", 0, "max", "gpu")) == (13, 11)
+    # A path that is not there points at its nearest ancestor.
+    assert doc.pos(("spec", "quota", "guaranteed", "gpu")) == (7, 3)
+    assert doc.pos(("nowhere",)) == (1, 1)
+
+
+def test_multi_document_file_keeps_each_documents_place() -> None:
+    text = PROJECT + "---\n" + PROJECT.replace("nlp", "cv") + "...\n---\n" + PROJECT
+    result = load({"a.yaml": text})
+    assert [(d.name, d.line) for d in result.documents] == [("nlp", 1), ("cv", 15), ("nlp", 30)]
+    assert result.documents[1].pos(("spec", "quota", "max", "cpu")) == (22, 19)
+    assert result.diagnostics == []
+
+
+def test_merge_keys_merge_and_local_keys_win() -> None:
+    text = """\
+apiVersion: policy.ai.operator/v1
+kind: Project
+metadata: {name: p}
+spec:
+  quota:
+    guaranteed: &small {gpu: 4, cpu: "8"}
+    max:
+      <<: [*small, {memory: 1Ti, gpu: 99}]
+      gpu: 8
+"""
+    (doc,) = load({"a.yaml": text}).documents
+    assert doc.data["spec"]["quota"]["max"] == {"gpu": 8, "cpu": "8", "memory": "1Ti"}
+    assert doc.pos(("spec", "quota", "max", "gpu")) == (9, 7)
+    assert doc.pos(("spec", "quota", "max", "cpu")) == (6, 33)
+
+
+def test_merged_policy_validates() -> None:
+    text = """\
+apiVersion: policy.ai.operator/v1
+kind: Project
+metadata: {name: p}
+spec:
+  namespaces: [p]
+  quota:
+    guaranteed: &q {gpu: 2}
+    max: {<<: *q, cpu: "4"}
+"""
+    result = validate(
+        {
+            "p.yaml": text,
+            "c.yaml": "apiVersion: policy.ai.operator/v1\n"
+            "kind: ClusterPolicy\nmetadata: {name: c}\nspec: {capacity: {gpu: 8}}\n",
+        }
+    )
+    assert result.ok, result.diagnostics
+    assert result.policy_set is not None
+    assert result.policy_set.projects[0].quota.max.gpu == 2
+
+
+@pytest.mark.parametrize(
+    ("text", "expect"),
+    [
+        ("---\n---\n", [("GP106", 2, 1), ("GP106", 3, 1)]),
+        ("- a\n", [("GP107", 1, 1)]),
+        ("just text\n", [("GP107", 1, 1)]),
+        ("kind: Project\n", [("GP108", 1, 1)]),
+        ("apiVersion: policy.ai.operator/v1\n", [("GP108", 1, 1)]),
+        ("apiVersion: policy.ai.operator/v1\nkind: 7\n", [("GP108", 1, 1)]),
+        ("apiVersion: policy.ai.operator/v1\nkind: PriorityTeir\n", [("GP109", 2, 1)]),
+        ("apiVersion: policy.ai.operator/v1beta1\nkind: Project\n", [("GP110", 1, 1)]),
+        ("apiVersion: apps/v1\nkind: Deployment\n", [("GP111", 2, 1)]),
+        ("apiVersion: v1\nkind: ConfigMap\n", [("GP111", 2, 1)]),
+    ],
+)
+def test_documents_that_are_not_policies(text: str, expect: list[tuple[str, int, int]]) -> None:
+    result = load({"a.yaml": text})
+    assert where(result) == expect
+    assert result.documents == []
+
+
+def test_unknown_kind_suggests_the_nearest() -> None:
+    result = load({"a.yaml": "apiVersion: policy.ai.operator/v1\nkind: PriorityTeir\n"})
+    assert "did you mean 'PriorityTier'?" in result.diagnostics[0].message
+
+
+def test_other_api_groups_are_skipped_as_info() -> None:
+    result = validate(
+        {
+            "k.yaml": "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n",
+            "c.yaml": "apiVersion: policy.ai.operator/v1\nkind: ClusterPolicy\n"
+            "metadata: {name: c}\nspec: {capacity: {gpu: 8}}\n",
+        }
+    )
+    assert [(d.code, d.level) for d in result.diagnostics] == [("GP111", Severity.INFO)]
+    assert result.ok
+
+
+def test_an_alias_bomb_is_refused_quickly() -> None:
+    levels = "".join(
+        f"{n}: &{n} [{', '.join([f'*{p}'] * 10)}]\n"
+        for p, n in zip("abcdefgh", "bcdefghi", strict=True)
+    )
+    text = "a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + levels
+    start = time.perf_counter()
+    result = load({"bomb.yaml": text})  # a billion nodes if expanded
+    assert time.perf_counter() - start < 1.0
+    assert where(result) == [("GP105", 1, 1)]
+    assert "alias" in result.diagnostics[0].message
+
+
+def test_aliases_within_the_budget_are_fine() -> None:
+    text = "a: &a [1, 2, 3]\nb: [*a, *a, *a]\napiVersion: v1\nkind: X\n"
+    assert [d.code for d in load({"a.yaml": text}).diagnostics] == ["GP111"]
+
+
+def test_a_recursive_alias_is_refused() -> None:
+    result = load({"a.yaml": "kind: Project\nspec: &s {self: *s}\n"})
+    assert where(result) == [("GP105", 2, 7)]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "a: " + "[" * 300_000 + "]" * 300_000,  # flow: libyaml's composer would crash
+        "a: " + "{a: " * 250_000,  # unterminated: quadratic to scan to the end
+        "- " * 500_000 + "x",
+        "a:\n" + "".join(" " * i + "b:\n" for i in range(1, 1200)),
+        "a: " + "[" * 150 + "]" * 150,  # shallow enough to compose; checked while building
+    ],
+    ids=["flow", "open-flow", "block-sequence", "block-mapping", "composable"],
+)
+def test_deep_nesting_is_refused_quickly(text: str) -> None:
+    start = time.perf_counter()
+    result = load({"deep.yaml": text})
+    assert time.perf_counter() - start < 1.0
+    assert [d.code for d in result.diagnostics] == ["GP114"]
+    assert result.diagnostics[0].line > 0
+
+
+def test_nesting_up_to_the_limit_is_read() -> None:
+    text = "apiVersion: v1\nkind: X\na: " + "[" * 99 + "]" * 99 + "\n"
+    assert [d.code for d in load({"a.yaml": text}).diagnostics] == ["GP111"]
+    assert [d.code for d in load({"a.yaml": text}, Limits(max_depth=50)).diagnostics] == ["GP114"]
+
+
+def test_file_over_the_size_limit_is_not_read() -> None:
+    def read() -> bytes:
+        raise AssertionError("a file over the limit must not be read")
+
+    result = load_sources([Source("big.yaml", 2_000_000, read)])
+    assert where(result) == [("GP103", 0, 0)]
+    assert "2000000 bytes, over the limit of 1048576" in result.diagnostics[0].message
+
+
+def test_file_that_grew_since_it_was_listed() -> None:
+    data = b"#" * 2000
+    result = load_sources([Source("a.yaml", 10, lambda: data)], limits=Limits(max_file_bytes=1000))
+    assert where(result) == [("GP103", 0, 0)]
+
+
+def test_file_size_limit_is_configurable() -> None:
+    files = {"a.yaml": "apiVersion: v1\nkind: X\n" + "#" * 100}
+    assert [d.code for d in load(files, Limits(max_file_bytes=100)).diagnostics] == ["GP103"]
+    assert [d.code for d in load(files, Limits(max_file_bytes=200)).diagnostics] == ["GP111"]
+
+
+@pytest.mark.parametrize(
+    ("data", "line", "col", "byte"),
+    [
+        (b"\xff\xfe", 1, 1, "0xff"),
+        (b"kind: Project\nname: caf\xe9\n", 2, 10, "0xe9"),
+        (b"a: 1\nb: 2\n# \xc3\n", 3, 3, "0xc3"),
+    ],
+)
+def test_non_utf8_is_located(data: bytes, line: int, col: int, byte: str) -> None:
+    result = load({"a.yaml": data})
+    assert where(result) == [("GP104", line, col)]
+    assert byte in result.diagnostics[0].message
+
+
+@pytest.mark.parametrize(
+    ("text", "col", "says"),
+    [
+        ("a: !!int abc\n", 4, "cannot be read as !!int"),
+        ("a: !!float abc\n", 4, "cannot be read as !!float"),
+        ("a: !!bool maybe\n", 4, "cannot be read as !!bool"),
+        ("a: " + "9" * 5000 + "\n", 4, "cannot be read as !!int"),
+    ],
+)
+def test_scalars_that_are_not_what_their_tag_says(text: str, col: int, says: str) -> None:
+    result = load({"a.yaml": text})
+    assert where(result)[0] == ("GP101", 1, col)
+    assert says in result.diagnostics[0].message
+
+
+def test_scalar_types() -> None:
+    text = (
+        "apiVersion: policy.ai.operator/v1\nkind: Project\nspec:\n"
+        "  {i: 0x1f, o: 0o17, n: -12, f: 1.5, inf: -.inf, t: True, z: ~, s: '8', d: 2024-01-01}\n"
+    )
+    (doc,) = load({"a.yaml": text}).documents
+    assert doc.data["spec"] == {
+        "i": 31, "o": 15, "n": -12, "f": 1.5, "inf": float("-inf"), "t": True, "z": None,
+        "s": "8", "d": "2024-01-01",
+    }  # fmt: skip
+
+
+def test_sources_from_paths(tmp_path: Path) -> None:
+    (tmp_path / "b").mkdir()
+    (tmp_path / ".git").mkdir()
+    for name in ("b/z.yaml", "b/a.yml", "a.yaml", "notes.md", ".git/x.yaml", "b/.hidden.yaml"):
+        (tmp_path / name).write_text("x: 1\n")
+    found = sources_from_paths([tmp_path, tmp_path / "a.yaml"], root=tmp_path)
+    # Sorted per directory, hidden directories skipped, each file once.
+    assert [s.path for s in found] == ["a.yaml", "b/.hidden.yaml", "b/a.yml", "b/z.yaml"]
+    assert found[0].size == 5 and found[0].read() == b"x: 1\n"
+    with pytest.raises(FileNotFoundError):
+        sources_from_paths([tmp_path / "missing"])
+
+
+def test_unreadable_file_on_disk(tmp_path: Path) -> None:
+    os.symlink(tmp_path / "gone.yaml", tmp_path / "link.yaml")
+    result = load_sources(sources_from_paths([tmp_path], root=tmp_path))
+    assert where(result) == [("GP112", 0, 0)]
+    assert result.diagnostics[0].file == "link.yaml"
