@@ -1,0 +1,108 @@
+"""The JSON Schemas in schemas/: valid 2020-12; the policy kinds' schemas have
+closed objects and every field described.
+
+The custom resources' schemas there (TrainingJob, PolicySource) describe
+Kubernetes objects, whose metadata and status are open by design; they are
+only checked for validity here.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from jsonschema import Draft202012Validator
+
+from controller.policy.loader import KINDS
+from controller.policy.validate import schema_dir
+from tests.unit.policy.builders import REPO
+
+SCHEMAS = sorted((REPO / "schemas").glob("*.schema.json"))
+POLICY_SCHEMAS = [REPO / "schemas" / f"{kind.lower()}.schema.json" for kind in KINDS]
+
+Schema = dict[str, Any]
+
+
+def _load(path: Path) -> Schema:
+    schema: Schema = json.loads(path.read_text(encoding="utf-8"))
+    return schema
+
+
+def _subschemas(schema: Schema, where: str = "#") -> Iterator[tuple[str, Schema]]:
+    """Every schema inside `schema`, with a JSON-pointer-like place."""
+    yield where, schema
+    for key in ("properties", "$defs", "patternProperties"):
+        for name, sub in schema.get(key, {}).items():
+            yield from _subschemas(sub, f"{where}/{key}/{name}")
+    for key in ("items", "additionalProperties", "not", "contains", "if", "then", "else"):
+        if isinstance(schema.get(key), dict):
+            yield from _subschemas(schema[key], f"{where}/{key}")
+    for key in ("anyOf", "oneOf", "allOf", "prefixItems"):
+        for i, sub in enumerate(schema.get(key, [])):
+            yield from _subschemas(sub, f"{where}/{key}/{i}")
+
+
+def _target(root: Schema, schema: Schema) -> Schema:
+    ref = schema.get("$ref")
+    if not isinstance(ref, str):
+        return schema
+    assert ref.startswith("#/"), f"only local references are expected, found {ref}"
+    node: Any = root
+    for part in ref[2:].split("/"):
+        node = node[part]
+    assert isinstance(node, dict)
+    return node
+
+
+def test_there_is_a_schema_per_policy_kind() -> None:
+    assert set(POLICY_SCHEMAS) <= set(SCHEMAS)
+    assert schema_dir() == REPO / "schemas"
+
+
+@pytest.mark.parametrize("path", SCHEMAS, ids=lambda p: p.name)
+def test_schema_is_valid_draft_2020_12(path: Path) -> None:
+    schema = _load(path)
+    assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    Draft202012Validator.check_schema(schema)
+
+
+@pytest.mark.parametrize("path", POLICY_SCHEMAS, ids=lambda p: p.name)
+def test_every_object_is_closed(path: Path) -> None:
+    """Records say `additionalProperties: false`; maps (labels) give a schema for their values."""
+    schema = _load(path)
+    open_objects = []
+    for where, sub in _subschemas(schema):
+        if sub.get("type") != "object" and "properties" not in sub:
+            continue
+        extra = sub.get("additionalProperties")
+        closed = extra is False if "properties" in sub else isinstance(extra, dict)
+        if not closed:
+            open_objects.append(where)
+    assert open_objects == []
+
+
+@pytest.mark.parametrize("path", POLICY_SCHEMAS, ids=lambda p: p.name)
+def test_every_property_is_described(path: Path) -> None:
+    schema = _load(path)
+    undescribed = [
+        f"{where}/properties/{name}"
+        for where, sub in _subschemas(schema)
+        for name, prop in sub.get("properties", {}).items()
+        if not (prop.get("description") or _target(schema, prop).get("description"))
+    ]
+    assert undescribed == []
+
+
+def test_the_checks_above_catch_what_they_look_for() -> None:
+    bad: Schema = {
+        "type": "object",
+        "properties": {"a": {"type": "object", "properties": {"b": {"type": "string"}}}},
+    }
+    places = [where for where, _ in _subschemas(bad)]
+    assert places == ["#", "#/properties/a", "#/properties/a/properties/b"]
+    assert _target({"$defs": {"x": {"description": "d"}}}, {"$ref": "#/$defs/x"}) == {
+        "description": "d"
+    }
