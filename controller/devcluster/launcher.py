@@ -475,12 +475,15 @@ class DevCluster:
         """Raise DevClusterError, with the end of its log, if a component has exited."""
         for c in self.components:
             if not c.alive():
-                raise DevClusterError(
-                    f"{c.name} exited unexpectedly; the end of {c.log}:\n{c.log_tail()}"
-                )
+                tail = c.log_tail()
+                error = _PortTaken if "address already in use" in tail else DevClusterError
+                raise error(f"{c.name} exited unexpectedly; the end of {c.log}:\n{tail}")
 
-    def stop(self, *, grace: float = 10.0) -> None:
-        """Stop every component (reverse start order) and clean up; safe to call twice."""
+    def stop(self, *, grace: float = 10.0, keep_logs: bool = False) -> None:
+        """Stop every component (reverse start order) and clean up; safe to call twice.
+
+        `keep_logs` keeps the data directory (less etcd's data) even if the options say
+        to remove it: a cluster that failed to start is stopped so, for its logs."""
         if self._stopped:
             return
         self._stopped = True
@@ -489,7 +492,7 @@ class DevCluster:
         t0 = time.monotonic()
         for c in reversed(self.components):
             c.stop(grace)
-        if self.options.remove_data_dir:
+        if self.options.remove_data_dir and not keep_logs:
             shutil.rmtree(self.options.data_dir, ignore_errors=True)
         else:
             shutil.rmtree(self.options.data_dir / "etcd", ignore_errors=True)
@@ -606,9 +609,21 @@ def _kubeconfig(path: Path, *, server: str, ca: Path, user: str, cert: Path, key
     return path
 
 
+class _PortTaken(DevClusterError):
+    """A port found free was taken by another process before a component bound it."""
+
+
 def start(options: Options) -> DevCluster:
     """Start a cluster and return once it is ready; raise DevClusterError (after
     stopping whatever was started) if it cannot start."""
+    try:
+        return _start(options)
+    except _PortTaken as e:
+        log.warning("a port was taken meanwhile; starting again on other ports error=%r", str(e))
+    return _start(options)
+
+
+def _start(options: Options) -> DevCluster:
     t0 = time.monotonic()
     deadline = t0 + options.timeout_s
     data = options.data_dir
@@ -669,7 +684,7 @@ def start(options: Options) -> DevCluster:
             cluster, etcd_port, peer_port, api_port, kcm_port, sched_port, t0, deadline
         )
     except BaseException:
-        cluster.stop(grace=3.0)
+        cluster.stop(grace=3.0, keep_logs=True)
         raise
     cluster._save_state(ready=True)
     return cluster

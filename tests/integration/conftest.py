@@ -30,6 +30,7 @@ from kubernetes.client.exceptions import ApiException
 from controller.clusterspec import load_cluster
 from controller.devcluster import (
     DEFAULT_CLUSTER_FILE,
+    Build,
     DevCluster,
     DevClusterError,
     Options,
@@ -76,27 +77,31 @@ def dev_cluster(
 ) -> Iterator[DevCluster]:
     """The local control plane, started once for the session and stopped at its end."""
     capture = pytestconfig.pluginmanager.getplugin("capturemanager")
+    build: Build | None = None
+    error = ""
     try:
         # Show the build's progress: the first one takes minutes.
         with capture.global_and_fixture_disabled():
             build = ensure_binaries(progress=_show_build_progress)
     except DevClusterError as e:
+        error = f"the local control plane could not be built: {e}"
+    if build is None:
         pytest.fail(
-            f"the local control plane could not be built: {e}\n"
-            f"(set {SKIP_ENV}=1 to skip the integration tests on purpose)",
-            pytrace=False,
+            f"{error}\n(set {SKIP_ENV}=1 to skip the integration tests on purpose)", pytrace=False
         )
-    data_dir = tmp_path_factory.mktemp("dev-cluster")
+    cluster: DevCluster | None = None
     try:
         cluster = start(
             Options(
                 cluster=load_cluster(DEFAULT_CLUSTER_FILE),
-                data_dir=data_dir,
+                data_dir=tmp_path_factory.mktemp("dev-cluster"),
                 bin_dir=build.bin_dir,
             )
         )
     except DevClusterError as e:
-        pytest.fail(f"the local control plane did not start: {e}", pytrace=False)
+        error = f"the local control plane did not start: {e}"
+    if cluster is None:
+        pytest.fail(error, pytrace=False)
     yield cluster
     cluster.stop()
 
