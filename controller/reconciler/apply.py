@@ -300,8 +300,12 @@ def sync(
     *,
     inventory: list[Ref],
     options: SyncOptions,
+    source_exists: Callable[[str], bool],
 ) -> SyncResult:
-    """Make the cluster hold `desired` (in apply order) and prune what `inventory` held."""
+    """Make the cluster hold `desired` (in apply order) and prune what `inventory` held.
+
+    An object labelled with another source is refused while `source_exists(that
+    source)`; the objects of a deleted source are adopted."""
     wanted = [_label(o, options.source) for o in desired]
     refs = [Ref.of(o) for o in wanted]
     result = SyncResult(ok=True, reason="ReconciliationSucceeded", message="", inventory=refs)
@@ -311,8 +315,9 @@ def sync(
     conflicts, immutable, recreate, changing = [], [], [], []
     for obj, ref in zip(wanted, refs, strict=True):
         have = current[ref]
-        if _owner(have) not in ("", options.source):
-            conflicts.append(f"{ref} belongs to PolicySource {_owner(have)}")
+        owner = _owner(have)
+        if owner not in ("", options.source) and source_exists(owner):
+            conflicts.append(f"{ref} belongs to PolicySource {owner}")
         elif changes := _immutable_changes(obj, have):
             immutable.append(f"PriorityClass {ref.name}: {', '.join(changes)}")
             recreate.append(obj)

@@ -380,6 +380,7 @@ class Reconciler:
                 prune_namespaces=spec.prune_namespaces,
                 allow_recreate=spec.allow_recreate,
             ),
+            source_exists=lambda other: self._kube.get(_SOURCE, other) is not None,
         )
         state.inventory = set(result.inventory)
         self._own(name, state.inventory)

@@ -324,3 +324,18 @@ def _metrics(env: ReconcileEnv) -> str:
 
     assert env.reconciler is not None
     return generate_latest(env.reconciler.metrics.registry).decode()
+
+
+def test_two_sources_claiming_one_object_the_second_is_refused(
+    reconcile_env: ReconcileEnv, policy_repo: PolicyRepo
+) -> None:
+    env, repo = reconcile_env, policy_repo
+    env.start()
+    first = env.create_source("first", repo.url)
+    env.wait_condition(first, "Ready", revision_sha=repo.head())
+    second = env.create_source("second", repo.url)
+    obj = env.wait_condition(second, "Stalled", reason="OwnershipConflict")
+    msg = next(c for c in obj["status"]["conditions"] if c["type"] == "Stalled")["message"]
+    assert f"belongs to PolicySource {first}" in msg
+    assert obj["status"]["inventory"]["entries"] == []
+    assert env.condition(first, "Ready")["status"] == "True"  # type: ignore[index]
