@@ -13,6 +13,7 @@ import json
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
+from urllib.parse import quote
 
 from controller import __version__
 from controller.policy.diagnostics import CODES, Diagnostic, Severity
@@ -124,7 +125,7 @@ def _sarif(diags: Sequence[Diagnostic]) -> dict[str, Any]:
     level = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "note"}
     results = []
     for d in diags:
-        location: dict[str, Any] = {"artifactLocation": {"uri": d.file or "."}}
+        location: dict[str, Any] = {"artifactLocation": {"uri": quote(d.file or ".")}}
         if d.line:
             location["region"] = {"startLine": d.line, "startColumn": max(d.column, 1)}
         results.append(
