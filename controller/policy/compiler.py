@@ -158,7 +158,8 @@ def _quota_shares(project: Project) -> list[dict[str, str]]:
 
     GPUs split in whole GPUs, CPU in millicores, memory in bytes; the
     namespaces listed first take the remainders, so the shares add up to the
-    project's max exactly.
+    project's max exactly. A max finer than that unit (`1500u` CPU) is first
+    rounded up to it, as Kubernetes rounds quantities: never under-promise.
     """
     n = len(project.namespaces)
     shares: list[dict[str, str]] = [{} for _ in range(n)]
@@ -167,7 +168,7 @@ def _quota_shares(project: Project) -> list[dict[str, str]]:
         if amount is None:
             continue
         unit = Fraction(1, 1000) if r == "cpu" else Fraction(1)
-        units = int(amount / unit)  # the schema and parser keep these integral in `unit`
+        units = -(-amount // unit)
         for share, part in zip(shares, split_evenly(units, n), strict=True):
             value = Fraction(part) * unit
             share[_QUOTA_KEYS[r]] = (
