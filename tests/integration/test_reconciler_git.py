@@ -35,12 +35,18 @@ class GitServer:
     def start(self) -> None:
         self.proc = subprocess.Popen(
             [
-                "git", "daemon", "--reuseaddr", "--export-all", "--listen=127.0.0.1",
-                f"--port={self.port}", f"--base-path={self.base}", str(self.base),
+                "git",
+                "daemon",
+                "--reuseaddr",
+                "--export-all",
+                "--listen=127.0.0.1",
+                f"--port={self.port}",
+                f"--base-path={self.base}",
+                str(self.base),
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+        )
 
         def answers() -> bool:
             with socket.socket() as s:

@@ -98,19 +98,39 @@ def _start(
     log = tmp_path / f"{identity}.log"
     metrics_port, webhook_port = _free_port(), _free_port()
     with log.open("wb") as out:
-        proc = _popen(out, [
-            sys.executable, "-m", "controller.cli", "run", "-v",
-            "--kubeconfig", str(dev_cluster.kubeconfig),
-            "--system-namespace", env.system_namespace,
-            "--metrics-addr", f"127.0.0.1:{metrics_port}",
-            "--webhook-addr", f"127.0.0.1:{webhook_port}",
-            "--cache-dir", str(tmp_path / f"cache-{identity}"),
-            "--source-selector", f"{TEST_LABEL}={env.prefix}",
-            "--identity", identity,
-            "--lease-name", f"{env.prefix}-lease",
-            "--lease-duration", "3", "--renew-deadline", "2", "--retry-period", "0.3",
-            *extra,
-        ])  # fmt: skip
+        proc = _popen(
+            out,
+            [
+                sys.executable,
+                "-m",
+                "controller.cli",
+                "run",
+                "-v",
+                "--kubeconfig",
+                str(dev_cluster.kubeconfig),
+                "--system-namespace",
+                env.system_namespace,
+                "--metrics-addr",
+                f"127.0.0.1:{metrics_port}",
+                "--webhook-addr",
+                f"127.0.0.1:{webhook_port}",
+                "--cache-dir",
+                str(tmp_path / f"cache-{identity}"),
+                "--source-selector",
+                f"{TEST_LABEL}={env.prefix}",
+                "--identity",
+                identity,
+                "--lease-name",
+                f"{env.prefix}-lease",
+                "--lease-duration",
+                "3",
+                "--renew-deadline",
+                "2",
+                "--retry-period",
+                "0.3",
+                *extra,
+            ],
+        )
     c = Controller(identity, proc, log, metrics_port, webhook_port)
     wait_for(f"{identity} to serve /healthz", lambda: _alive_and(c, "/healthz"), timeout=20)
     return c
@@ -191,10 +211,12 @@ def test_leader_failover_and_a_paused_leader_never_writes_after_losing_the_lease
     env.wait_condition(src, "Ready", revision_sha=sha, timeout=20)
     # Drift while b is frozen: b's watch will deliver it once b runs again.
     env.kube.merge_patch(
-        RESOURCES["ResourceQuota"], "gangops-quota",
+        RESOURCES["ResourceQuota"],
+        "gangops-quota",
         {"spec": {"hard": {"requests.nvidia.com/gpu": "99"}}},
-        field_manager="test", namespace=n("b"),
-    )  # fmt: skip
+        field_manager="test",
+        namespace=n("b"),
+    )
     resumed_at = len(b.text())
     b.proc.send_signal(signal.SIGCONT)
     assert b.proc.wait(15) == 1, "a leader that lost its lease exits with status 1"
@@ -215,8 +237,11 @@ def test_leader_failover_and_a_paused_leader_never_writes_after_losing_the_lease
 
 def _github(secret: bytes, body: bytes) -> dict[str, str]:
     sig = "sha256=" + hmac.new(secret, body, hashlib.sha256).hexdigest()
-    return {"X-GitHub-Event": "push", "X-Hub-Signature-256": sig,
-            "Content-Type": "application/json"}  # fmt: skip
+    return {
+        "X-GitHub-Event": "push",
+        "X-Hub-Signature-256": sig,
+        "Content-Type": "application/json",
+    }
 
 
 def test_push_webhook_applies_a_commit_and_refuses_bad_signatures(
@@ -230,9 +255,14 @@ def test_push_webhook_applies_a_commit_and_refuses_bad_signatures(
     secret = b"s3cret-for-tests"
     (tmp_path / "hook-secret").write_bytes(secret + b"\n")
     ctl = _start(
-        dev_cluster, env, tmp_path, "ctl-hook",
-        "--no-leader-elect", "--webhook-secret-file", str(tmp_path / "hook-secret"),
-    )  # fmt: skip
+        dev_cluster,
+        env,
+        tmp_path,
+        "ctl-hook",
+        "--no-leader-elect",
+        "--webhook-secret-file",
+        str(tmp_path / "hook-secret"),
+    )
     controllers.append(ctl)
     src = env.create_source("main", repo.url)
     applied = env.wait_condition(src, "Ready", revision_sha=repo.head())["status"][

@@ -1,0 +1,82 @@
+"""The one fake of the unit tests: `FakeKube`, the `controller.kube.client.Kube` seam.
+
+It keeps objects in a dict with increasing resourceVersions and honours
+compare-and-swap on replace, which is all the Lease elector relies on; list
+and watch replay scripted pages and events for the informer.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from controller.kube.client import ApiError, Resource
+
+Obj = dict[str, Any]
+
+
+class FakeKube:
+    def __init__(self) -> None:
+        self.objects: dict[tuple[str, str, str], Obj] = {}
+        self.rv = 100
+        self.writes: list[tuple[str, str]] = []
+        self.lists: list[tuple[list[Obj], str]] = []
+        self.watches: list[list[Obj] | ApiError] = []
+        self.down = False
+
+    def _key(self, kind: str, name: str, namespace: str | None) -> tuple[str, str, str]:
+        return (kind, namespace or "", name)
+
+    def _check(self) -> None:
+        if self.down:
+            raise ApiError(0, "Unreachable", "connection refused")
+
+    def get(self, res: Resource, name: str, namespace: str | None = None) -> Obj | None:
+        self._check()
+        obj = self.objects.get(self._key(res.kind, name, namespace))
+        return copy.deepcopy(obj) if obj else None
+
+    def create(self, obj: Obj, *, field_manager: str) -> Obj:
+        self._check()
+        meta = obj["metadata"]
+        key = self._key(obj["kind"], meta["name"], meta.get("namespace"))
+        if key in self.objects:
+            raise ApiError(409, "AlreadyExists", f"{meta['name']} exists")
+        return self._store(key, obj, "create")
+
+    def replace(self, obj: Obj, *, field_manager: str) -> Obj:
+        self._check()
+        meta = obj["metadata"]
+        key = self._key(obj["kind"], meta["name"], meta.get("namespace"))
+        have = self.objects.get(key)
+        if have is None:
+            raise ApiError(404, "NotFound", meta["name"])
+        if meta.get("resourceVersion") != have["metadata"]["resourceVersion"]:
+            raise ApiError(409, "Conflict", "the object has been modified")
+        return self._store(key, obj, "replace")
+
+    def _store(self, key: tuple[str, str, str], obj: Obj, verb: str) -> Obj:
+        self.rv += 1
+        stored = copy.deepcopy(obj)
+        stored["metadata"]["resourceVersion"] = str(self.rv)
+        self.objects[key] = stored
+        self.writes.append((verb, key[2]))
+        return copy.deepcopy(stored)
+
+    def list(self, res: Resource, **_: Any) -> tuple[list[Obj], str]:
+        self._check()
+        return self.lists.pop(0)
+
+    def watch(
+        self,
+        res: Resource,
+        *,
+        resource_version: str,
+        on_open: Callable[[Any], None] | None = None,
+        **_: Any,
+    ) -> Iterator[dict[str, Any]]:
+        script = self.watches.pop(0) if self.watches else []
+        if isinstance(script, ApiError):
+            raise script
+        yield from script

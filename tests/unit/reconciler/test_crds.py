@@ -1,0 +1,79 @@
+"""CRDs generated from schemas/: in sync with the chart, and structural."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from jsonschema import Draft202012Validator
+
+from controller.kube.crds import crd_file_name, generate_crds, render_yaml
+from controller.policy.validate import schema_dir
+
+ROOT = Path(__file__).resolve().parents[3]
+CHART_CRDS = ROOT / "charts" / "gangops" / "crds"
+
+
+def _walk(node: Any) -> Any:
+    if isinstance(node, dict):
+        yield node
+        for v in node.values():
+            yield from _walk(v)
+    elif isinstance(node, list):
+        for v in node:
+            yield from _walk(v)
+
+
+def test_chart_crds_are_generated_from_the_schemas() -> None:
+    """Regenerate with `gangops install-crds --output-dir charts/gangops/crds`."""
+    crds = generate_crds(schema_dir())
+    want = {crd_file_name(c): render_yaml(c) for c in crds}
+    have = {p.name: p.read_text(encoding="utf-8") for p in CHART_CRDS.glob("*.yaml")}
+    assert have == want, "charts/gangops/crds is stale: run gangops install-crds --output-dir"
+
+
+def test_crds_use_the_structural_dialect() -> None:
+    for crd in generate_crds(schema_dir()):
+        version = crd["spec"]["versions"][0]
+        assert version["subresources"] == {"status": {}}
+        schema = version["schema"]["openAPIV3Schema"]
+        for node in _walk(schema):
+            assert not {"$ref", "$defs", "$schema", "const", "uniqueItems"} & set(node)
+            assert node.get("additionalProperties") is not False
+            if "anyOf" in node:
+                raise AssertionError(f"anyOf left in {crd['metadata']['name']}: {node}")
+
+
+def test_quantities_become_int_or_string_with_both_constraints() -> None:
+    project = next(
+        c for c in generate_crds(schema_dir()) if c["spec"]["names"]["kind"] == "Project"
+    )
+    spec = project["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    cpu = spec["properties"]["quota"]["properties"]["max"]["properties"]["cpu"]
+    assert cpu["x-kubernetes-int-or-string"] is True
+    assert cpu["minimum"] == 0 and cpu["pattern"].startswith("^")
+    namespaces = spec["properties"]["namespaces"]
+    assert namespaces["x-kubernetes-list-type"] == "set"
+
+
+def test_policysource_schema_accepts_a_full_example_and_refuses_a_typo() -> None:
+    schema = json.loads((schema_dir() / "policysource.schema.json").read_text())
+    v = Draft202012Validator(schema)
+    doc = {
+        "apiVersion": "policy.ai.operator/v1",
+        "kind": "PolicySource",
+        "metadata": {"name": "main"},
+        "spec": {
+            "url": "ssh://git@github.com/acme/gpu-policies.git",
+            "ref": {"branch": "main"},
+            "path": "policies",
+            "interval": "5m",
+            "secretRef": {"name": "git-credentials"},
+            "prune": True,
+            "allowRecreate": False,
+        },
+    }
+    assert not list(v.iter_errors(doc))
+    doc["spec"]["intervall"] = "5m"
+    assert [e.validator for e in v.iter_errors(doc)] == ["additionalProperties"]

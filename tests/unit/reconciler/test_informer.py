@@ -1,0 +1,82 @@
+"""The informer's loop against scripted list and watch responses."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from controller.kube.client import RESOURCES
+from controller.kube.clock import FakeClock
+from controller.kube.informer import Informer
+
+from .fakes import FakeKube
+
+
+def cm(name: str, rv: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": "ns", "resourceVersion": rv},
+    }
+
+
+def test_list_then_watch_bookmarks_and_relist_on_410() -> None:
+    kube = FakeKube()
+    events: list[tuple[str, str]] = []
+    kube.lists = [([cm("a", "1"), cm("b", "2")], "10"), ([cm("a", "11"), cm("c", "12")], "20")]
+    kube.watches = [
+        [
+            {"type": "MODIFIED", "object": cm("a", "11")},
+            {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "15"}}},
+        ],
+        [{"type": "ERROR", "object": {"code": 410, "reason": "Expired"}}],
+    ]
+    inf = Informer(
+        kube,  # type: ignore[arg-type]
+        RESOURCES["ConfigMap"],
+        handler=lambda t, o: events.append((t, o["metadata"]["name"])),
+        clock=FakeClock(),
+    )
+    inf._list()
+    assert inf.synced and inf.resource_version == "10"
+    assert inf._watch() is True  # the stream ended: watch again from rv 15
+    assert inf.resource_version == "15"
+    assert inf._watch() is False  # 410 Gone: relist
+    inf._list()
+    assert events == [
+        ("ADDED", "a"),
+        ("ADDED", "b"),
+        ("MODIFIED", "a"),
+        # the relist reports what changed while no watch was open
+        ("ADDED", "c"),
+        ("DELETED", "b"),
+    ]
+    assert {o["metadata"]["name"] for o in inf.items()} == {"a", "c"}
+    assert inf.relists == 2
+
+
+def test_assume_keeps_the_newer_object() -> None:
+    inf = Informer(FakeKube(), RESOURCES["ConfigMap"])  # type: ignore[arg-type]
+    inf.assume(cm("a", "7"))
+    inf.assume(cm("a", "5"))  # an older watch event arriving late
+    assert inf.get("a", "ns")["metadata"]["resourceVersion"] == "7"  # type: ignore[index]
+    inf.forget("a", "ns")
+    assert inf.get("a", "ns") is None
+
+
+def test_errors_back_off_and_retry_until_stopped() -> None:
+    kube = FakeKube()
+    clock = FakeClock()
+    kube.down = True
+    inf = Informer(kube, RESOURCES["ConfigMap"], clock=clock)  # type: ignore[arg-type]
+    waits: list[float] = []
+
+    def wait(event: Any, seconds: float) -> bool:
+        waits.append(seconds)
+        if len(waits) == 5:
+            inf._stop.set()
+        return False
+
+    clock.wait = wait  # type: ignore[method-assign]
+    inf.run()
+    assert waits == [0.5, 1.0, 2.0, 4.0, 8.0]
+    assert not inf.synced
