@@ -189,6 +189,7 @@ func (r *podRunner) sync(ctx context.Context, key string) error {
 // admit checks the pod against its node's allocatable like the kubelet does;
 // a pod that fits is reserved and moved to Running, one that does not fit is
 // failed with reason OutOf<resource>. It returns nil when the pod was rejected.
+// A rejected pod is recorded as finished, so it is never admitted later.
 func (r *podRunner) admit(ctx context.Context, key string, pod *corev1.Pod) (*podRecord, error) {
 	nodeName := pod.Spec.NodeName
 	requests := podRequests(pod)
@@ -211,6 +212,11 @@ func (r *podRunner) admit(ctx context.Context, key string, pod *corev1.Pod) (*po
 		if err := r.patchStatus(ctx, pod, status); err != nil {
 			return nil, err
 		}
+		// Remember the rejection: until the cache shows the pod Failed, a later sync
+		// must not admit it after all.
+		r.mu.Lock()
+		r.records[key] = &podRecord{uid: pod.UID, node: nodeName, finished: true}
+		r.mu.Unlock()
 		slog.Info("pod rejected", "pod", key, "node", nodeName, "reason", reason, "message", message)
 		return nil, nil
 	}
