@@ -142,6 +142,7 @@ def _add_plugins(sub: Any) -> None:
 
     add_run(sub)
     add_install_crds(sub)
+    __import__("controller.sim.cli").sim.cli.add_subcommand(sub)
     try:
         from controller.devcluster.cli import add_subcommand
     except ImportError:

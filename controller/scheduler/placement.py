@@ -10,6 +10,12 @@ The order of preference, for `workers` identical pods:
    the node that fits them most tightly);
 3. else the same across the whole cluster.
 
+A gang of one pod, when the snapshot carries a fragmentation model
+(`fragmentation.FragModel`, built from the workload's typical requests),
+goes instead on the node and device where it raises the expected
+fragmentation least (FGD), ties to the tightest fit; without a model it
+is placed best-fit as above.
+
 A gang that does not fit gets `None` and `shortfall` explains why with the
 figures a user can act on. Nothing here changes the snapshot.
 """
@@ -18,8 +24,9 @@ from __future__ import annotations
 
 from collections.abc import Container, Sequence
 
+from controller.scheduler.fragmentation import FragModel
 from controller.scheduler.snapshot import NodeState, Snapshot
-from controller.scheduler.types import MILLI, Gang, Placement, PodPlacement
+from controller.scheduler.types import MILLI, Gang, Placement, PodPlacement, PodShape
 
 __all__ = ["LEVEL_NAMES", "place", "shortfall"]
 
@@ -91,11 +98,72 @@ def _choose(snap: Snapshot, gang: Gang, exclude: Container[str]) -> list[tuple[N
     return _fill(open_nodes, gang.workers)
 
 
+_Score = tuple[float, int, int, str, tuple[int, ...]]
+
+
+def _frag_score(model: FragModel, ns: NodeState, pod: PodShape) -> _Score:
+    """(fragmentation increase, GPU and CPU left after, name, devices) for one
+    more `pod` on `ns`; the caller has checked that it fits."""
+    free = ns.free
+    before_free = tuple(sorted(free))
+    gpu_model = ns.node.gpu_model
+    before = model.frag(gpu_model, before_free, model.cpu_level(ns.cpu))
+    cpu_after = None if ns.cpu is None else ns.cpu - pod.cpu_milli
+    level = model.cpu_level(cpu_after)
+    cpu_left = 0 if cpu_after is None else cpu_after
+    total = sum(free)
+    if pod.shared:
+        best: _Score | None = None
+        for value in set(free):
+            if value < pod.gpu_milli:
+                continue
+            after = list(before_free)
+            after[after.index(value)] = value - pod.gpu_milli
+            delta = model.frag(gpu_model, tuple(sorted(after)), level) - before
+            score = (delta, total - pod.gpu_milli, cpu_left, ns.name, (free.index(value),))
+            if best is None or score < best:
+                best = score
+        assert best is not None
+        return best
+    devices = tuple([i for i, f in enumerate(free) if f == MILLI][: pod.gpus])
+    after_free = tuple(sorted(before_free[: len(before_free) - pod.gpus] + (0,) * pod.gpus))
+    delta = model.frag(gpu_model, after_free, level) - before
+    return (delta, total - pod.gpus * MILLI, cpu_left, ns.name, devices)
+
+
+def _place_one(
+    snap: Snapshot, model: FragModel, gang: Gang, exclude: Container[str]
+) -> Placement | None:
+    """A one-pod gang on the node and device that fragment the cluster least."""
+    pod = gang.pod
+    if gang.gpu_total > snap.free_milli:
+        return None
+    open_nodes = snap.open_slots(pod, exclude)
+    if not open_nodes:
+        return None
+    key = (pod.gpus, pod.gpu_milli, pod.cpu_milli, pod.memory, pod.constraint_key())
+    cache = snap.frag_scores.setdefault(key, {})
+    best: _Score | None = None
+    for ns, _ in open_nodes:
+        hit = cache.get(ns.name)
+        if hit is not None and hit[0] == ns.stamp:
+            score: _Score = hit[1]  # type: ignore[assignment]
+        else:
+            score = _frag_score(model, ns, pod)
+            cache[ns.name] = (ns.stamp, score)
+        if best is None or score < best:
+            best = score
+    assert best is not None
+    return Placement((PodPlacement(best[3], best[4]),))
+
+
 def place(snap: Snapshot, gang: Gang, *, exclude: Container[str] = _NONE) -> Placement | None:
     """Where the whole gang would go now, or None if it does not fit.
 
     `exclude` names nodes the gang may not use (GPUs reserved for another gang).
     """
+    if gang.workers == 1 and snap.fragmentation is not None:
+        return _place_one(snap, snap.fragmentation, gang, exclude)
     chosen = _choose(snap, gang, exclude)
     if not chosen:
         return None

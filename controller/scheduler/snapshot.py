@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass
 
+from controller.scheduler.fragmentation import FragModel
 from controller.scheduler.types import MILLI, Gang, JobId, Node, PodShape, Running
 
 __all__ = ["Foreign", "NodeState", "Snapshot"]
@@ -30,7 +31,7 @@ class Foreign:
 class NodeState:
     """One node's free resources during a cycle."""
 
-    __slots__ = ("cpu", "domains", "free", "mem", "name", "node", "whole")
+    __slots__ = ("cpu", "domains", "free", "mem", "name", "node", "stamp", "whole")
 
     def __init__(self, node: Node, levels: Sequence[str]) -> None:
         self.node = node
@@ -42,6 +43,8 @@ class NodeState:
         self.cpu: int | None = node.cpu_milli or None
         self.mem: int | None = node.memory or None
         self.domains = tuple(node.labels.get(level) for level in levels)
+        self.stamp = 0
+        """Bumped on every change (keys cached per-node scores)."""
 
     def slots(self, pod: PodShape) -> int:
         """How many more pods of `pod`'s shape fit on this node right now."""
@@ -59,6 +62,7 @@ class NodeState:
 
     def take(self, pod: PodShape, devices: Sequence[int]) -> None:
         """Allocate one pod on `devices`."""
+        self.stamp += 1
         for d in devices:
             if self.free[d] == MILLI:
                 self.whole -= 1
@@ -70,6 +74,7 @@ class NodeState:
 
     def give(self, pod: PodShape, devices: Sequence[int]) -> None:
         """Release one pod from `devices` (the inverse of `take`)."""
+        self.stamp += 1
         for d in devices:
             self.free[d] += pod.gpu_milli if pod.shared else MILLI
             if self.free[d] == MILLI:
@@ -91,6 +96,17 @@ class NodeState:
         return tuple(out)
 
 
+class _Open:
+    """Nodes with room for a pod shape, as of `seen` changes."""
+
+    __slots__ = ("items", "seen", "slots")
+
+    def __init__(self, seen: int, slots: dict[str, tuple[NodeState, int]]) -> None:
+        self.seen = seen
+        self.slots = slots
+        self.items: list[tuple[NodeState, int]] | None = None
+
+
 class Snapshot:
     """Free capacity and quota usage, changed only by `assume` and `forget`."""
 
@@ -102,8 +118,13 @@ class Snapshot:
         running: Iterable[Running] = (),
         foreign: Iterable[Foreign] = (),
         reserve_tiers: frozenset[str] = frozenset(),
+        fragmentation: FragModel | None = None,
     ) -> None:
         self.levels = tuple(levels)
+        self.fragmentation = fragmentation
+        """The target workload's fragmentation model; None places single pods best-fit."""
+        self.frag_scores: dict[tuple[object, ...], dict[str, tuple[int, object]]] = {}
+        """Per pod shape, per node: (node stamp, placement score) (see `placement`)."""
         self.nodes = [NodeState(n, self.levels) for n in nodes if n.schedulable]
         self.by_name = {ns.name: ns for ns in self.nodes}
         self.capacity = sum(ns.node.gpus for ns in self.nodes) * MILLI
@@ -117,8 +138,11 @@ class Snapshot:
         self.free_milli = sum(len(ns.free) for ns in self.nodes) * MILLI
         """Free milli-GPUs on schedulable nodes."""
         self._candidates: dict[tuple[object, ...], list[NodeState]] = {}
-        self._open: dict[tuple[PodShape, Container[str]], list[tuple[NodeState, int]]] = {}
-        self._open_version = -1
+        self._candidate_names: dict[tuple[object, ...], frozenset[str]] = {}
+        self._open: dict[tuple[PodShape, Container[str]], _Open] = {}
+        self._changed: list[NodeState] = []
+        """Nodes changed by `assume` and `forget`, in order: open-slot lists
+        catch up by re-counting only these."""
         self._domains: list[dict[str, list[NodeState]]] = [{} for _ in self.levels]
         for ns in self.nodes:
             for i, d in enumerate(ns.domains):
@@ -137,11 +161,13 @@ class Snapshot:
             i = ns.free.index(MILLI)
             ns.free[i] = 0
             ns.whole -= 1
+            ns.stamp += 1
             self.free_milli -= MILLI
         if ns.cpu is not None:
             ns.cpu -= f.cpu_milli
         if ns.mem is not None:
             ns.mem -= f.memory
+        ns.stamp += 1
 
     def domain_members(self, level: int) -> dict[str, list[NodeState]]:
         """Nodes per domain value at topology level `level`."""
@@ -154,26 +180,46 @@ class Snapshot:
         if found is None:
             found = [ns for ns in self.nodes if _statically_fits(ns.node, pod)]
             self._candidates[key] = found
+            self._candidate_names[key] = frozenset(ns.name for ns in found)
         return found
 
     def open_slots(self, pod: PodShape, exclude: Container[str]) -> list[tuple[NodeState, int]]:
         """Candidate nodes not in `exclude` with room for at least one `pod`,
-        and how many fit on each (cached until the snapshot changes)."""
-        if self._open_version != self.version:
-            self._open.clear()
-            self._open_version = self.version
+        and how many fit on each (cached; after a change only the changed
+        nodes are counted again)."""
         key = (pod, exclude)
-        found = self._open.get(key)
-        if found is None:
-            found = []
+        entry = self._open.get(key)
+        if entry is None:
+            slots: dict[str, tuple[NodeState, int]] = {}
             for ns in self.candidates(pod):
                 if ns.name in exclude:
                     continue
                 k = ns.slots(pod)
                 if k > 0:
-                    found.append((ns, k))
-            self._open[key] = found
-        return found
+                    slots[ns.name] = (ns, k)
+            entry = _Open(len(self._changed), slots)
+            self._open[key] = entry
+        elif entry.seen != len(self._changed):
+            allowed = self._candidate_names[pod.constraint_key()]
+            for ns in dict.fromkeys(self._changed[entry.seen :]):
+                if ns.name in exclude or ns.name not in allowed:
+                    continue
+                k = ns.slots(pod)
+                if k > 0:
+                    entry.slots[ns.name] = (ns, k)
+                else:
+                    entry.slots.pop(ns.name, None)
+            entry.seen = len(self._changed)
+            entry.items = None
+        if entry.items is None:
+            entry.items = list(entry.slots.values())
+        return entry.items
+
+    def _touch(self, ns: NodeState) -> None:
+        self._changed.append(ns)
+        if len(self._changed) > 4 * len(self.nodes) + 1024:
+            self._changed.clear()
+            self._open.clear()
 
     def assume(self, r: Running) -> None:
         """Put a running (or just admitted) gang into the snapshot."""
@@ -182,6 +228,7 @@ class Snapshot:
             ns = self.by_name.get(p.node)
             if ns is not None:
                 ns.take(g.pod, p.devices)
+                self._touch(ns)
         self.running[g.id] = r
         self.free_milli -= g.gpu_total
         self._count(g, +1)
@@ -193,6 +240,7 @@ class Snapshot:
             ns = self.by_name.get(p.node)
             if ns is not None:
                 ns.give(r.gang.pod, p.devices)
+                self._touch(ns)
         self.free_milli += r.gang.gpu_total
         self._count(r.gang, -1)
         return r

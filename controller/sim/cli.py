@@ -1,0 +1,210 @@
+"""`gangops simulate`: replay a trace through every scheduler and compare.
+
+It only registers the subcommand; the `gangops` entry point owns the parser.
+Inputs that a user gets wrong (a missing trace, an unknown format, invalid
+policies) are reported in one line with what to do, never as a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from controller.clusterspec import ClusterSpecError
+from controller.scheduler.policy import SchedulingPolicy
+from controller.sim.generator import generate, to_csv
+from controller.sim.report import figures, format_table, write_report
+from controller.sim.run import Experiment, run, run_jobs
+from controller.sim.schedulers import SCHEDULERS
+from controller.sim.tenants import PolicyError, load_policy_doc, open_policy_doc, scale_policy_doc
+from controller.sim.traces import TRACES_ENV, TraceError, load_cluster_file, traces_dir
+
+__all__ = ["add_subcommand"]
+
+_DESCRIPTION = f"""\
+A discrete-event simulation of arrivals, starts, completions and preemptions
+that drives the real scheduling core with a virtual clock, and the baselines
+{", ".join(SCHEDULERS[1:])} in the same framework, on the same workload.
+
+Inputs: --cluster is a clusters/<name>/cluster.yaml, the openb node list or
+a Tiresias cluster CSV; --trace an openb pod list (full or the short
+name,cpu_milli,memory_mib,num_gpu,gpu_milli variant), a Tiresias job CSV or
+gangops' CSV (docs/simulator.md); or --generate N for a seeded synthetic
+workload. A path that does not exist is also looked up under the public
+traces directory (${TRACES_ENV}, default ../shared/traces).
+
+Modes: with departures (default), jobs run for their trace durations;
+--arrivals-only is the FGD fragmentation experiment (jobs never leave;
+reports GPUs allocated when arrived demand reaches 100 % of capacity).
+"""
+
+_EPILOG = """\
+examples:
+  gangops simulate --cluster openb/openb_node_list_gpu_node.csv \\
+      --trace openb/openb_pod_list_default.csv --arrivals-only --seeds 3 \\
+      --scheduler gangops bestfit random --report out/fgd
+  gangops simulate --cluster clusters/local/cluster.yaml --policies policies \\
+      --generate 400 --scheduler gangops static --report out/demo
+"""
+
+
+def _resolve(value: str, what: str) -> Path:
+    p = Path(value)
+    if p.exists():
+        return p
+    alt = traces_dir() / value
+    if alt.exists():
+        return alt
+    raise TraceError(
+        f"{what} {value!r} not found (also looked in {traces_dir()}); the public traces are "
+        f"not part of the repository: get them (see docs/simulator.md) and set {TRACES_ENV}"
+    )
+
+
+def _progress(enabled: bool) -> Any:
+    last: dict[str, float] = {}
+
+    def show(name: str, fraction: float) -> None:
+        now = time.monotonic()
+        if now - last.get(name, 0.0) < 0.5 and fraction < 1:
+            return
+        last[name] = now
+        filled = int(30 * min(1.0, fraction))
+        sys.stderr.write(f"\r{name:>12} [{'#' * filled}{'.' * (30 - filled)}] {fraction:4.0%}")
+        sys.stderr.flush()
+
+    return show if enabled else None
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    unknown = [s for s in args.scheduler if s not in SCHEDULERS]
+    if unknown:
+        print(f"gangops simulate: unknown scheduler(s) {', '.join(unknown)}; known: "
+              f"{', '.join(SCHEDULERS)}", file=sys.stderr)  # fmt: skip
+        return 2
+    if (args.trace is None) == (args.generate is None):
+        print("gangops simulate: give exactly one of --trace FILE and --generate N",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    progress = _progress(args.progress if args.progress is not None else sys.stderr.isatty())
+    try:
+        exp = Experiment(
+            cluster=_resolve(args.cluster, "cluster"),
+            trace=_resolve(args.trace, "trace") if args.trace else Path("<generated>"),
+            policies=Path(args.policies) if args.policies else None,
+            schedulers=tuple(dict.fromkeys(args.scheduler)),
+            arrivals_only=args.arrivals_only,
+            seed=args.seed,
+            seeds=args.seeds,
+            tune=args.tune,
+            order=args.order,
+            load=args.load,
+            tick=args.tick,
+            limit=args.limit,
+            max_duration=args.max_duration,
+        )
+        if args.generate is not None:
+            nodes = load_cluster_file(exp.cluster)
+            gpus = sum(n.gpus for n in nodes)
+            doc = (
+                scale_policy_doc(load_policy_doc(exp.policies), gpus)
+                if exp.policies
+                else open_policy_doc(gpus)
+            )
+            policy = SchedulingPolicy.from_dict(doc)
+            load = args.load or 0.9
+            jobs = generate(
+                jobs=args.generate, capacity_gpus=gpus, policy=policy, seed=args.seed, load=load
+            )
+            if args.save_trace:
+                Path(args.save_trace).write_text(to_csv(jobs), encoding="utf-8")
+            runs = run_jobs(exp, nodes, jobs, doc, progress=progress)
+            inputs: dict[str, Any] = {
+                "cluster": str(exp.cluster),
+                "nodes": len(nodes),
+                "gpus": gpus,
+                "trace": f"generated ({args.generate} jobs, seed {args.seed}, load {load})",
+                "jobs": len(jobs),
+                "mode": "departures",
+            }
+        else:
+            runs, inputs = run(exp, progress=progress)
+    except (TraceError, PolicyError, ClusterSpecError) as e:
+        print(f"gangops simulate: {e}", file=sys.stderr)
+        return 1
+    if progress:
+        sys.stderr.write("\n")
+    results = {r.name: figures(r) for r in runs}
+    print(f"{inputs['mode']}: {inputs['jobs']} jobs on {inputs['nodes']} nodes "
+          f"({inputs['gpus']} GPUs), {inputs['trace']}")  # fmt: skip
+    sys.stdout.write(format_table(results, arrivals_only=exp.arrivals_only))
+    if args.report:
+        for p in write_report(Path(args.report), runs, results, inputs):
+            print(f"wrote {p}")
+    if args.json:
+        print(json.dumps(results, indent=2, sort_keys=True))
+    return 0
+
+
+def add_subcommand(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register `simulate`; it sets `func(args) -> exit code`."""
+    p = subparsers.add_parser(
+        "simulate",
+        help="simulate schedulers on a GPU trace and compare them",
+        description=_DESCRIPTION,
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--cluster", required=True, metavar="FILE", help="cluster description")
+    p.add_argument("--trace", metavar="FILE", help="trace file")
+    p.add_argument("--generate", type=int, metavar="N", help="simulate N generated jobs")
+    p.add_argument("--save-trace", metavar="FILE", help="with --generate: write the jobs as CSV")
+    p.add_argument("--policies", metavar="DIR", help="policy set (default: one open project)")
+    p.add_argument(
+        "--scheduler",
+        nargs="+",
+        default=list(SCHEDULERS),
+        metavar="NAME",
+        help=f"schedulers to compare (default all: {' '.join(SCHEDULERS)})",
+    )
+    p.add_argument("--report", metavar="DIR", help="write report.json and PNG plots here")
+    p.add_argument("--json", action="store_true", help="also print the figures as JSON")
+    p.add_argument("--arrivals-only", action="store_true", help="FGD's experiment: never leave")
+    p.add_argument("--seed", type=int, default=42, help="first random seed (default 42)")
+    p.add_argument("--seeds", type=int, default=1, help="arrivals-only: seeds averaged (default 1)")
+    p.add_argument(
+        "--tune",
+        type=float,
+        default=1.3,
+        help="arrivals-only: inflate the trace to this x capacity by resampling (default 1.3)",
+    )
+    p.add_argument(
+        "--order",
+        choices=("shuffled", "trace"),
+        default="shuffled",
+        help="arrivals-only: shuffled per seed like FGD's artifact (default), or file order",
+    )
+    p.add_argument(
+        "--load",
+        type=float,
+        help="with departures: re-time arrivals so the offered load is this x capacity",
+    )
+    p.add_argument(
+        "--max-duration",
+        type=float,
+        metavar="SECONDS",
+        help="with departures: cap job durations (censored trace tails)",
+    )
+    p.add_argument("--tick", type=float, default=10.0, help="seconds between cycles (default 10)")
+    p.add_argument("--limit", type=int, metavar="N", help="only the first N jobs of the trace")
+    p.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="progress bar on stderr (default: when stderr is a terminal)",
+    )
+    p.set_defaults(func=_simulate)

@@ -1,0 +1,298 @@
+"""The discrete-event simulator: a virtual clock driving a scheduler.
+
+Events are job arrivals and completions. After the events of a moment, the
+scheduler runs one cycle over every pending job (in submission order; the
+gangops cycle orders them itself); cycles are coalesced onto a tick (default
+10 s of virtual time), like the controller's periodic cycle. A started job
+runs for its trace duration and then releases its GPUs; a preempted job goes
+back to the queue and starts over (its progress is lost). Nothing here reads
+the wall clock except the progress callback's caller.
+
+`--arrivals-only` (FGD's fragmentation experiment): jobs arrive one by one
+and never leave; a job that does not fit on arrival is dropped; the figure is
+the share of GPUs allocated as the arrived demand grows.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from controller.scheduler.policy import SchedulingPolicy
+from controller.scheduler.snapshot import NodeState
+from controller.scheduler.types import MILLI, Gang, JobId, PodShape
+from controller.sim.schedulers import Scheduler
+from controller.sim.traces import TraceJob
+
+__all__ = ["RunResult", "gang_of", "simulate", "simulate_arrivals"]
+
+SERIES_POINTS = 600
+"""Utilisation samples kept for the plots."""
+FRAG_SHAPES = 16
+"""Distinct pending request shapes checked when measuring fragmentation."""
+
+
+@dataclass
+class RunResult:
+    """What one scheduler did with one trace."""
+
+    scheduler: str
+    capacity_milli: int
+    jobs: int
+    makespan: float = 0.0
+    utilization: float = 0.0
+    """Allocated GPU-time over capacity times the makespan."""
+    delays: list[float] = field(default_factory=list)
+    """Queueing delay (first start minus submission) of every job that started."""
+    jcts: list[float] = field(default_factory=list)
+    """Completion minus submission of every job that finished."""
+    never_started: int = 0
+    preemptions: int = 0
+    gang_timeouts: int = 0
+    """Gangs that held part of their GPUs longer than the gang timeout."""
+    partial_gpu_seconds: float = 0.0
+    """GPU-seconds held by half-placed gangs."""
+    deadlocked: bool = False
+    """The run ended with half-placed gangs holding GPUs that the rest of the queue needs."""
+    fragmentation: float = 0.0
+    """Share of free GPUs on nodes where no pending request fits (mean over cycles)."""
+    fairness: float | None = None
+    """Jain's index of each project's GPU-time share relative to its guarantee share."""
+    util_series: list[tuple[float, float]] = field(default_factory=list)
+    alloc_curve: list[tuple[float, float]] = field(default_factory=list)
+    """Arrivals-only: (arrived demand, allocated) as shares of capacity."""
+    allocation_at_full: float | None = None
+    """Arrivals-only: percent of capacity allocated when arrived demand reaches 100 %."""
+    dropped: int = 0
+    """Arrivals-only: jobs that did not fit on arrival."""
+
+
+def gang_of(job: TraceJob, policy: SchedulingPolicy) -> Gang:
+    """The core's request for a trace job."""
+    tier = policy.tiers.get(job.tier or "")
+    return Gang(
+        id=JobId(job.id),
+        project=job.project or "",
+        user=job.user or "",
+        tier=job.tier or "",
+        priority=tier.value if tier else 0,
+        created=job.submit,
+        workers=job.workers,
+        pod=job.pod,
+        preemptible=tier.preemptible if tier else False,
+        may_preempt=tier.may_preempt if tier else False,
+        min_workers=job.min_workers,
+        expected_duration=job.duration,
+    )
+
+
+def _fragmented(nodes: Iterable[NodeState], shapes: Sequence[PodShape]) -> tuple[int, int]:
+    """(free milli-GPUs on nodes where none of `shapes` fits, all free milli-GPUs)."""
+    frag = free = 0
+    for ns in nodes:
+        left = sum(ns.free)
+        if not left:
+            continue
+        free += left
+        usable = any(
+            (not s.gpu_models or ns.node.gpu_model in s.gpu_models) and ns.slots(s) > 0
+            for s in shapes
+        )
+        if not usable:
+            frag += left
+    return frag, free
+
+
+def _thin(series: list[tuple[float, float]], points: int) -> list[tuple[float, float]]:
+    if len(series) <= points:
+        return series
+    step = len(series) / points
+    return [series[int(i * step)] for i in range(points)] + [series[-1]]
+
+
+def _jain(policy: SchedulingPolicy, usage: dict[str, float]) -> float | None:
+    projects = [p for p in policy.projects.values() if p.guaranteed > 0]
+    total_use = sum(usage.get(p.name, 0.0) for p in projects)
+    total_g = sum(p.guaranteed for p in projects)
+    if len(projects) < 2 or total_use <= 0:
+        return None
+    x = [(usage.get(p.name, 0.0) / total_use) / (p.guaranteed / total_g) for p in projects]
+    return sum(x) ** 2 / (len(x) * sum(v * v for v in x))
+
+
+def simulate_arrivals(
+    jobs: Sequence[TraceJob],
+    scheduler: Scheduler,
+    policy: SchedulingPolicy,
+    *,
+    capacity_milli: int,
+    shapes: Sequence[PodShape],
+    progress: Callable[[float], None] | None = None,
+) -> RunResult:
+    """Jobs arrive in the given order and never leave."""
+    result = RunResult(scheduler.name, capacity_milli, len(jobs))
+    arrived = used = 0
+    curve: list[tuple[float, float]] = []
+    at_full: list[float] = []
+    frag_done = False
+    for i, job in enumerate(jobs):
+        gang = gang_of(job, policy)
+        arrived += gang.gpu_total
+        outcome = scheduler.cycle(float(i), [gang], 0)
+        if outcome.started:
+            used += gang.gpu_total
+        else:
+            result.dropped += 1
+        a, u = arrived / capacity_milli, used / capacity_milli
+        curve.append((a, u))
+        if round(a * 100) == 100:
+            at_full.append(u)
+        elif a > 1.005 and not frag_done:
+            frag, free = _fragmented(scheduler.node_states(), shapes)
+            result.fragmentation = frag / free if free else 0.0
+            frag_done = True
+        if progress and i % 200 == 0:
+            progress(i / len(jobs))
+    if not frag_done:
+        frag, free = _fragmented(scheduler.node_states(), shapes)
+        result.fragmentation = frag / free if free else 0.0
+    result.alloc_curve = _thin(curve, SERIES_POINTS)
+    result.utilization = used / capacity_milli
+    result.allocation_at_full = 100 * sum(at_full) / len(at_full) if at_full else None
+    return result
+
+
+@dataclass
+class _Job:
+    gang: Gang
+    duration: float | None
+    start: float | None = None
+    run: int = 0
+    partial_since: float | None = None
+    timed_out: bool = False
+
+
+def simulate(
+    jobs: Sequence[TraceJob],
+    scheduler: Scheduler,
+    policy: SchedulingPolicy,
+    *,
+    capacity_milli: int,
+    tick: float = 10.0,
+    progress: Callable[[float], None] | None = None,
+) -> RunResult:
+    """Arrivals, starts, completions and preemptions until the queue drains
+    or nothing more can happen."""
+    result = RunResult(scheduler.name, capacity_milli, len(jobs))
+    state = {j.id: _Job(gang_of(j, policy), j.duration) for j in jobs}
+    events: list[tuple[float, int, int, str, int]] = []
+    """(time, kind 0=finish 1=arrival, order, job, run)."""
+    ids = [j.id for j in jobs]
+    for n, j in enumerate(jobs):
+        heapq.heappush(events, (j.submit, 1, n, j.id, 0))
+    pending: dict[JobId, _Job] = {}
+    running: set[JobId] = set()
+    used = 0
+    project_used: dict[str, int] = {}
+    usage: dict[str, float] = {}
+    preempted_at: list[float] = []
+    frag_samples: list[float] = []
+    series: list[tuple[float, float]] = []
+    start_time = jobs[0].submit if jobs else 0.0
+    last = start_time
+    partial_milli = 0
+    arrived = 0
+    timeout = policy.gang_timeout_seconds
+    span = (jobs[-1].submit - start_time) if jobs else 0.0
+    every = span / SERIES_POINTS if span > 0 else tick
+    next_sample = start_time
+
+    def advance(to: float) -> None:
+        nonlocal last
+        dt = to - last
+        if dt > 0:
+            result.utilization += (used + partial_milli) * dt
+            result.partial_gpu_seconds += partial_milli * dt / MILLI
+            for p, u in project_used.items():
+                usage[p] = usage.get(p, 0.0) + u * dt
+        last = to
+
+    def stop(job: _Job) -> None:
+        nonlocal used
+        running.discard(job.gang.id)
+        used -= job.gang.gpu_total
+        project_used[job.gang.project] -= job.gang.gpu_total
+
+    while events:
+        t = events[0][0]
+        now = math.ceil(t / tick) * tick if tick > 0 else t
+        advance(min(now, t))
+        while events and events[0][0] <= now:
+            et, kind, _, jid, run = heapq.heappop(events)
+            advance(et)
+            job = state[JobId(jid)]
+            if kind == 1:
+                pending[job.gang.id] = job
+                arrived += 1
+            elif run == job.run and job.gang.id in running:
+                scheduler.release(job.gang.id)
+                stop(job)
+                result.jcts.append(et - job.gang.created)
+        advance(now)
+        hour_ago = now - 3600
+        recent = sum(1 for p in preempted_at if p > hour_ago)
+        queue = sorted(pending.values(), key=lambda j: (j.gang.created, j.gang.id))
+        outcome = scheduler.cycle(now, [j.gang for j in queue], recent)
+        for victim in outcome.preempted:
+            job = state[victim]
+            stop(job)
+            job.run += 1
+            pending[victim] = job
+            result.preemptions += 1
+            preempted_at.append(now)
+        for started in outcome.started:
+            job = pending.pop(started)
+            if job.start is None:
+                job.start = now
+                result.delays.append(now - job.gang.created)
+            job.partial_since = None
+            running.add(started)
+            used += job.gang.gpu_total
+            project_used[job.gang.project] = (
+                project_used.get(job.gang.project, 0) + job.gang.gpu_total
+            )
+            if job.duration is not None:
+                heapq.heappush(events, (now + job.duration, 0, 0, started, job.run))
+        partial = scheduler.partial()
+        partial_milli = sum(partial.values())
+        for jid_, _held in partial.items():
+            job = state[jid_]
+            if job.partial_since is None:
+                job.partial_since = now
+            elif not job.timed_out and now - job.partial_since > timeout:
+                job.timed_out = True
+                result.gang_timeouts += 1
+        if now >= next_sample:
+            next_sample = now + every
+            if pending:
+                shapes = list(dict.fromkeys(j.gang.pod for j in pending.values()))[:FRAG_SHAPES]
+                frag, free = _fragmented(scheduler.node_states(), shapes)
+                if free:
+                    frag_samples.append(frag / free)
+            series.append((now - start_time, (used + partial_milli) / capacity_milli))
+        if progress:
+            progress(arrived / max(1, len(ids)))
+    end = last
+    result.makespan = end - start_time
+    if result.makespan > 0:
+        result.utilization /= capacity_milli * result.makespan
+    else:
+        result.utilization = 0.0
+    result.never_started = sum(1 for j in state.values() if j.start is None)
+    result.deadlocked = bool(pending) and partial_milli > 0
+    result.fragmentation = sum(frag_samples) / len(frag_samples) if frag_samples else 0.0
+    result.fairness = _jain(policy, usage)
+    result.util_series = _thin(series, SERIES_POINTS)
+    return result

@@ -1,0 +1,181 @@
+"""Figures per scheduler: a table for people, report.json and PNG plots.
+
+`figures` reduces a scheduler's runs to the numbers the report carries
+(utilisation and fragmentation as shares 0..1, delays in seconds,
+`gpu_allocation_at_full_arrival` in percent of capacity, the mean over
+seeds). `write_report` writes `report.json` (scheduler name -> figures, plus
+`_inputs`) and the plots: utilisation over time, queueing-delay CDF, and in
+arrivals-only mode the allocation ratio as arrivals grow.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from controller.sim.plot import line_chart
+from controller.sim.run import SchedulerRun
+
+__all__ = ["figures", "format_table", "percentile", "write_report"]
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (`q` in 0..100) of `values`; 0 when empty."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    rank = max(1, min(len(ordered), round(q / 100 * len(ordered) + 0.5)))
+    return float(ordered[rank - 1])
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+def figures(run: SchedulerRun) -> dict[str, Any]:
+    """The report's figures for one scheduler."""
+    runs = run.runs
+    first = runs[0]
+    delays = [d for r in runs for d in r.delays]
+    jcts = [d for r in runs for d in r.jcts]
+    out: dict[str, Any] = {
+        "utilization": round(_mean([r.utilization for r in runs]), 4),
+        "queueing_delay_p50": round(percentile(delays, 50), 1),
+        "queueing_delay_p95": round(percentile(delays, 95), 1),
+        "queueing_delay_p99": round(percentile(delays, 99), 1),
+        "jct_mean": round(_mean(jcts), 1),
+        "jct_p50": round(percentile(jcts, 50), 1),
+        "fairness": None if first.fairness is None else round(first.fairness, 4),
+        "preemptions": sum(r.preemptions for r in runs),
+        "gang_timeouts": sum(r.gang_timeouts for r in runs),
+        "partial_gang_gpu_seconds": round(sum(r.partial_gpu_seconds for r in runs), 1),
+        "deadlocked": any(r.deadlocked for r in runs),
+        "fragmentation": round(_mean([r.fragmentation for r in runs]), 4),
+        "jobs": first.jobs,
+        "never_started": sum(r.never_started for r in runs),
+        "makespan": round(first.makespan, 1),
+        "wall_seconds": round(run.wall_seconds, 2),
+    }
+    full = [r.allocation_at_full for r in runs if r.allocation_at_full is not None]
+    if full:
+        out["gpu_allocation_at_full_arrival"] = round(_mean(full), 2)
+        out["gpu_allocation_at_full_arrival_per_seed"] = [round(v, 2) for v in full]
+        out["dropped"] = sum(r.dropped for r in runs)
+    return out
+
+
+def format_table(results: Mapping[str, Mapping[str, Any]], *, arrivals_only: bool) -> str:
+    """An aligned text table, one row per scheduler."""
+    if arrivals_only:
+        cols = [
+            ("scheduler", None),
+            ("alloc@100%", "gpu_allocation_at_full_arrival"),
+            ("frag", "fragmentation"),
+            ("dropped", "dropped"),
+            ("wall s", "wall_seconds"),
+        ]
+    else:
+        cols = [
+            ("scheduler", None), ("util", "utilization"), ("delay p50", "queueing_delay_p50"),
+            ("p95", "queueing_delay_p95"), ("p99", "queueing_delay_p99"),
+            ("jct mean", "jct_mean"), ("fairness", "fairness"), ("preempt", "preemptions"),
+            ("gang t/o", "gang_timeouts"), ("partial GPU-s", "partial_gang_gpu_seconds"),
+            ("deadlock", "deadlocked"), ("frag", "fragmentation"), ("wall s", "wall_seconds"),
+        ]  # fmt: skip
+    rows = [[h for h, _ in cols]]
+    for name, f in results.items():
+        row = [name]
+        for _, key in cols[1:]:
+            v = f.get(key or "")
+            if isinstance(v, bool):
+                row.append("yes" if v else "no")
+            elif isinstance(v, float):
+                row.append(f"{v:.3f}" if key in ("utilization", "fragmentation") else f"{v:g}")
+            else:
+                row.append("-" if v is None else str(v))
+        rows.append(row)
+    widths = [max(len(r[i]) for r in rows) for i in range(len(cols))]
+    lines = ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in
+                       enumerate(zip(r, widths, strict=True))) for r in rows]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def _cdf(values: Sequence[float]) -> list[tuple[float, float]]:
+    ordered = sorted(values)
+    n = len(ordered)
+    if not n:
+        return []
+    step = max(1, n // 400)
+    pts = [(ordered[i], (i + 1) / n) for i in range(0, n, step)]
+    return [*pts, (ordered[-1], 1.0)]
+
+
+def write_report(
+    out_dir: Path,
+    runs: Sequence[SchedulerRun],
+    results: Mapping[str, Mapping[str, Any]],
+    inputs: Mapping[str, Any],
+) -> list[Path]:
+    """report.json and the PNG plots under `out_dir`; returns the files written."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    doc = {**results, "_inputs": dict(inputs)}
+    path = out_dir / "report.json"
+    path.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    written.append(path)
+    arrivals = any(r.runs[0].alloc_curve for r in runs)
+    charts: list[tuple[str, bytes]] = []
+    if arrivals:
+        charts.append(
+            (
+                "allocation.png",
+                line_chart(
+                    [
+                        (r.name, [(100 * a, 100 * u) for a, u in r.runs[0].alloc_curve])
+                        for r in runs
+                    ],
+                    title="GPU ALLOCATION AS ARRIVALS GROW (FIRST SEED)",
+                    x_label="ARRIVED GPU DEMAND (% OF CAPACITY)",
+                    y_label="ALLOCATED %",
+                    y_range=(0.0, 100.0),
+                ),
+            )
+        )
+    else:
+        charts.append(
+            (
+                "utilization.png",
+                line_chart(
+                    [
+                        (r.name, [(t / 3600, 100 * u) for t, u in r.runs[0].util_series])
+                        for r in runs
+                    ],
+                    title="GPU UTILISATION OVER TIME",
+                    x_label="HOURS",
+                    y_label="ALLOCATED %",
+                    y_range=(0.0, 100.0),
+                ),
+            )
+        )
+        charts.append(
+            (
+                "queueing_delay_cdf.png",
+                line_chart(
+                    [
+                        (r.name, [(d / 60, 100 * p) for d, p in _cdf(r.runs[0].delays)])
+                        for r in runs
+                    ],
+                    title="QUEUEING DELAY CDF",
+                    x_label="MINUTES",
+                    y_label="JOBS %",
+                    y_range=(0.0, 100.0),
+                ),
+            )
+        )
+    for name, data in charts:
+        p = out_dir / name
+        p.write_bytes(data)
+        written.append(p)
+    return written

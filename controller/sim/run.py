@@ -1,0 +1,182 @@
+"""One simulation request, end to end: inputs, workload, every scheduler.
+
+`Experiment` is what `gangops simulate` parses its flags into; `run` loads
+the cluster, trace and policies, maps the trace onto tenants, and simulates
+each scheduler on the same workload. Arrivals-only runs repeat over seeds
+(FGD's method: the trace is inflated to `tune` x capacity by resampling its
+own pods, then shuffled) and report the mean.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from controller.scheduler.fragmentation import FragModel, typical_pods
+from controller.scheduler.policy import SchedulingPolicy
+from controller.scheduler.types import MILLI, Node, PodShape
+from controller.sim.engine import RunResult, simulate, simulate_arrivals
+from controller.sim.schedulers import SCHEDULERS, make_scheduler
+from controller.sim.tenants import (
+    assign_tenants,
+    load_policy_doc,
+    open_policy_doc,
+    scale_policy_doc,
+)
+from controller.sim.traces import TraceJob, load_cluster_file, load_trace
+
+__all__ = ["Experiment", "SchedulerRun", "prepare_arrivals", "run", "run_jobs"]
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """Everything a simulation needs."""
+
+    cluster: Path
+    trace: Path
+    policies: Path | None = None
+    schedulers: tuple[str, ...] = SCHEDULERS
+    arrivals_only: bool = False
+    seed: int = 42
+    seeds: int = 1
+    """Arrivals-only: runs (seeds seed, seed+1, ...) averaged."""
+    tune: float = 1.3
+    """Arrivals-only: inflate the workload to this multiple of capacity (0: as is)."""
+    order: str = "shuffled"
+    """Arrivals-only: `shuffled` (FGD's artifact) or `trace` (file order)."""
+    load: float | None = None
+    """With departures: re-time arrivals so offered load is this share of capacity."""
+    max_duration: float | None = None
+    """With departures: cap each job's duration (public traces censor long jobs
+    at the end of the trace, and one such job would set the makespan)."""
+    tick: float = 10.0
+    limit: int | None = None
+    """Use only the first `limit` jobs of the trace."""
+
+
+@dataclass
+class SchedulerRun:
+    """One scheduler's results (one per seed in arrivals-only mode)."""
+
+    name: str
+    runs: list[RunResult] = field(default_factory=list)
+    wall_seconds: float = 0.0
+
+
+def prepare_arrivals(
+    jobs: Sequence[TraceJob], capacity_milli: int, *, seed: int, tune: float, order: str
+) -> list[TraceJob]:
+    """The arrivals-only workload: `jobs` plus resampled copies until their GPU
+    demand reaches `tune` x capacity, in trace order or shuffled (seeded)."""
+    rng = random.Random(seed)
+    out = list(jobs)
+    total = sum(j.gpu_milli for j in out)
+    n = 0
+    while tune > 0 and jobs:
+        extra = rng.choice(jobs)
+        if total + extra.gpu_milli > tune * capacity_milli:
+            break
+        n += 1
+        out.append(replace(extra, id=f"{extra.id}-tuned-{n}"))
+        total += extra.gpu_milli
+    if order == "shuffled":
+        rng.shuffle(out)
+    return out
+
+
+def retime(jobs: Sequence[TraceJob], capacity_milli: int, load: float) -> list[TraceJob]:
+    """Arrival times scaled so the offered GPU-time over the arrival span is
+    `load` x capacity (durations kept)."""
+    timed = [j for j in jobs if j.duration is not None]
+    if not timed:
+        return list(jobs)
+    work = sum(j.gpu_milli * (j.duration or 0.0) for j in timed)
+    first = jobs[0].submit
+    span = jobs[-1].submit - first
+    if span <= 0 or work <= 0:
+        return list(jobs)
+    factor = work / (load * capacity_milli) / span
+    return [replace(j, submit=(j.submit - first) * factor) for j in jobs]
+
+
+def _policy_doc(exp: Experiment, capacity_gpus: int) -> dict[str, Any]:
+    if exp.policies is None:
+        return open_policy_doc(capacity_gpus)
+    return scale_policy_doc(load_policy_doc(exp.policies), capacity_gpus)
+
+
+def run_jobs(
+    exp: Experiment,
+    nodes: Sequence[Node],
+    jobs: Sequence[TraceJob],
+    doc: dict[str, Any],
+    *,
+    progress: Callable[[str, float], None] | None = None,
+) -> list[SchedulerRun]:
+    """Simulate every scheduler of `exp` on `jobs` (tenants already assigned)."""
+    capacity = sum(n.gpus for n in nodes) * MILLI
+    policy = SchedulingPolicy.from_dict(doc)
+    typical = typical_pods(j.pod for j in jobs)
+    shapes = [PodShape(t.gpus, t.gpu_milli, t.cpu_milli, 0, t.gpu_models) for t in typical]
+    out = []
+    for name in exp.schedulers:
+        sched_run = SchedulerRun(name)
+        t0 = time.perf_counter()
+        for k in range(exp.seeds if exp.arrivals_only else 1):
+            seed = exp.seed + k
+
+            def tell(f: float, name: str = name) -> None:
+                if progress:
+                    progress(name, f)
+
+            frag = FragModel(typical)
+            sched = make_scheduler(name, nodes, doc, fragmentation=frag, seed=seed)
+            if exp.arrivals_only:
+                workload = prepare_arrivals(
+                    jobs, capacity, seed=seed, tune=exp.tune, order=exp.order
+                )
+                r = simulate_arrivals(
+                    workload, sched, policy, capacity_milli=capacity, shapes=shapes, progress=tell
+                )
+            else:
+                r = simulate(jobs, sched, policy, capacity_milli=capacity, tick=exp.tick,
+                             progress=tell)  # fmt: skip
+            sched_run.runs.append(r)
+        sched_run.wall_seconds = time.perf_counter() - t0
+        out.append(sched_run)
+    return out
+
+
+def run(
+    exp: Experiment, *, progress: Callable[[str, float], None] | None = None
+) -> tuple[list[SchedulerRun], dict[str, Any]]:
+    """Load the inputs of `exp` and simulate; also returns the inputs' summary."""
+    nodes = load_cluster_file(exp.cluster)
+    capacity_gpus = sum(n.gpus for n in nodes)
+    jobs = load_trace(exp.trace)
+    if exp.limit is not None:
+        jobs = jobs[: exp.limit]
+    doc = _policy_doc(exp, capacity_gpus)
+    policy = SchedulingPolicy.from_dict(doc)
+    jobs = assign_tenants(jobs, policy, seed=exp.seed)
+    if not exp.arrivals_only and exp.max_duration is not None:
+        cap = exp.max_duration
+        jobs = [
+            j if j.duration is None else replace(j, duration=min(j.duration, cap)) for j in jobs
+        ]
+    if not exp.arrivals_only and exp.load is not None:
+        jobs = retime(jobs, capacity_gpus * MILLI, exp.load)
+    summary = {
+        "cluster": str(exp.cluster),
+        "nodes": len(nodes),
+        "gpus": capacity_gpus,
+        "trace": str(exp.trace),
+        "jobs": len(jobs),
+        "mode": "arrivals-only" if exp.arrivals_only else "departures",
+        "seeds": exp.seeds if exp.arrivals_only else 1,
+    }
+    return run_jobs(exp, nodes, jobs, doc, progress=progress), summary

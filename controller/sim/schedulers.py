@@ -1,0 +1,297 @@
+"""The schedulers a simulation compares, behind one small interface.
+
+- `gangops`: the real scheduling core (`controller.scheduler.cycle.schedule`)
+  with the given policies, on one snapshot kept for the whole run (assume on
+  admission, forget on completion; the same state the controller rebuilds
+  each cycle, since assume and forget are exact inverses);
+- `static`: the same core, but each project confined to its own island of
+  nodes sized by its guarantee, with no borrowing ("resource islands");
+- `fifo-greedy`: pods placed one at a time, first fit, in submission order,
+  with no gang awareness: a gang's pods hold their GPUs while its other pods
+  wait, which is how half-placed gangs deadlock a cluster;
+- `bestfit`, `random`: per-pod placement (see `baselines`), gang
+  all-or-nothing, no quotas.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from controller.scheduler.cycle import schedule
+from controller.scheduler.fragmentation import FragModel
+from controller.scheduler.policy import SchedulingPolicy
+from controller.scheduler.snapshot import NodeState, Snapshot
+from controller.scheduler.types import (
+    Admit,
+    Gang,
+    JobId,
+    Node,
+    Placement,
+    PodPlacement,
+    Preempt,
+    Running,
+)
+from controller.sim.baselines import PLACERS, Placer
+
+__all__ = ["SCHEDULERS", "Outcome", "Scheduler", "make_scheduler"]
+
+SCHEDULERS = ("gangops", "static", "fifo-greedy", "bestfit", "random")
+
+
+@dataclass
+class Outcome:
+    """What one cycle changed."""
+
+    started: list[JobId] = field(default_factory=list)
+    preempted: list[JobId] = field(default_factory=list)
+
+
+class Scheduler(Protocol):
+    """One scheduler under simulation."""
+
+    name: str
+
+    def cycle(self, now: float, pending: Sequence[Gang], recent_preemptions: int) -> Outcome:
+        """Decide for the pending gangs (in submission order); start or preempt."""
+        ...
+
+    def release(self, job: JobId) -> None:
+        """A running job ended: free what it holds."""
+        ...
+
+    def node_states(self) -> Iterable[NodeState]:
+        """Every node's current free capacity."""
+        ...
+
+    def partial(self) -> Mapping[JobId, int]:
+        """Gangs holding some but not all of their pods' GPUs: milli-GPUs held."""
+        ...
+
+
+class GangopsScheduler:
+    """The real core: `cycle.schedule` on a snapshot that lives for the run."""
+
+    def __init__(
+        self,
+        nodes: Sequence[Node],
+        policy: SchedulingPolicy,
+        fragmentation: FragModel | None,
+        name: str = "gangops",
+    ) -> None:
+        self.name = name
+        self.policy = policy
+        self.snap = Snapshot(
+            nodes,
+            levels=policy.topology_levels,
+            reserve_tiers=policy.reserve_tiers,
+            fragmentation=fragmentation,
+        )
+
+    def cycle(self, now: float, pending: Sequence[Gang], recent_preemptions: int) -> Outcome:
+        out = Outcome()
+        if not pending:
+            return out
+        result = schedule(
+            self.snap, pending, self.policy, now=now, preemptions_last_hour=recent_preemptions
+        )
+        for d in result.decisions:
+            if isinstance(d, Admit):
+                out.started.append(d.gang.id)
+            elif isinstance(d, Preempt):
+                out.preempted.extend(d.victims)
+                out.started.append(d.gang.id)
+        return out
+
+    def release(self, job: JobId) -> None:
+        self.snap.forget(job)
+
+    def node_states(self) -> Iterable[NodeState]:
+        return self.snap.nodes
+
+    def partial(self) -> Mapping[JobId, int]:
+        return {}
+
+
+def _island_policy(doc: Mapping[str, Any], project: str, gpus: int) -> SchedulingPolicy:
+    island = copy.deepcopy(dict(doc))
+    island["projects"] = [p for p in island["projects"] if p["name"] == project]
+    for p in island["projects"]:
+        p["quota"] = {"guaranteed": {"gpu": gpus}, "max": {"gpu": gpus}}
+    island["cluster"]["reserve"] = {"gpu": 0, "tiers": []}
+    island["cluster"]["fairShare"] = {**island["cluster"]["fairShare"], "borrowing": False}
+    return SchedulingPolicy.from_dict(island)
+
+
+def islands(nodes: Sequence[Node], guarantees: Mapping[str, int]) -> dict[str, list[Node]]:
+    """Nodes split among projects in proportion to their guarantees: largest
+    nodes first, each to the project furthest below its share."""
+    total = sum(guarantees.values()) or 1
+    capacity = sum(n.gpus for n in nodes)
+    target = {p: capacity * g / total for p, g in guarantees.items()}
+    given = {p: 0 for p in guarantees}
+    out: dict[str, list[Node]] = {p: [] for p in guarantees}
+    for n in sorted(nodes, key=lambda n: (-n.gpus, n.name)):
+        p = max(sorted(target), key=lambda p: target[p] - given[p])
+        out[p].append(n)
+        given[p] += n.gpus
+    return out
+
+
+class StaticScheduler:
+    """Each project on its own island, sized by its guarantee; no borrowing."""
+
+    def __init__(
+        self, nodes: Sequence[Node], doc: Mapping[str, Any], fragmentation: FragModel | None
+    ) -> None:
+        self.name = "static"
+        policy = SchedulingPolicy.from_dict(doc)
+        split = islands(nodes, {p.name: p.guaranteed for p in policy.projects.values()})
+        self.parts = {
+            project: GangopsScheduler(
+                members,
+                _island_policy(doc, project, sum(n.gpus for n in members)),
+                fragmentation,
+                name=f"static:{project}",
+            )
+            for project, members in split.items()
+        }
+        self.owner: dict[JobId, str] = {}
+
+    def cycle(self, now: float, pending: Sequence[Gang], recent_preemptions: int) -> Outcome:
+        out = Outcome()
+        by_project: dict[str, list[Gang]] = {}
+        for g in pending:
+            by_project.setdefault(g.project, []).append(g)
+        for project, gangs in sorted(by_project.items()):
+            part = self.parts.get(project)
+            if part is None:
+                continue
+            o = part.cycle(now, gangs, recent_preemptions)
+            out.started += o.started
+            out.preempted += o.preempted
+            for j in o.started:
+                self.owner[j] = project
+        return out
+
+    def release(self, job: JobId) -> None:
+        self.parts[self.owner.pop(job)].release(job)
+
+    def node_states(self) -> Iterable[NodeState]:
+        for part in self.parts.values():
+            yield from part.snap.nodes
+
+    def partial(self) -> Mapping[JobId, int]:
+        return {}
+
+
+class PerPodScheduler:
+    """Pods placed one at a time by a baseline placer.
+
+    With `gang_aware`, a gang whose pods do not all fit places none; without
+    it (fifo-greedy) every pod that fits is bound at once and holds its GPUs
+    until the rest of its gang is placed.
+    """
+
+    def __init__(self, name: str, nodes: Sequence[Node], placer: Placer, *, seed: int) -> None:
+        self.name = name
+        self.gang_aware = name != "fifo-greedy"
+        self.placer = placer
+        self.rng = random.Random(seed)
+        self.snap = Snapshot(nodes, levels=())
+        self.bound: dict[JobId, list[JobId]] = {}
+        """Job -> the snapshot entries of its bound pods."""
+        self.gangs: dict[JobId, Gang] = {}
+        self.pod_ids = 0
+
+    def _bind(self, g: Gang, pod: PodPlacement) -> None:
+        self.pod_ids += 1
+        one = Gang(JobId(f"{g.id}#{self.pod_ids}"), g.project, g.user, g.tier, g.priority,
+                   g.created, 1, g.pod)  # fmt: skip
+        self.snap.assume(Running(one, Placement((pod,)), 0.0))
+        self.bound.setdefault(g.id, []).append(one.id)
+        self.gangs[g.id] = g
+
+    def _unbind_all(self, job: JobId) -> None:
+        for rid in self.bound.pop(job, []):
+            self.snap.forget(rid)
+        self.gangs.pop(job, None)
+
+    def cycle(self, now: float, pending: Sequence[Gang], recent_preemptions: int) -> Outcome:
+        if not self.gang_aware:
+            return self._interleaved(pending)
+        out = Outcome()
+        for g in pending:
+            placed = 0
+            for _ in range(g.workers):
+                pod = self.placer(self.snap, g.pod, self.rng)
+                if pod is None:
+                    break
+                self._bind(g, pod)
+                placed += 1
+            if placed == g.workers:
+                out.started.append(g.id)
+            elif placed:
+                self._unbind_all(g.id)
+        return out
+
+    def _interleaved(self, pending: Sequence[Gang]) -> Outcome:
+        """Pods of the pending gangs one at a time, round-robin in submission
+        order (the order a pod queue sees pods that job controllers create
+        concurrently); each pod that fits is bound and keeps its GPUs."""
+        out = Outcome()
+        left = {g.id: g.workers - len(self.bound.get(g.id, ())) for g in pending}
+        active = [g for g in pending if left[g.id] > 0]
+        while active:
+            still = []
+            for g in active:
+                pod = self.placer(self.snap, g.pod, self.rng)
+                if pod is None:
+                    continue
+                self._bind(g, pod)
+                left[g.id] -= 1
+                if left[g.id] == 0:
+                    out.started.append(g.id)
+                else:
+                    still.append(g)
+            active = still
+        for g in pending:
+            if left[g.id] == 0 and g.id not in out.started:
+                out.started.append(g.id)
+        return out
+
+    def release(self, job: JobId) -> None:
+        self._unbind_all(job)
+
+    def node_states(self) -> Iterable[NodeState]:
+        return self.snap.nodes
+
+    def partial(self) -> Mapping[JobId, int]:
+        return {
+            j: len(pods) * self.gangs[j].pod.gpu_total
+            for j, pods in self.bound.items()
+            if len(pods) < self.gangs[j].workers
+        }
+
+
+def make_scheduler(
+    name: str,
+    nodes: Sequence[Node],
+    doc: Mapping[str, Any],
+    *,
+    fragmentation: FragModel | None,
+    seed: int,
+) -> Scheduler:
+    """A fresh scheduler called `name` (one of `SCHEDULERS`)."""
+    if name == "gangops":
+        return GangopsScheduler(nodes, SchedulingPolicy.from_dict(doc), fragmentation)
+    if name == "static":
+        return StaticScheduler(nodes, doc, fragmentation)
+    if name == "fifo-greedy":
+        return PerPodScheduler(name, nodes, PLACERS["first-fit"], seed=seed)
+    if name in PLACERS:
+        return PerPodScheduler(name, nodes, PLACERS[name], seed=seed)
+    raise ValueError(f"unknown scheduler {name!r}; known: {', '.join(SCHEDULERS)}")
