@@ -257,6 +257,13 @@ def simulate(
             if job.start is None:
                 job.start = now
                 result.delays.append(now - job.gang.created)
+            if (
+                job.partial_since is not None
+                and not job.timed_out
+                and now - job.partial_since > timeout
+            ):
+                job.timed_out = True
+                result.gang_timeouts += 1
             job.partial_since = None
             running.add(started)
             used += job.gang.gpu_total
