@@ -32,6 +32,8 @@ __all__ = [
 DIAGNOSTIC_FORMATS = ("text", "json", "github", "sarif")
 PLAN_FORMATS = ("text", "markdown", "json")
 GITHUB_COMMENT_LIMIT = 65536
+_CAUTION_STEPS = 20
+"""Destructive steps named in the markdown plan's caution box; the rest follow it."""
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 
 
@@ -245,14 +247,18 @@ def _plan_markdown(plan: Plan, base: str, head: str) -> str:
         f"`{base}` → `{head}`: **{_counts(plan)}**",
         "",
     ]
+    body: list[str] = []
     if plan.destructive:
+        steps = [*plan.warnings, *(f"{c.action} `{c.id}`" for c in plan.changes if c.destructive)]
         head_lines += ["> [!CAUTION]", "> This change has destructive steps:"]
-        head_lines += [f"> - {w}" for w in plan.warnings]
-        head_lines += [f"> - {c.action} `{c.id}`" for c in plan.changes if c.destructive]
+        head_lines += [f"> - {step}" for step in steps[:_CAUTION_STEPS]]
+        if len(steps) > _CAUTION_STEPS:
+            head_lines.append(f"> - …and {len(steps) - _CAUTION_STEPS} more, listed below")
+            # The changes below are flagged themselves; the warnings are not.
+            body += [f"- :warning: {w}" for w in plan.warnings[_CAUTION_STEPS:]]
         head_lines.append("")
     if not plan.changes and not plan.warnings:
         head_lines.append("No changes.")
-    body: list[str] = []
     for c in plan.changes:
         body += _change_md(c)
     budget = GITHUB_COMMENT_LIMIT - 1024 - sum(len(x) + 1 for x in head_lines)
