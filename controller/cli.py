@@ -270,7 +270,7 @@ def _plan(args: argparse.Namespace) -> int:
             source_root=root.as_posix(),
             system_namespace=args.system_namespace,
         )
-    elif base.documents:
+    elif base.files:  # files there, but no valid policy set (a root new since base has none)
         print(
             f"gangops plan: warning: the policies at {args.base} do not validate; "
             "planning as if the cluster held none of them",
