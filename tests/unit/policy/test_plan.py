@@ -1,0 +1,436 @@
+"""`gangops plan` against real Git repositories made in tmp_path.
+
+Each case commits a base policy set, writes the head set into the working
+tree, runs `gangops plan policies --base HEAD --format json` in-process, and
+checks every change (action, object, destructive), the warnings and the notes.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from controller.cli import main
+from controller.policy.plan import Change, FieldChange, Plan, make_plan
+from controller.policy.report import GITHUB_COMMENT_LIMIT, format_plan
+from tests.unit.policy.builders import (
+    TIERS,
+    cluster,
+    compiled,
+    policy_files,
+    project,
+    tier,
+    valid_set,
+)
+
+CM = "ConfigMap/gangops-system/gangops-scheduling-policy"
+
+
+class GitRepo:
+    """A Git repository whose policies live under `policies/`."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.git("init", "-q", "-b", "main")
+
+    def git(self, *args: str) -> str:
+        return subprocess.run(
+            ["git", "-c", "user.name=test", "-c", "user.email=test@example.com",
+             "-c", "commit.gpgsign=false", *args],
+            cwd=self.root, check=True, capture_output=True, text=True,
+        ).stdout.strip()  # fmt: skip
+
+    def write(self, files: dict[str, str], under: str = "policies") -> None:
+        """Make `under` hold exactly `files`."""
+        top = self.root / under
+        for old in top.rglob("*") if top.exists() else ():
+            if old.is_file():
+                old.unlink()
+        for name, text in files.items():
+            path = top / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+
+    def commit(self, message: str = "change") -> str:
+        self.git("add", "-A")
+        self.git("commit", "-q", "--allow-empty", "-m", message)
+        return self.git("rev-parse", "HEAD")
+
+
+@pytest.fixture
+def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> GitRepo:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    return GitRepo(tmp_path)
+
+
+def plan_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
+    assert main(["plan", "policies", "--base", "HEAD", "--format", "json", *args]) == 0
+    doc: dict[str, Any] = json.loads(capsys.readouterr().out)
+    return doc
+
+
+def A(guaranteed: int = 4, max: int = 8) -> dict[str, Any]:
+    return project("a").guaranteed(gpu=guaranteed).max(gpu=max).build()
+
+
+B = project("b").build()
+BASE = policy_files(A(), B)
+PROJECT_C = {
+    "name": "c",
+    "namespaces": ["c"],
+    "quota": {"max": {"gpu": 8}},
+    "users": {"members": []},
+    "jobs": {"maxGPU": 8, "tiers": ["critical", "normal", "batch"], "defaultTier": "normal"},
+}
+"""Project c as the scheduling policy lists it (empty mappings are no fields)."""
+
+
+@dataclass
+class Case:
+    name: str
+    head: dict[str, str]
+    changes: list[tuple[str, str, bool]]
+    """(action, object id, destructive), in plan order."""
+    warnings: tuple[str, ...] = ()
+    """The start of each warning."""
+    notes: tuple[str, ...] = ()
+    """Substrings of the changes' notes."""
+    fields: tuple[tuple[str, str, Any, Any], ...] = ()
+    """(object id, field path, old, new) that must be among the changes' fields."""
+
+
+CASES = [
+    Case("no changes", BASE, []),
+    Case(
+        "create, update and delete",
+        policy_files(A(max=16), project("c").build()),
+        [
+            ("create", "Namespace/c", False),
+            ("update", "ResourceQuota/a/gangops-quota", False),
+            ("create", "ResourceQuota/c/gangops-quota", False),
+            ("update", CM, False),
+            ("delete", "ResourceQuota/b/gangops-quota", True),
+            ("delete", "Namespace/b", True),
+        ],
+        notes=("loses its quota backstop", "everything in the namespace is deleted"),
+        fields=(
+            ("ResourceQuota/a/gangops-quota", "spec.hard.requests.nvidia.com/gpu", "8", "16"),
+            (CM, "data.policy.json.projects[a].quota.max.gpu", 8, 16),
+            (CM, "data.policy.json.projects[c]", None, PROJECT_C),
+        ),
+    ),
+    Case(
+        "a tier's value changes: recreate",
+        policy_files(A(), B, tiers=(TIERS[0], tier("normal", 2000, globalDefault=True), TIERS[2])),
+        [("recreate", "PriorityClass/normal", True), ("update", CM, False)],
+        notes=("value is immutable: 1000 -> 2000",),
+        fields=(("PriorityClass/normal", "value", 1000, 2000),),
+    ),
+    Case(
+        "a tier's preemption policy changes: recreate",
+        policy_files(A(), B, tiers=(*TIERS[:2], tier("batch", 10, preemptible=True))),
+        [("recreate", "PriorityClass/batch", True), ("update", CM, False)],
+        notes=("preemptionPolicy is immutable",),
+    ),
+    Case(
+        "a tier's description changes: update",
+        policy_files(A(), B, tiers=(tier("critical", 1_000_000, description="x"), *TIERS[1:])),
+        [("update", "PriorityClass/critical", False)],
+        fields=(("PriorityClass/critical", "description", None, "x"),),
+    ),
+    Case(
+        "a tier is deleted",
+        policy_files(A(), B, tiers=TIERS[:2]),
+        [("update", CM, False), ("delete", "PriorityClass/batch", True)],
+        notes=("tier 'batch' disappears",),
+    ),
+    Case(
+        "a guarantee is cut",
+        policy_files(A(guaranteed=2), B),
+        [("update", CM, False)],
+        warnings=("project 'a': guaranteed gpu cut 4 GPUs -> 2 GPUs",),
+    ),
+    Case(
+        "a max is cut below the old guarantee",
+        policy_files(A(guaranteed=2, max=3), B),
+        [("update", "ResourceQuota/a/gangops-quota", False), ("update", CM, False)],
+        warnings=("project 'a': max gpu cut to 3 GPUs, below the 4 GPUs it was guaranteed",),
+        notes=("lowered 8 -> 3",),
+    ),
+    Case(
+        "a quota is lowered: a note, not a warning",
+        policy_files(A(), project("b").max(gpu=6).build()),
+        [("update", "ResourceQuota/b/gangops-quota", False), ("update", CM, False)],
+        notes=("spec.hard.requests.nvidia.com/gpu lowered 8 -> 6",),
+    ),
+    Case(
+        "a namespace is renamed",
+        policy_files(A(), project("b").namespaces("b2").build()),
+        [
+            ("create", "Namespace/b2", False),
+            ("create", "ResourceQuota/b2/gangops-quota", False),
+            ("update", CM, False),
+            ("delete", "ResourceQuota/b/gangops-quota", True),
+            ("delete", "Namespace/b", True),
+        ],
+        notes=("loses its quota backstop", "everything in the namespace is deleted"),
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_plan(case: Case, repo: GitRepo, capsys: pytest.CaptureFixture[str]) -> None:
+    repo.write(BASE)
+    repo.commit("base")
+    repo.write(case.head)
+    plan = plan_json(capsys)
+    by_id = {_id(c): c for c in plan["changes"]}
+    assert [(c["action"], _id(c), c["destructive"]) for c in plan["changes"]] == case.changes
+    assert [w[: len(start)] for w, start in zip(plan["warnings"], case.warnings, strict=True)] == (
+        list(case.warnings)
+    )
+    assert plan["destructive"] == (bool(case.warnings) or any(d for _, _, d in case.changes))
+    notes = "\n".join(n for c in plan["changes"] for n in c["notes"])
+    for text in case.notes:
+        assert text in notes
+    if not case.notes:
+        assert notes == ""
+    for obj, path, old, new in case.fields:
+        assert {"path": path, "old": old, "new": new} in by_id[obj]["fields"]
+
+
+def _id(change: dict[str, Any]) -> str:
+    return "/".join(filter(None, (change["kind"], change["namespace"], change["name"])))
+
+
+def test_no_changes_text(repo: GitRepo, capsys: pytest.CaptureFixture[str]) -> None:
+    repo.write(BASE)
+    repo.commit()
+    assert main(["plan", "policies", "--base", "HEAD"]) == 0
+    assert capsys.readouterr().out == (
+        "Plan HEAD -> working tree: 0 to create, 0 to update, 0 to recreate, 0 to delete\n"
+        "No changes. The cluster already matches the policies.\n"
+    )
+
+
+def test_text_marks_destructive_steps(repo: GitRepo, capsys: pytest.CaptureFixture[str]) -> None:
+    repo.write(BASE)
+    repo.commit()
+    repo.write(policy_files(A(guaranteed=2)))
+    assert main(["plan", "policies", "--base", "HEAD"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert (
+        out[0] == "Plan HEAD -> working tree: 0 to create, 1 to update, 0 to recreate, 2 to delete"
+    )
+    assert "!! DESTRUCTIVE: project 'a': guaranteed gpu cut 4 GPUs -> 2 GPUs;" in out[1]
+    assert "- delete Namespace/b  !! DESTRUCTIVE" in out
+    assert "      data.policy.json.projects[a].quota.guaranteed.gpu: 4 -> 2" in out
+
+
+def test_the_revision_annotation_causes_no_update(
+    repo: GitRepo, capsys: pytest.CaptureFixture[str]
+) -> None:
+    repo.write(BASE)
+    first = repo.commit("policies")
+    (repo.root / "README.md").write_text("unrelated\n")
+    second = repo.commit("docs")
+    assert first != second
+    plan = plan_json(capsys, "--base", "HEAD~1")
+    assert plan["changes"] == [] and plan["warnings"] == []
+    # A dirty working tree (revision "<sha>-dirty") is no change either.
+    (repo.root / "policies" / "tiers.yaml").write_text(BASE["tiers.yaml"] + "# a comment\n")
+    assert plan_json(capsys)["changes"] == []
+
+
+def test_revision_annotation_is_ignored_but_other_annotations_are_not() -> None:
+    files = policy_files(A(), B)
+    old, new = compiled(files, revision="r1"), compiled(files, revision="r2")
+    assert make_plan(old, new).changes == ()
+    moved = {**files, "projects/moved.yaml": files["projects/b.yaml"]}
+    del moved["projects/b.yaml"]
+    plan = make_plan(old, compiled(moved, revision="r2"))
+    assert [(c.action, c.id) for c in plan.changes] == [
+        ("update", "Namespace/b"),
+        ("update", "ResourceQuota/b/gangops-quota"),
+    ]
+    assert plan.changes[0].fields == (
+        FieldChange(
+            "metadata.annotations.gangops.ai/source-file", "projects/b.yaml", "projects/moved.yaml"
+        ),
+    )
+
+
+def test_a_bad_base_ref_is_a_usage_error(repo: GitRepo, capsys: pytest.CaptureFixture[str]) -> None:
+    repo.write(BASE)
+    repo.commit()
+    assert main(["plan", "policies", "--base", "no-such-ref"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert "'no-such-ref' does not name a commit" in err
+
+
+def test_a_repository_without_commits_is_a_usage_error(
+    repo: GitRepo, capsys: pytest.CaptureFixture[str]
+) -> None:
+    repo.write(BASE)
+    assert main(["plan", "policies", "--base", "HEAD"]) == 2
+    assert "does not name a commit" in capsys.readouterr().err
+
+
+def test_outside_a_repository_is_a_usage_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "policies").mkdir()
+    assert main(["plan", "policies", "--base", "HEAD"]) == 2
+    assert "not inside a Git repository" in capsys.readouterr().err
+
+
+def test_a_missing_path_is_a_usage_error(repo: GitRepo, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "nowhere", "--base", "HEAD"]) == 2
+    assert "nowhere: no such file or directory" in capsys.readouterr().err
+
+
+def test_an_invalid_working_tree_gives_no_plan(
+    repo: GitRepo, capsys: pytest.CaptureFixture[str]
+) -> None:
+    repo.write(BASE)
+    repo.commit()
+    repo.write({**BASE, "projects/b.yaml": BASE["projects/b.yaml"].replace("gpu: 8", "gpu: x")})
+    assert main(["plan", "policies", "--base", "HEAD"]) == 1
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert "policies/projects/b.yaml:" in err and "error GP202" in err
+    assert "the working tree's policies are invalid; no plan" in err
+
+
+@pytest.mark.parametrize(
+    "broken",
+    [
+        {"all.yaml": "a: [\n"},  # not one document: a syntax error
+        {**BASE, "projects/a.yaml": BASE["projects/a.yaml"].replace("gpu: 8", "gpu: x")},
+    ],
+    ids=["syntax-error", "schema-error"],
+)
+def test_an_invalid_base_is_planned_from_empty(
+    repo: GitRepo, capsys: pytest.CaptureFixture[str], broken: dict[str, str]
+) -> None:
+    repo.write(broken)
+    repo.commit("broken")
+    repo.write(BASE)
+    assert main(["plan", "policies", "--base", "HEAD", "--format", "json"]) == 0
+    out, err = capsys.readouterr()
+    assert "warning: the policies at HEAD do not validate" in err
+    plan = json.loads(out)
+    assert plan["counts"] == {"create": 8, "update": 0, "recreate": 0, "delete": 0}
+
+
+def test_a_policy_root_new_since_the_base_is_all_creates(
+    repo: GitRepo, capsys: pytest.CaptureFixture[str]
+) -> None:
+    repo.commit("empty")
+    repo.write(BASE)
+    assert main(["plan", "policies", "--base", "HEAD", "--format", "json"]) == 0
+    out, err = capsys.readouterr()
+    assert err == ""
+    assert json.loads(out)["counts"]["create"] == 8
+
+
+def test_capacity_from_is_read_at_the_base(
+    repo: GitRepo, capsys: pytest.CaptureFixture[str]
+) -> None:
+    description = "kind: Cluster\nspec:\n  pools: [{{name: a, count: {n}, gpusPerNode: 8}}]\n"
+    files = policy_files(A(), B, cluster_doc=cluster(gpu=None, capacityFrom="../c/cluster.yaml"))
+    repo.write(files)
+    repo.write({"cluster.yaml": description.format(n=8)}, under="c")
+    repo.commit()
+    repo.write({"cluster.yaml": description.format(n=16)}, under="c")
+    plan = plan_json(capsys)
+    (change,) = plan["changes"]
+    assert {"path": "data.policy.json.cluster.capacity.gpu", "old": 64, "new": 128} in change[
+        "fields"
+    ]
+
+
+def test_markdown(repo: GitRepo, capsys: pytest.CaptureFixture[str]) -> None:
+    repo.write(BASE)
+    repo.commit()
+    repo.write(policy_files(A(guaranteed=2), project("c").build()))
+    assert main(["plan", "policies", "--base", "HEAD", "--format", "markdown"]) == 0
+    md = capsys.readouterr().out
+    assert md.startswith(
+        "### gangops plan\n\n`HEAD` → `working tree`: "
+        "**2 to create, 1 to update, 0 to recreate, 2 to delete**\n\n"
+        "> [!CAUTION]\n> This change has destructive steps:\n"
+        "> - project 'a': guaranteed gpu cut 4 GPUs -> 2 GPUs;"
+    )
+    assert "> - delete `Namespace/b`\n" in md
+    assert "- **delete** `Namespace/b` :warning: **destructive**\n" in md
+    assert "- **create** `Namespace/c`\n" in md
+    assert md.rstrip().endswith("</details>")
+
+
+def _huge_set(n: int, **max: Any) -> dict[str, str]:
+    projects = [
+        project(f"project-{i:04d}").namespaces(f"ns-{i:04d}", f"ns-{i:04d}-dev").max(**max).build()
+        for i in range(n)
+    ]
+    # JSON is YAML, and dumps thousands of documents much faster.
+    return {
+        **policy_files(cluster_doc=cluster(gpu=100_000)),
+        "projects.yaml": "\n---\n".join(json.dumps(p) for p in projects),
+    }
+
+
+@pytest.fixture(scope="module")
+def huge() -> dict[str, list[dict[str, Any]]]:
+    """2,000 projects (8,000 objects), before and after every quota changes."""
+    return {
+        "base": compiled(_huge_set(2000, gpu=8, cpu="64")),
+        "head": compiled(_huge_set(2000, gpu=4, cpu="32")),
+    }
+
+
+@pytest.mark.parametrize("which", ["create", "update", "delete"])
+def test_markdown_of_a_huge_plan_fits_a_github_comment(
+    huge: dict[str, list[dict[str, Any]]], which: str
+) -> None:
+    base, head = {
+        "create": ([], huge["head"]),
+        "update": (huge["base"], huge["head"]),
+        "delete": (huge["base"], []),
+    }[which]
+    plan = make_plan(base, head)
+    assert plan.counts()[which] >= 4000
+    md = format_plan(plan, fmt="markdown", base="main", head="working tree")
+    assert len(md) <= GITHUB_COMMENT_LIMIT
+    assert "more lines cut to fit a GitHub comment" in md
+    assert md.rstrip().endswith("</details>")
+
+
+def test_markdown_with_many_warnings_fits_a_github_comment() -> None:
+    warnings = tuple(f"project 'p{i}': guaranteed gpu cut 8 GPUs -> 0 GPUs; " + "x" * 200
+                     for i in range(5000))  # fmt: skip
+    plan = Plan(changes=(Change("update", "ConfigMap", "c", "ns"),), warnings=warnings)
+    md = format_plan(plan, fmt="markdown", base="a", head="b")
+    assert len(md) <= GITHUB_COMMENT_LIMIT
+    assert "…and 4980 more, listed below" in md
+    assert "- :warning: project 'p20': guaranteed gpu cut" in md
+
+
+def test_plan_sets_are_compared_when_known() -> None:
+    base_set, head_set = valid_set(policy_files(A())), valid_set(policy_files(A(guaranteed=1)))
+    objects = compiled(policy_files(A()))
+    assert make_plan(objects, objects, base_set=base_set, head_set=head_set).warnings == (
+        "project 'a': guaranteed gpu cut 4 GPUs -> 1 GPU; its running work above the new "
+        "guarantee becomes borrowed and may be preempted",
+    )
+    assert make_plan(objects, objects).warnings == ()
