@@ -26,6 +26,8 @@ PolicySource while policy custom resources exist (Stalled, MixedSources).
 from __future__ import annotations
 
 import base64
+import hashlib
+import json
 import logging
 import random
 import threading
@@ -40,6 +42,8 @@ from controller.kube.clock import Clock, SystemClock
 from controller.kube.events import EventRecorder
 from controller.kube.informer import EventType, Informer
 from controller.policy.compiler import APPLY_ORDER, compile_policy_set
+from controller.policy.diagnostics import Diagnostic
+from controller.policy.loader import Source
 from controller.policy.validate import validate_sources
 from controller.reconciler.apply import (
     FIELD_MANAGER,
@@ -54,13 +58,16 @@ from controller.reconciler.metrics import ReconcilerMetrics
 from controller.reconciler.spec import ANNOTATION_REQUESTED, PolicySourceSpec, revision_string
 from controller.reconciler.status import conditions
 
-__all__ = ["Reconciler", "ReconcilerSettings"]
+__all__ = ["CR_SOURCE", "Reconciler", "ReconcilerSettings"]
 
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 _SOURCE = RESOURCES["PolicySource"]
 _POLICY_KINDS = ("ClusterPolicy", "PriorityTier", "Project")
+CR_SOURCE = "gangops-policy-crs"
+"""The source name (and `gangops.ai/policysource` label) of the policy custom resources;
+no PolicySource may have this name."""
 _STALLING = {
     "ValidationFailed",
     "DryRunFailed",
@@ -178,6 +185,40 @@ class _Live:
             inf.forget(ref.name, ref.namespace)
 
 
+def _diagnostics_text(errors: list[Diagnostic], limit: int) -> str:
+    """`N error(s): file:line:col: CODE: message; ...` for a condition message."""
+    lines = [
+        f"{d.file}:{d.line}:{d.column}: {d.code}: {d.message}"
+        if d.line
+        else f"{d.file}: {d.code}: {d.message}"
+        for d in errors[:limit]
+    ]
+    more = f" (and {len(errors) - limit} more)" if len(errors) > limit else ""
+    return f"{len(errors)} error(s): " + "; ".join(lines) + more
+
+
+def _cr_source(obj: Obj) -> Source:
+    """A policy custom resource as a policy file (`<kind>/<name>.yaml`), holding what a
+    policy file holds: apiVersion, kind, name, labels, annotations and spec."""
+    meta = obj["metadata"]
+    doc = {
+        "apiVersion": obj["apiVersion"],
+        "kind": obj["kind"],
+        "metadata": {
+            "name": meta["name"],
+            **{k: dict(meta[k]) for k in ("labels", "annotations") if meta.get(k)},
+        },
+        "spec": obj.get("spec", {}),
+    }
+    annotations = doc["metadata"].get("annotations") or {}
+    annotations.pop("kubectl.kubernetes.io/last-applied-configuration", None)
+    if not annotations:
+        doc["metadata"].pop("annotations", None)
+    data = json.dumps(doc, indent=2).encode()
+    path = f"{obj['kind'].lower()}/{meta['name']}.yaml"
+    return Source(path=path, size=len(data), read=lambda: data)
+
+
 class Reconciler:
     """Reconciles every PolicySource in the cluster. `start`, then `stop`."""
 
@@ -262,7 +303,10 @@ class Reconciler:
         if kind == "DELETED":
             with self._lock:
                 self._states.pop(name, None)
+            self._queue.add(CR_SOURCE)  # a mix of sources may have ended
             return
+        if kind == "ADDED":
+            self._queue.add(CR_SOURCE)  # a mix of sources may have begun
         status = obj.get("status") or {}
         requested = (obj["metadata"].get("annotations") or {}).get(ANNOTATION_REQUESTED)
         state = self._states.get(name)
@@ -282,6 +326,7 @@ class Reconciler:
     def _on_policy_cr(self, kind: EventType, obj: Obj) -> None:
         for name in list(self._states):
             self._queue.add(name)
+        self._queue.add(CR_SOURCE)
 
     # -- the worker
 
@@ -312,6 +357,9 @@ class Reconciler:
 
     def reconcile(self, name: str, *, fetch: bool = True) -> float | None:
         """Reconcile one source; returns when to poll it next (None: only on events)."""
+        if name == CR_SOURCE:
+            self._reconcile_crs()
+            return None
         cached = self.sources.get(name)
         if cached is None:
             return None
@@ -330,6 +378,11 @@ class Reconciler:
             state.generation = generation
             log.info("source suspended source=%s", name)
             return None
+        mixed = self._mixed_sources()
+        if mixed:
+            state.generation = generation
+            self._finish(obj, state, None, "MixedSources", mixed, None)
+            return self._poll(spec)
         status = obj.get("status") or {}
         requested = (obj["metadata"].get("annotations") or {}).get(ANNOTATION_REQUESTED)
         fetch = (
@@ -359,10 +412,6 @@ class Reconciler:
             return self._backoff(state)
         if objects is None:
             self._finish(obj, state, revision, "ValidationFailed", diagnostics, None)
-            return self._poll(spec)
-        mixed = self._mixed_sources()
-        if mixed:
-            self._finish(obj, state, revision, "MixedSources", mixed, None)
             return self._poll(spec)
         if revision != status.get("lastAppliedRevision") or generation != status.get(
             "observedGeneration"
@@ -447,15 +496,7 @@ class Reconciler:
         result = validate_sources(sources, root=spec.path, resolve=resolve)
         if result.policy_set is None:
             errors = [d for d in result.diagnostics if d.is_error]
-            n = self.settings.max_diagnostics
-            lines = [
-                f"{d.file}:{d.line}:{d.column}: {d.code}: {d.message}"
-                if d.line
-                else f"{d.file}: {d.code}: {d.message}"
-                for d in errors[:n]
-            ]
-            more = f" (and {len(errors) - n} more)" if len(errors) > n else ""
-            message = f"{len(errors)} error(s): " + "; ".join(lines) + more
+            message = _diagnostics_text(errors, self.settings.max_diagnostics)
             state.compiled = (key, None, message)
         else:
             objects = compile_policy_set(
@@ -480,6 +521,118 @@ class Reconciler:
             f"policy custom resources exist ({shown}) as well as PolicySources: use one "
             "kind of source; delete the custom resources or the PolicySources"
         )
+
+    # -- the custom-resource source
+
+    def _reconcile_crs(self) -> None:
+        """Reconcile the policy custom resources as one policy set; each CR's status says
+        how its set fared. Nothing happens while there are none."""
+        crs = [o for inf in self.policy_crs.values() for o in inf.items()]
+        if not crs:
+            return
+        crs.sort(key=lambda o: (_POLICY_KINDS.index(o["kind"]), o["metadata"]["name"]))
+        sources = [_cr_source(o) for o in crs]
+        digest = hashlib.sha1(
+            "".join(
+                f"{s.path}@{o['metadata'].get('generation')};"
+                for s, o in zip(sources, crs, strict=True)
+            ).encode()
+        ).hexdigest()
+        revision = f"crs@sha1:{digest}"
+        by_name = {o["metadata"]["name"] for o in self.sources.items()}
+        inventory = sorted(
+            {
+                Ref.of(o)
+                for inf in self.managed.values()
+                for o in inf.items()
+                if (o["metadata"].get("labels") or {}).get(LABEL_SOURCE) == CR_SOURCE
+            },
+            key=Ref.rank,
+        )
+        if by_name:
+            shown = ", ".join(sorted(by_name)[:5])
+            reason, message = (
+                "MixedSources",
+                (
+                    f"PolicySources exist ({shown}) as well as policy custom resources: use one "
+                    "kind of source; delete the custom resources or the PolicySources"
+                ),
+            )
+            ok = False
+        else:
+            result = validate_sources(sources, root="custom resources", resolve=lambda _: None)
+            if result.policy_set is None:
+                errors = [d for d in result.diagnostics if d.is_error]
+                reason, ok = "ValidationFailed", False
+                message = _diagnostics_text(errors, self.settings.max_diagnostics)
+            else:
+                objects = compile_policy_set(
+                    result.policy_set,
+                    revision=revision,
+                    source_root="custom resources",
+                    system_namespace=self.settings.system_namespace,
+                )
+                synced = sync(
+                    self._kube,
+                    self._live,
+                    self._pool,
+                    objects,
+                    inventory=inventory,
+                    options=SyncOptions(source=CR_SOURCE),
+                    source_exists=lambda other: self._kube.get(_SOURCE, other) is not None,
+                )
+                ok, reason = synced.ok, synced.reason
+                message = f"Applied revision: {revision}" if ok else synced.message
+                self.metrics.reconciles.labels(
+                    CR_SOURCE, "applied" if synced.writes else ("unchanged" if ok else "stalled")
+                ).inc()
+                log.info(
+                    "reconciled source=%s result=%s reason=%s changes=%r",
+                    CR_SOURCE,
+                    "ok" if ok else "refused",
+                    reason,
+                    synced.summary(),
+                )
+        for obj in crs:
+            self._write_cr_status(obj, ok=ok, reason=reason, message=message)
+
+    def _write_cr_status(self, obj: Obj, *, ok: bool, reason: str, message: str) -> None:
+        old = obj.get("status") or {}
+        generation = int(obj["metadata"].get("generation", 0))
+        stalled = not ok and reason in _STALLING
+        status = {
+            "observedGeneration": generation,
+            "conditions": conditions(
+                old.get("conditions") or [],
+                ready=ok,
+                reason=reason,
+                message=message,
+                generation=generation,
+                now=self._clock.now(),
+                stalled=stalled,
+                reconciling=not ok and not stalled,
+            ),
+        }
+        if status == old:
+            return
+        res = RESOURCES[obj["kind"]]
+        try:
+            out = self._kube.merge_patch(
+                res,
+                obj["metadata"]["name"],
+                {"status": status},
+                field_manager=FIELD_MANAGER,
+                subresource="status",
+            )
+        except ApiError as e:
+            log.warning(
+                "status write failed object=%s/%s error=%r",
+                obj["kind"],
+                obj["metadata"]["name"],
+                str(e),
+            )
+            return
+        self.policy_crs[obj["kind"]].assume(out)
 
     # -- status
 

@@ -194,12 +194,10 @@ class ReconcileEnv:
         for kind in ("ResourceQuota", "ConfigMap", "PriorityClass", "Namespace"):
             items, _ = self.kube.list(RESOURCES[kind], label_selector=LABEL_SOURCE)
             for o in items:
-                if o["metadata"]["labels"][LABEL_SOURCE].startswith(self.prefix):
-                    self.kube.delete(
-                        RESOURCES[kind],
-                        o["metadata"]["name"],
-                        namespace=o["metadata"].get("namespace"),
-                    )
+                meta = o["metadata"]
+                names = (meta["labels"][LABEL_SOURCE], meta["name"], meta.get("namespace", ""))
+                if any(n.startswith(self.prefix) for n in names):
+                    self.kube.delete(RESOURCES[kind], meta["name"], namespace=meta.get("namespace"))
         self.kube.delete(RESOURCES["Namespace"], self.system_namespace)
 
 
