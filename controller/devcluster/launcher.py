@@ -36,7 +36,7 @@ import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, NamedTuple, TypedDict
 
 from controller.clusterspec import ClusterSpec
 from controller.devcluster.nodes import node_manifests
@@ -119,8 +119,7 @@ WATCH_CACHE_DISABLED = "podtemplates"
 """A built-in resource whose watches the API server serves straight from etcd instead of
 its watch cache, so a test can show a real etcd compaction turning into 410 Gone."""
 
-# Reverse of the stop order; kube-scheduler is optional.
-_ORDER = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "fake-kubelet")
+_BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "fake-kubelet")
 _STATE_VERSION = 1
 
 
@@ -150,7 +149,7 @@ def ensure_binaries(progress: Callable[[str], None] | None = None) -> Build:
     override = os.environ.get(BIN_DIR_ENV)
     if override:
         bin_dir = Path(override)
-        missing = [c for c in _ORDER if not (bin_dir / c).is_file()]
+        missing = [c for c in _BINARIES if not (bin_dir / c).is_file()]
         if missing:
             raise DevClusterError(f"{BIN_DIR_ENV}={override} lacks {', '.join(missing)}")
         return Build(bin_dir=bin_dir, seconds=0.0, built=0)
@@ -187,19 +186,26 @@ def ensure_binaries(progress: Callable[[str], None] | None = None) -> Build:
 # ------------------------------------------------------------------- processes
 
 
-def _proc_start_time(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot (Linux), to tell a PID from its reuse."""
+def _proc_stat(pid: int) -> list[str] | None:
+    """The fields of /proc/<pid>/stat after the command name (Linux); None if there is none."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
     except OSError:
         return None
-    return int(stat.rsplit(")", 1)[1].split()[19])
+    return stat.rsplit(")", 1)[1].split()
+
+
+def _proc_start_time(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot, to tell a PID from its reuse."""
+    fields = _proc_stat(pid)
+    return int(fields[19]) if fields else None
 
 
 def _alive(pid: int, start_time: int | None) -> bool:
+    """Whether the process `pid` started at `start_time` still runs (zombies do not)."""
     if start_time is not None and Path("/proc/self").exists():
-        state = _proc_state(pid)
-        return state not in (None, "Z") and _proc_start_time(pid) == start_time
+        fields = _proc_stat(pid)
+        return fields is not None and fields[0] != "Z" and int(fields[19]) == start_time
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -207,14 +213,6 @@ def _alive(pid: int, start_time: int | None) -> bool:
     except PermissionError:
         return True
     return True
-
-
-def _proc_state(pid: int) -> str | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
-    except OSError:
-        return None
-    return stat.rsplit(")", 1)[1].split()[0]
 
 
 def _parent_death_hook() -> Callable[[], None] | None:
@@ -283,9 +281,6 @@ class Component:
             log.warning("component did not stop in %.0fs; killing component=%s", grace, self.name)
             self.signal(signal.SIGKILL)
             self.wait(5.0)
-        # Children a component may have left in its group.
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.pid, signal.SIGKILL)
 
     def log_tail(self, lines: int = 20) -> str:
         try:
@@ -454,7 +449,8 @@ class DevCluster:
     """Kubeconfigs of the control-plane components and the fake kubelet, by component."""
     components: list[Component] = field(default_factory=list)
     timings: Timings | None = None
-    _stopped: bool = False
+    """Set once the cluster is ready (always, when `start` returns it)."""
+    _stopped: bool = field(default=False, init=False, repr=False)
 
     @property
     def data_dir(self) -> Path:
@@ -463,13 +459,6 @@ class DevCluster:
     @property
     def log_dir(self) -> Path:
         return self.options.data_dir / "logs"
-
-    def component(self, name: str) -> Component:
-        """The running component called `name` (e.g. "kube-apiserver")."""
-        for c in self.components:
-            if c.name == name:
-                return c
-        raise KeyError(name)
 
     def check_alive(self) -> None:
         """Raise DevClusterError, with the end of its log, if a component has exited."""
@@ -487,8 +476,7 @@ class DevCluster:
         if self._stopped:
             return
         self._stopped = True
-        with contextlib.suppress(Exception):
-            atexit.unregister(self.stop)
+        atexit.unregister(self.stop)
         t0 = time.monotonic()
         for c in reversed(self.components):
             c.stop(grace)
@@ -497,9 +485,10 @@ class DevCluster:
         else:
             shutil.rmtree(self.options.data_dir / "etcd", ignore_errors=True)
         if self.options.state_file is not None:
-            state = read_state(self.options.state_file)
-            if state is not None and state["data_dir"] == str(self.options.data_dir):
-                self.options.state_file.unlink(missing_ok=True)
+            with contextlib.suppress(DevClusterError):
+                state = read_state(self.options.state_file)
+                if state is not None and state["data_dir"] == str(self.options.data_dir):
+                    self.options.state_file.unlink(missing_ok=True)
         log.info("dev-cluster stopped elapsed_s=%.1f", time.monotonic() - t0)
 
     # -- internals
@@ -609,6 +598,14 @@ def _kubeconfig(path: Path, *, server: str, ca: Path, user: str, cert: Path, key
     return path
 
 
+class _Ports(NamedTuple):
+    etcd: int
+    etcd_peer: int
+    apiserver: int
+    controller_manager: int
+    scheduler: int
+
+
 class _PortTaken(DevClusterError):
     """A port found free was taken by another process before a component bound it."""
 
@@ -629,8 +626,8 @@ def _start(options: Options) -> DevCluster:
     data = options.data_dir
     for sub in ("etcd", "logs", "apiserver", "controller-manager", "scheduler"):
         (data / sub).mkdir(parents=True, exist_ok=True)
-    etcd_port, peer_port, api_port, kcm_port, sched_port = _free_ports(5)
-    server = f"https://127.0.0.1:{api_port}"
+    ports = _Ports(*_free_ports(len(_Ports._fields)))
+    server = f"https://127.0.0.1:{ports.apiserver}"
     try:
         pki = create_pki(
             data / "pki",
@@ -670,7 +667,7 @@ def _start(options: Options) -> DevCluster:
     cluster = DevCluster(
         options=options,
         server=server,
-        etcd_url=f"http://127.0.0.1:{etcd_port}",
+        etcd_url=f"http://127.0.0.1:{ports.etcd}",
         kubeconfig=kubeconfigs["admin"],
         user_kubeconfigs={u: kubeconfigs[u] for u in USERS},
         pki=pki,
@@ -680,9 +677,7 @@ def _start(options: Options) -> DevCluster:
     if options.tie_to_process:
         atexit.register(cluster.stop)
     try:
-        _start_components(
-            cluster, etcd_port, peer_port, api_port, kcm_port, sched_port, t0, deadline
-        )
+        _start_components(cluster, ports, t0, deadline)
     except BaseException:
         cluster.stop(grace=3.0, keep_logs=True)
         raise
@@ -692,17 +687,13 @@ def _start(options: Options) -> DevCluster:
 
 def _start_components(
     cluster: DevCluster,
-    etcd_port: int,
-    peer_port: int,
-    api_port: int,
-    kcm_port: int,
-    sched_port: int,
+    ports: _Ports,
     t0: float,
     deadline: float,
 ) -> None:
     data = cluster.data_dir
     pki = cluster.pki
-    peer = f"http://127.0.0.1:{peer_port}"
+    peer = f"http://127.0.0.1:{ports.etcd_peer}"
     cluster._spawn(
         "etcd",
         [
@@ -723,7 +714,7 @@ def _start_components(
             f"--etcd-servers={cluster.etcd_url}",
             "--bind-address=127.0.0.1",
             "--advertise-address=127.0.0.1",
-            f"--secure-port={api_port}",
+            f"--secure-port={ports.apiserver}",
             f"--cert-dir={data / 'apiserver'}",
             f"--tls-cert-file={pki.serving.cert}",
             f"--tls-private-key-file={pki.serving.key}",
@@ -759,7 +750,7 @@ def _start_components(
         [
             f"--kubeconfig={kubeconfigs['kube-controller-manager']}",
             "--bind-address=127.0.0.1",
-            f"--secure-port={kcm_port}",
+            f"--secure-port={ports.controller_manager}",
             f"--cert-dir={data / 'controller-manager'}",
             f"--controllers={','.join(CONTROLLERS)}",
             f"--service-account-private-key-file={pki.service_account_key}",
@@ -778,7 +769,7 @@ def _start_components(
             [
                 f"--kubeconfig={kubeconfigs['kube-scheduler']}",
                 "--bind-address=127.0.0.1",
-                f"--secure-port={sched_port}",
+                f"--secure-port={ports.scheduler}",
                 f"--cert-dir={data / 'scheduler'}",
                 "--leader-elect=false",
                 "--profiling=false",
@@ -798,7 +789,10 @@ def _start_components(
     insecure.verify_mode = ssl.CERT_NONE  # a health probe of our own process on loopback
     cluster._wait(
         "kube-controller-manager /healthz",
-        lambda: cluster._get(f"https://127.0.0.1:{kcm_port}/healthz", insecure)[0] == 200,
+        lambda: (
+            cluster._get(f"https://127.0.0.1:{ports.controller_manager}/healthz", insecure)[0]
+            == 200
+        ),
         deadline,
         0.2,
     )
