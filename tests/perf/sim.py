@@ -1,0 +1,147 @@
+"""Benchmarks of the simulator on the public openb trace (issue 6).
+
+1. Speed: the full openb default trace (8,152 pods, 1,213 nodes) with
+   departures, every scheduler; the gangops run must take under 60 s (the
+   issue's target). Measured on the 2-core development machine: gangops
+   about 4-6 s, the baselines 2-6 s each.
+2. FGD's fragmentation experiment (arrivals only; the trace inflated to
+   1.3 x capacity by resampling and shuffled per seed, as FGD's artifact
+   does; allocation when arrived demand reaches 100 %), mean over
+   `GANGOPS_BENCH_SEEDS` seeds (default 3; the paper uses 10): `bestfit` and
+   `random` within one point of the published 92.86 % and 86.30 %, `gangops`
+   at least FGD's 95.23 %. These thresholds are the issue's targets, not
+   fitted to our results; gangops measured 94.1-94.4 % per seed, so that row
+   fails until the placement closes the gap (see docs/simulator.md).
+3. Multi-tenant: openb with departures mapped onto the five projects of
+   policies/ (re-timed to offered load 2, durations capped at 1 h): gangops'
+   utilisation over static islands'; target 1.4 (the issue's claim), at equal
+   or lower p99 queueing delay.
+
+Without the traces every figure is skipped with a message saying where to
+put them. Run: `.venv/bin/python -m tests.perf sim` once registered.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from controller.sim.report import figures
+from controller.sim.run import Experiment
+from controller.sim.run import run as simulate
+from controller.sim.schedulers import SCHEDULERS
+from controller.sim.traces import TRACES_ENV, trace_path, traces_dir
+from tests.perf.harness import Result
+
+__all__ = ["run", "run_benchmarks"]
+
+GANGOPS_FULL_TRACE_MAX_S = 60.0
+PUBLISHED = {"random": 86.30, "bestfit": 92.86, "gangops": 95.23}
+"""FGD paper, openb default trace, allocation at 100 % arrived (gangops: FGD's)."""
+MULTI_TENANT_RATIO_MIN = 1.4
+
+
+def _inputs() -> tuple[Path, Path] | None:
+    nodes = trace_path("openb/openb_node_list_gpu_node.csv")
+    pods = trace_path("openb/openb_pod_list_default.csv")
+    if nodes is None or pods is None:
+        print(
+            f"sim: skipped: openb trace not found under {traces_dir()} "
+            f"(see docs/simulator.md, or set {TRACES_ENV})"
+        )
+        return None
+    return nodes, pods
+
+
+def run_benchmarks() -> list[Result]:
+    """All three benchmarks; an empty list when the traces are absent."""
+    found = _inputs()
+    if found is None:
+        return []
+    nodes, pods = found
+    results: list[Result] = []
+
+    runs, _ = simulate(Experiment(nodes, pods, schedulers=SCHEDULERS))
+    for r in runs:
+        f = figures(r)
+        print(
+            f"sim: full openb with departures, {r.name}: {r.wall_seconds:.1f} s, "
+            f"utilisation {f['utilization']:.4f}, p99 delay {f['queueing_delay_p99']} s"
+        )
+        if r.name == "gangops":
+            results.append(
+                Result(
+                    "sim: full openb trace, gangops", r.wall_seconds, "s", GANGOPS_FULL_TRACE_MAX_S
+                )
+            )
+
+    seeds = int(os.environ.get("GANGOPS_BENCH_SEEDS", "3"))
+    runs, _ = simulate(
+        Experiment(
+            nodes,
+            pods,
+            schedulers=("gangops", "bestfit", "random"),
+            arrivals_only=True,
+            seeds=seeds,
+        )
+    )
+    for r in runs:
+        f = figures(r)
+        alloc = float(f["gpu_allocation_at_full_arrival"])
+        print(
+            f"sim: arrivals-only {r.name}: {alloc:.2f} % allocated at 100 % arrived "
+            f"(per seed {f['gpu_allocation_at_full_arrival_per_seed']}; published "
+            f"{PUBLISHED[r.name]:.2f} %; fragmentation {f['fragmentation']:.3f})"
+        )
+        if r.name == "gangops":
+            results.append(
+                Result(
+                    "sim: openb alloc@100% gangops (FGD 95.23)",
+                    alloc,
+                    "%",
+                    PUBLISHED["gangops"],
+                    higher_is_better=True,
+                )
+            )
+        else:
+            results.append(
+                Result(
+                    f"sim: openb alloc@100% |{r.name} - published|",
+                    abs(alloc - PUBLISHED[r.name]),
+                    "pt",
+                    1.0,
+                )
+            )
+
+    runs, _ = simulate(
+        Experiment(
+            nodes,
+            pods,
+            policies=Path("policies"),
+            schedulers=("gangops", "static"),
+            load=2.0,
+            max_duration=3600.0,
+        )
+    )
+    f = {r.name: figures(r) for r in runs}
+    ratio = f["gangops"]["utilization"] / max(f["static"]["utilization"], 1e-9)
+    print(
+        f"sim: multi-tenant utilisation gangops {f['gangops']['utilization']:.4f} vs static "
+        f"{f['static']['utilization']:.4f} (x{ratio:.2f}); p99 delay "
+        f"{f['gangops']['queueing_delay_p99']} s vs {f['static']['queueing_delay_p99']} s"
+    )
+    results.append(
+        Result(
+            "sim: multi-tenant utilisation gangops/static",
+            ratio,
+            "x",
+            MULTI_TENANT_RATIO_MIN,
+            higher_is_better=True,
+        )
+    )
+    return results
+
+
+def run() -> list[Result]:
+    """Entry point for `tests.perf.__main__`."""
+    return run_benchmarks()
