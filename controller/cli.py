@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -137,17 +138,13 @@ def _parser() -> argparse.ArgumentParser:
 
 def _add_plugins(sub: Any) -> None:
     """Subcommands that live with their own package."""
+    from controller.devcluster.cli import add_subcommand as add_dev_cluster
     from controller.reconciler.cli import add_subcommand as add_install_crds
     from controller.run import add_subcommand as add_run
+    from controller.sim.cli import add_subcommand as add_simulate
 
-    add_run(sub)
-    add_install_crds(sub)
-    __import__("controller.sim.cli").sim.cli.add_subcommand(sub)
-    try:
-        from controller.devcluster.cli import add_subcommand
-    except ImportError:
-        return
-    add_subcommand(sub)
+    for add in (add_run, add_install_crds, add_simulate, add_dev_cluster):
+        add(sub)
 
 
 def _limits(args: argparse.Namespace) -> Any:
@@ -285,6 +282,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the `gangops` command; returns the exit code."""
     parser = _parser()
     args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO,
+        stream=sys.stderr,
+        format="%(asctime)s level=%(levelname)s logger=%(name)s %(message)s",
+    )
     code: int = args.func(args)
     return code
 

@@ -1,16 +1,20 @@
 """`make bench`: run every benchmark, print the figures, fail on a missed threshold.
 
-Usage: python -m tests.perf [NAME ...]   (names: policy, scheduler; default: all)
+Usage: python -m tests.perf [NAME ...]   (names: policy, scheduler, devcluster; default: all)
 """
 
 from __future__ import annotations
 
 import sys
 
-from tests.perf import policy, scheduler
+from tests.perf import devcluster, policy, scheduler
 from tests.perf.harness import Result, print_table
 
-BENCHMARKS = {"policy": policy.run, "scheduler": scheduler.run}
+BENCHMARKS = {
+    "policy": policy.run,
+    "scheduler": scheduler.run,
+    "devcluster": devcluster.run,
+}
 
 
 def main(argv: list[str]) -> int:
