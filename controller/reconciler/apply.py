@@ -178,11 +178,17 @@ def _without_revision(obj: Obj) -> Obj:
 
 
 def _contains(want: Any, have: Any) -> bool:
+    """Is every field of `want` in `have` with the same value? A zero value (false, 0,
+    "") matches an absent field: the API server omits them (`omitempty`)."""
     if isinstance(want, dict):
         return isinstance(have, dict) and all(
-            k in have and _contains(v, have[k]) for k, v in want.items()
+            _contains(v, have[k]) if k in have else _zero(v) for k, v in want.items()
         )
     return bool(want == have)
+
+
+def _zero(value: Any) -> bool:
+    return value is False or (type(value) in (int, str) and not value)
 
 
 def _paths(obj: Any, prefix: tuple[str, ...] = ()) -> set[tuple[str, ...]]:
@@ -253,9 +259,9 @@ def _same_stored(a: Obj, b: Obj) -> bool:
 
 
 def _label(obj: Obj, source: str) -> Obj:
-    out = copy.deepcopy(obj)
-    out["metadata"].setdefault("labels", {})[LABEL_SOURCE] = source
-    return out
+    meta = obj["metadata"]
+    labels = {**(meta.get("labels") or {}), LABEL_SOURCE: source}
+    return {**obj, "metadata": {**meta, "labels": labels}}
 
 
 def _owner(live: Obj | None) -> str:
@@ -341,15 +347,13 @@ def sync(
     def dry_run(obj: Obj) -> Obj:
         return kube.apply(obj, field_manager=FIELD_MANAGER, dry_run=True)
 
-    to_apply: list[Obj] = []
+    to_apply = [o for o in changing if o["metadata"].get("namespace") in new_namespaces]
     errors: list[str] = []
-    for obj, out, err in _parallel(pool, dry_run, changing):
+    checked = [o for o in changing if o["metadata"].get("namespace") not in new_namespaces]
+    for obj, out, err in _parallel(pool, dry_run, checked):
         ref = Ref.of(obj)
         if err is not None:
-            if err.status == 404 and ref.namespace in new_namespaces:
-                to_apply.append(obj)
-            else:
-                errors.append(f"{ref}: {err.message}")
+            errors.append(f"{ref}: {err.message}")
         elif out is not None and (have := current[ref]) is not None and _same_stored(out, have):
             result.unchanged += 1
         else:

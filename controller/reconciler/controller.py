@@ -398,12 +398,14 @@ class Reconciler:
                 Ref.from_entry(e) for e in (status.get("inventory") or {}).get("entries", [])
             }
             self._own(name, state.inventory)
+        t_fetch = time.monotonic()
         try:
             if fetch:
                 state.sha = self._resolve(spec)
                 state.fetch_at = self._clock.monotonic() + spec.interval_s
             assert state.sha is not None
             revision = revision_string(spec.ref, state.sha)
+            t_compile = time.monotonic()
             objects, diagnostics = self._compile(spec, state)
         except GitError as e:
             state.failures += 1
@@ -417,6 +419,7 @@ class Reconciler:
             "observedGeneration"
         ):
             self._progressing(obj, revision)
+        t_sync = time.monotonic()
         result = sync(
             self._kube,
             self._live,
@@ -430,6 +433,13 @@ class Reconciler:
                 allow_recreate=spec.allow_recreate,
             ),
             source_exists=lambda other: self._kube.get(_SOURCE, other) is not None,
+        )
+        log.debug(
+            "reconcile phases source=%s fetch_s=%.3f compile_s=%.3f sync_s=%.3f",
+            name,
+            t_compile - t_fetch,
+            t_sync - t_compile,
+            time.monotonic() - t_sync,
         )
         state.inventory = set(result.inventory)
         self._own(name, state.inventory)

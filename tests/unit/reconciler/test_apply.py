@@ -82,6 +82,20 @@ def test_needs_apply(desired: dict[str, Any], have: dict[str, Any] | None, why: 
     assert not up_to_date(desired, have), why
 
 
+def test_zero_values_match_fields_the_server_omits() -> None:
+    desired = {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {"name": "batch"},
+        "value": 1,
+        "globalDefault": False,
+    }
+    have = {**desired, "metadata": {"name": "batch", "managedFields": []}}
+    del have["globalDefault"]  # omitempty: false is not returned
+    assert up_to_date(desired, have)
+    assert not up_to_date({**desired, "globalDefault": True}, have)
+
+
 def test_a_field_another_manager_added_does_not_count() -> None:
     have = live(quota("8", extra={"requests.cpu": "4"}), OWNED)  # cpu set by someone else
     assert up_to_date(quota("8"), have)
