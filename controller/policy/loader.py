@@ -483,7 +483,7 @@ class _Builder:
                 pass
             try:
                 return self.constructor.construct_object(node)
-            except (ValueError, KeyError) as e:  # `!!int abc`, `!!bool maybe`, 5,000 digits
+            except Exception as e:  # `!!int abc`, `!!int ""`, `!!bool maybe`, 5,000 digits
                 self.constructor.recursive_objects.pop(node, None)
                 self.diagnostics.append(
                     Diagnostic(
