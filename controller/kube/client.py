@@ -88,6 +88,8 @@ RESOURCES: Mapping[str, Resource] = {
         _r("", "v1", "Secret", "secrets", True),
         _r("", "v1", "ServiceAccount", "serviceaccounts", True),
         _r("", "v1", "Pod", "pods", True),
+        _r("", "v1", "Node", "nodes", False),
+        _r("", "v1", "Service", "services", True),
         _r("", "v1", "Event", "events", True),
         _r("scheduling.k8s.io", "v1", "PriorityClass", "priorityclasses", False),
         _r("coordination.k8s.io", "v1", "Lease", "leases", True),
@@ -98,6 +100,21 @@ RESOURCES: Mapping[str, Resource] = {
             "customresourcedefinitions",
             False,
         ),
+        _r(
+            "admissionregistration.k8s.io",
+            "v1",
+            "ValidatingAdmissionPolicy",
+            "validatingadmissionpolicies",
+            False,
+        ),
+        _r(
+            "admissionregistration.k8s.io",
+            "v1",
+            "ValidatingAdmissionPolicyBinding",
+            "validatingadmissionpolicybindings",
+            False,
+        ),
+        _r("ai.operator", "v1", "TrainingJob", "trainingjobs", True),
         _r("policy.ai.operator", "v1", "PolicySource", "policysources", False),
         _r("policy.ai.operator", "v1", "ClusterPolicy", "clusterpolicies", False),
         _r("policy.ai.operator", "v1", "PriorityTier", "prioritytiers", False),
@@ -399,6 +416,22 @@ class Kube:
                 body=patch,
                 content_type="application/merge-patch+json",
             ),
+        )
+
+    def bind(self, namespace: str, pod: str, node: str, *, field_manager: str) -> None:
+        """Bind a pod to a node through the `pods/binding` subresource (what a
+        scheduler does); a pod already bound answers 409 Conflict."""
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": pod, "namespace": namespace},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        self._call(
+            "POST",
+            RESOURCES["Pod"].path(name=pod, namespace=namespace, sub="binding"),
+            query=[("fieldManager", field_manager)],
+            body=body,
         )
 
     def delete(
