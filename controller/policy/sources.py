@@ -74,10 +74,17 @@ def git_tree(root: Path, ref: str) -> tuple[list[Source], Resolver, str]:
     rel = Path(os.path.relpath(root.resolve(), top)).as_posix()
     if rel.startswith(".."):
         raise GitRefError(f"{root} is outside the repository at {top}")
-    cwd = Path.cwd()
+    cwd = Path(os.path.abspath(Path.cwd()))
 
     def display(path_in_repo: str) -> str:
-        return Path(os.path.relpath(top / path_in_repo, cwd)).as_posix()
+        # Named as `sources_from_paths` names the working tree's files, so a
+        # plan compares like with like: relative to the current directory
+        # when below it, else as `root` was given.
+        under_root = path_in_repo if rel == "." else posixpath.relpath(path_in_repo, rel)
+        try:
+            return (Path(os.path.abspath(root)) / under_root).relative_to(cwd).as_posix()
+        except ValueError:
+            return (root / under_root).as_posix()
 
     def source(blob: git.Blob) -> Source:
         # Open the blob's stream only when it is read: GitPython streams all
