@@ -434,3 +434,27 @@ def test_plan_sets_are_compared_when_known() -> None:
         "guarantee becomes borrowed and may be preempted",
     )
     assert make_plan(objects, objects).warnings == ()
+
+
+@pytest.mark.parametrize("how", ["relative", "absolute", "from-below", "from-outside"])
+def test_how_the_path_is_given_changes_nothing(
+    repo: GitRepo,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path_factory: pytest.TempPathFactory,
+    how: str,
+) -> None:
+    repo.write(BASE)
+    repo.commit()
+    path = {
+        "relative": "policies/",
+        "absolute": str(repo.root / "policies"),
+        "from-below": "..",
+        "from-outside": str(repo.root / "policies"),
+    }[how]
+    if how == "from-below":
+        monkeypatch.chdir(repo.root / "policies" / "projects")
+    elif how == "from-outside":
+        monkeypatch.chdir(tmp_path_factory.mktemp("elsewhere"))
+    assert main(["plan", path, "--base", "HEAD", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["changes"] == []
