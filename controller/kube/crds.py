@@ -23,7 +23,15 @@ from typing import Any
 
 from controller.kube.client import RESOURCES, Kube
 
-__all__ = ["GROUP", "KINDS", "crd_file_name", "generate_crds", "install", "render_yaml"]
+__all__ = [
+    "GROUP",
+    "JOB_GROUP",
+    "KINDS",
+    "crd_file_name",
+    "generate_crds",
+    "install",
+    "render_yaml",
+]
 
 GROUP = "policy.ai.operator"
 VERSION = "v1"
@@ -35,6 +43,9 @@ KINDS: dict[str, tuple[str, str, list[str]]] = {
     "Project": ("projects", "project", ["proj"]),
 }
 """kind -> (plural, singular, short names). All are cluster-scoped."""
+
+JOB_GROUP = "ai.operator"
+"""The TrainingJob's group: the one namespaced kind, which users (not platform teams) write."""
 
 _DROPPED = {"$schema", "$id", "title", "$defs", "$comment"}
 
@@ -107,7 +118,14 @@ def _structural(node: Any) -> Any:
             out[key] = {k: _structural(v) for k, v in value.items()}
         else:
             out[key] = _structural(value)
-    if "anyOf" in out and {b.get("type") for b in out["anyOf"]} == {"integer", "string"}:
+    branch_types = {b.get("type") for b in out.get("anyOf", ())}
+    if branch_types == {"object", "string"}:
+        # A short form or an object (a TrainingJob's tolerations): no structural type
+        # says that; the API server keeps the value as written, and the controller
+        # reads both forms.
+        del out["anyOf"]
+        out["x-kubernetes-preserve-unknown-fields"] = True
+    elif branch_types == {"integer", "string"}:
         # `minimum` constrains only the integer, `pattern` only the string: merged,
         # they mean what the two branches meant.
         for branch in out.pop("anyOf"):
@@ -173,12 +191,45 @@ def _crd(kind: str, schema: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+_JOB_COLUMNS: list[dict[str, Any]] = [
+    {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+    {"name": "GPUs", "type": "integer", "jsonPath": ".spec.gangSize"},
+    {"name": "Tier", "type": "string", "jsonPath": ".status.tier"},
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    {"name": "Reason", "type": "string", "jsonPath": ".status.reason"},
+    {"name": "Message", "type": "string", "jsonPath": ".status.message", "priority": 1},
+]
+
+
+def _job_crd(schema: dict[str, Any]) -> dict[str, Any]:
+    """The namespaced TrainingJob CRD (group `ai.operator`, short name `tj`): the
+    schema's CEL rules travel with it (`x-kubernetes-validations`)."""
+    crd = _crd("PolicySource", schema)  # the same shape; names, group and scope differ
+    spec = crd["spec"]
+    crd["metadata"]["name"] = f"trainingjobs.{JOB_GROUP}"
+    spec["group"] = JOB_GROUP
+    spec["scope"] = "Namespaced"
+    spec["names"] = {
+        "kind": "TrainingJob",
+        "listKind": "TrainingJobList",
+        "plural": "trainingjobs",
+        "singular": "trainingjob",
+        "shortNames": ["tj"],
+        "categories": ["gangops"],
+    }
+    spec["versions"][0]["additionalPrinterColumns"] = _JOB_COLUMNS
+    return crd
+
+
 def generate_crds(schema_dir: Path) -> list[dict[str, Any]]:
-    """The CRDs of every kind in `KINDS`, from `<schema_dir>/<kind>.schema.json`."""
+    """The CRDs of every kind in `KINDS`, from `<schema_dir>/<kind>.schema.json`,
+    and the TrainingJob CRD."""
     crds = []
     for kind in KINDS:
         path = schema_dir / f"{kind.lower()}.schema.json"
         crds.append(_crd(kind, json.loads(path.read_text(encoding="utf-8"))))
+    job = schema_dir / "trainingjob.schema.json"
+    crds.append(_job_crd(json.loads(job.read_text(encoding="utf-8"))))
     return crds
 
 

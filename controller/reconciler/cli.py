@@ -15,6 +15,7 @@ __all__ = ["add_subcommand"]
 
 
 def _install_crds(args: argparse.Namespace) -> int:
+    from controller.jobs.admission import admission_objects
     from controller.kube.client import ApiError, connect
     from controller.kube.crds import crd_file_name, generate_crds, install, render_yaml
     from controller.policy.validate import schema_dir
@@ -28,15 +29,20 @@ def _install_crds(args: argparse.Namespace) -> int:
             print(f"wrote {out / crd_file_name(crd)}")
         return 0
     if args.print:
-        sys.stdout.write("".join("---\n" + render_yaml(c) for c in crds))
+        sys.stdout.write("".join("---\n" + render_yaml(c) for c in crds + admission_objects()))
         return 0
     try:
-        install(connect(args.kubeconfig), crds, timeout_s=args.timeout)
+        kube = connect(args.kubeconfig)
+        install(kube, crds, timeout_s=args.timeout)
+        for obj in admission_objects():
+            kube.apply(obj, field_manager="gangops")
     except (ApiError, TimeoutError) as e:
         print(f"gangops install-crds: {e}", file=sys.stderr)
         return 1
     for crd in crds:
         print(f"customresourcedefinition/{crd['metadata']['name']} established")
+    for obj in admission_objects():
+        print(f"{obj['kind'].lower()}/{obj['metadata']['name']} applied")
     return 0
 
 
@@ -44,10 +50,12 @@ def add_subcommand(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
     """Register `gangops install-crds`."""
     p = subparsers.add_parser(
         "install-crds",
-        help="install the gangops CRDs (PolicySource and the policy kinds)",
+        help="install the gangops CRDs (PolicySource, the policy kinds, TrainingJob) "
+        "and the TrainingJob admission policy",
         description="Generate the CustomResourceDefinitions from the JSON Schemas and apply "
-        "them (server-side, field manager gangops), waiting until they are established; "
-        "or write them to a directory, or print them.",
+        "them (server-side, field manager gangops), waiting until they are established, "
+        "then the ValidatingAdmissionPolicy that charges a TrainingJob to its creator; "
+        "or write the CRDs to a directory, or print everything.",
     )
     p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, in-cluster, ...)")
     p.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS")

@@ -1,0 +1,81 @@
+"""Who pays for a TrainingJob: a ValidatingAdmissionPolicy, so nobody spends another's quota.
+
+The scheduler charges a job to the user named in its `ai.operator/user`
+label. The API server enforces that the label names the job's creator —
+`request.userInfo.username` — with a CEL admission policy, no webhook
+server: a refused TrainingJob never reaches etcd, even while gangops is
+down. On UPDATE the label may not change (nor be added or removed), so a job
+cannot be handed to someone else after creation. The status subresource is
+not matched: the controller's status writes pass untouched.
+
+A username that is not a valid label value (a service account's
+`system:serviceaccount:ns:name`, an email address) cannot own a
+TrainingJob; the refusal message says so. Pure: the objects, as dicts.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from controller.jobs.spec import LABEL_USER
+
+__all__ = ["POLICY_NAME", "admission_objects"]
+
+POLICY_NAME = "trainingjobs.ai.operator-user"
+
+_LABELS = "object.metadata.?labels.orValue({})"
+_OLD_LABELS = "oldObject.metadata.?labels.orValue({})"
+_LABEL = f"'{LABEL_USER}'"
+
+_VALIDATIONS: list[dict[str, Any]] = [
+    {
+        "expression": (
+            f"request.operation != 'CREATE' || "
+            f"({_LABEL} in {_LABELS} && {_LABELS}[{_LABEL}] == request.userInfo.username)"
+        ),
+        "messageExpression": (
+            f"'label {LABEL_USER} must name the user creating the job: set it to \"' + "
+            "request.userInfo.username + '\" (found \"' + "
+            f"({_LABEL} in {_LABELS} ? {_LABELS}[{_LABEL}] : '') + '\")'"
+        ),
+        "reason": "Forbidden",
+    },
+    {
+        "expression": (
+            f"request.operation != 'UPDATE' || ({_LABELS}[?{_LABEL}] == {_OLD_LABELS}[?{_LABEL}])"
+        ),
+        "message": f"label {LABEL_USER} cannot be changed: it names the user the job is charged to",
+        "reason": "Forbidden",
+    },
+]
+
+
+def admission_objects() -> list[dict[str, Any]]:
+    """The ValidatingAdmissionPolicy and its binding (deny), in apply order."""
+    labels = {"app.kubernetes.io/part-of": "gangops"}
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": POLICY_NAME, "labels": labels},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": ["ai.operator"],
+                        "apiVersions": ["v1"],
+                        "operations": ["CREATE", "UPDATE"],
+                        "resources": ["trainingjobs"],
+                    }
+                ]
+            },
+            "validations": _VALIDATIONS,
+        },
+    }
+    binding = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": POLICY_NAME, "labels": labels},
+        "spec": {"policyName": POLICY_NAME, "validationActions": ["Deny"]},
+    }
+    return [policy, binding]
