@@ -19,7 +19,6 @@ from hypothesis import strategies as st
 
 from controller.policy.compiler import compile_policy_set
 from controller.policy.diagnostics import CODES, Diagnostic
-from controller.policy.loader import Source
 from controller.policy.sources import working_tree
 from controller.policy.validate import ValidationResult
 from controller.quantity import parse_quantity
@@ -248,13 +247,3 @@ def test_valid_sets_validate_and_compile(files: dict[str, str]) -> None:
         for key, resource in (("requests.nvidia.com/gpu", "gpu"), ("requests.cpu", "cpu")):
             total = sum((parse_quantity(h[key]) for h in hard), Fraction(0))
             assert total == p.quota.max.get(resource)  # type: ignore[arg-type]
-
-
-def test_sources_that_fail_to_read_mid_run_are_diagnostics() -> None:
-    def broken() -> bytes:
-        raise OSError(5, "Input/output error")
-
-    from controller.policy.loader import load_sources
-
-    result = load_sources([Source("a.yaml", 10, broken)])
-    assert [d.code for d in result.diagnostics] == ["GP112"]
