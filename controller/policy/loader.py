@@ -39,6 +39,7 @@ __all__ = [
     "LoadResult",
     "Source",
     "load_sources",
+    "nesting_too_deep",
     "sources_from_paths",
 ]
 
@@ -244,6 +245,13 @@ def _load_one(src: Source, yaml: YAML, limits: Limits, result: LoadResult) -> No
     budget = min(limits.max_nodes, len(text) + 1000)
     for node in nodes:
         _document(src.path, node, yaml, replace(limits, max_nodes=budget), result)
+
+
+def nesting_too_deep(text: str, *, max_depth: int = DEFAULT_MAX_DEPTH) -> tuple[int, int] | None:
+    """The (line, column) where `text` nests lists and mappings deeper than
+    `max_depth`, when it might nest too deep for libyaml to compose; check
+    any YAML from a user with it before loading it."""
+    return _too_deep(_yaml(), text, max_depth)
 
 
 def _too_deep(yaml: YAML, text: str, max_depth: int) -> tuple[int, int] | None:

@@ -22,7 +22,15 @@ from jsonschema.exceptions import ValidationError
 from controller.clusterspec import ClusterSpecError, parse_cluster
 from controller.policy import rules
 from controller.policy.diagnostics import Diagnostic, did_you_mean, sort_key
-from controller.policy.loader import DEFAULT_LIMITS, KINDS, Document, Limits, Source, load_sources
+from controller.policy.loader import (
+    DEFAULT_LIMITS,
+    KINDS,
+    Document,
+    Limits,
+    Source,
+    load_sources,
+    nesting_too_deep,
+)
 from controller.policy.model import (
     ClusterPolicy,
     PolicySet,
@@ -108,7 +116,7 @@ def validate_sources(
         if any(p.is_error for p in problems):
             continue
         if doc.kind == "ClusterPolicy":
-            gpus, capacity_diags = _capacity_from(doc, resolve)
+            gpus, capacity_diags = _capacity_from(doc, resolve, limits)
             diags += capacity_diags
             clusters.append(build_cluster_policy(doc, capacity_gpu=gpus))
         elif doc.kind == "PriorityTier":
@@ -133,7 +141,9 @@ def validate_sources(
     return result
 
 
-def _capacity_from(doc: Document, resolve: Resolver) -> tuple[int | None, list[Diagnostic]]:
+def _capacity_from(
+    doc: Document, resolve: Resolver, limits: Limits
+) -> tuple[int | None, list[Diagnostic]]:
     spec = doc.data["spec"]
     ref = spec.get("capacityFrom")
     has_gpu = isinstance(spec.get("capacity"), dict) and "gpu" in spec["capacity"]
@@ -146,10 +156,17 @@ def _capacity_from(doc: Document, resolve: Resolver) -> tuple[int | None, list[D
     src = resolve(ref)
     if src is None:
         return None, [Diagnostic("GP317", f"capacityFrom: {ref!r} not found", doc.file, line, col)]
+    if src.size > limits.max_file_bytes:
+        msg = f"capacityFrom: {ref!r} is over {limits.max_file_bytes} bytes"
+        return None, [Diagnostic("GP317", msg, doc.file, line, col)]
     try:
         from ruamel.yaml import YAML
 
-        cluster = parse_cluster(YAML(typ="safe").load(src.read()), source=ref)
+        text = src.read().decode("utf-8")
+        if nesting_too_deep(text, max_depth=limits.max_depth) is not None:
+            msg = f"capacityFrom: {ref!r} nests more than {limits.max_depth} levels deep"
+            return None, [Diagnostic("GP317", msg, doc.file, line, col)]
+        cluster = parse_cluster(YAML(typ="safe").load(text), source=ref)
     except (ClusterSpecError, OSError, ValueError) as e:
         return None, [Diagnostic("GP317", f"capacityFrom: {e}", doc.file, line, col)]
     except Exception as e:  # ruamel's YAML errors have no common public base here
