@@ -408,6 +408,20 @@ CASES = [
         extra={"c/cluster.yaml": "kind: Node\n"},
     ),
     Case(
+        "GP317 capacityFrom names a file nested too deep to read",
+        {"cluster.yaml": CLUSTER.replace("capacity: {gpu: 64}", "capacityFrom: c/cluster.yaml")},
+        [("GP317", "cluster.yaml", 5)],
+        says=("nests more than 100 levels deep",),
+        extra={"c/cluster.yaml": "a: " + "[" * 300_000 + "]" * 300_000},
+    ),
+    Case(
+        "GP317 capacityFrom names a file over the size limit",
+        {"cluster.yaml": CLUSTER.replace("capacity: {gpu: 64}", "capacityFrom: c/cluster.yaml")},
+        [("GP317", "cluster.yaml", 5)],
+        says=("is over 1048576 bytes",),
+        extra={"c/cluster.yaml": "kind: Cluster\n" + "#" * 1_100_000},
+    ),
+    Case(
         "capacityFrom: the capacity is the cluster's GPU count",
         {
             "cluster.yaml": CLUSTER.replace("capacity: {gpu: 64}", "capacityFrom: c/cluster.yaml"),
