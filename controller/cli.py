@@ -41,7 +41,11 @@ formats:
 _PLAN_EPILOG = """\
 The policies under PATH in the working tree are compared with the same PATH
 at --base (a branch, tag or commit), offline: both sides are validated and
-compiled, and the compiled objects are diffed. Each object is created,
+compiled, and the compiled objects are diffed. With --cluster they are
+compared with the live cluster instead: each object that would change is
+server-side applied with dryRun=All (admission and validation run, nothing is
+stored), and objects gangops manages that the policies no longer produce are
+deletions. Each object is created,
 updated (with the changed fields), recreated or deleted; destructive steps are
 marked: a PriorityClass whose value or preemptionPolicy changes (immutable in
 Kubernetes: deleted and recreated), a deleted tier, namespace or quota, and a
@@ -118,8 +122,23 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     pl.add_argument("path", nargs="?", default=".", metavar="PATH", help="policy root (default .)")
+    against = pl.add_mutually_exclusive_group(required=True)
+    against.add_argument("--base", metavar="GIT_REF", help="branch, tag or commit to compare with")
+    against.add_argument(
+        "--cluster",
+        action="store_true",
+        help="compare with the live cluster instead (server-side dry-run of every changed object)",
+    )
     pl.add_argument(
-        "--base", required=True, metavar="GIT_REF", help="branch, tag or commit to compare with"
+        "--kubeconfig",
+        metavar="FILE",
+        help="with --cluster: kubeconfig (default $KUBECONFIG, in-cluster, ~/.kube/config)",
+    )
+    pl.add_argument(
+        "--source",
+        metavar="NAME",
+        help="with --cluster: compare as PolicySource NAME applies them; only its objects "
+        "can be deletions (default: every object gangops manages)",
     )
     pl.add_argument(
         "--format", choices=PLAN_FORMATS, default="text", help="output format (default text)"
@@ -247,6 +266,8 @@ def _plan(args: argparse.Namespace) -> int:
     if not root.exists():
         print(f"gangops plan: {root}: no such file or directory", file=sys.stderr)
         return EXIT_USAGE
+    if args.cluster:
+        return _plan_live(args, root)
     try:
         base_sources, base_resolve, base_sha = git_tree(root, args.base)
     except GitRefError as e:
@@ -275,6 +296,29 @@ def _plan(args: argparse.Namespace) -> int:
         )
     plan = make_plan(base_objects, head_objects, base_set=base.policy_set, head_set=head_set)
     sys.stdout.write(format_plan(plan, fmt=args.format, base=args.base, head="working tree"))
+    return EXIT_OK
+
+
+def _plan_live(args: argparse.Namespace, root: Path) -> int:
+    from controller.kube.client import ApiError, connect
+    from controller.policy.report import format_plan
+    from controller.reconciler.liveplan import LivePlanError, live_plan
+
+    _, head_objects = _compile_tree(args, root)
+    if head_objects is None:
+        print("gangops plan: the working tree's policies are invalid; no plan", file=sys.stderr)
+        return EXIT_INVALID
+    try:
+        kube = connect(args.kubeconfig)
+        plan = live_plan(kube, head_objects, source=args.source)
+    except (ApiError, LivePlanError, OSError) as e:
+        print(f"gangops plan: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except Exception as e:  # the kubernetes client's config errors share no base class
+        print(f"gangops plan: cannot reach the cluster: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    base = f"cluster {kube.server}"
+    sys.stdout.write(format_plan(plan, fmt=args.format, base=base, head="working tree"))
     return EXIT_OK
 
 

@@ -4,7 +4,8 @@
 # so the checkout is never touched).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-gangops=("$PWD/.venv/bin/gangops")
+repo="$PWD"
+gangops=("$repo/.venv/bin/gangops")
 
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
@@ -52,6 +53,11 @@ step "gangops plan policies/ --base main"
 
 step "gangops plan policies/ --base main --format markdown (the pull-request comment)"
 "${gangops[@]}" plan policies/ --base main --format markdown
+
+step "gangops simulate: the same scheduling core on a generated workload, gangops vs static islands"
+"${gangops[@]}" simulate --cluster "$repo/clusters/local/cluster.yaml" --policies "$repo/policies" \
+    --generate 400 --scheduler gangops static --report "$repo/out/demo-sim" --no-progress
+echo "(report.json and PNG plots in out/demo-sim/)"
 
 step "A broken change is caught at file:line"
 sed -i 's/tiers: \[normal, batch\]/tiers: [normal, batchh]/' policies/projects/robotics.yaml

@@ -1,19 +1,21 @@
 """`make bench`: run every benchmark, print the figures, fail on a missed threshold.
 
-Usage: python -m tests.perf [NAME ...]   (names: policy, scheduler, devcluster; default: all)
+Usage: python -m tests.perf [NAME ...]   (names: policy, scheduler, devcluster, reconciler, sim; default: all)
 """
 
 from __future__ import annotations
 
 import sys
 
-from tests.perf import devcluster, policy, scheduler
+from tests.perf import devcluster, policy, reconciler, scheduler, sim
 from tests.perf.harness import Result, print_table
 
 BENCHMARKS = {
     "policy": policy.run,
     "scheduler": scheduler.run,
     "devcluster": devcluster.run,
+    "reconciler": reconciler.run,
+    "sim": sim.run,
 }
 
 
