@@ -20,9 +20,11 @@ demo: venv
 	@bash scripts/demo.sh
 
 test: venv
+	@bash scripts/debian-deps.sh
 	$(BIN)/pytest tests/unit tests/integration
 
 unit: venv
+	@bash scripts/debian-deps.sh
 	$(BIN)/pytest tests/unit
 
 lint: venv
