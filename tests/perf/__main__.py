@@ -1,6 +1,7 @@
 """`make bench`: run every benchmark, print the figures, fail on a missed threshold.
 
-Usage: python -m tests.perf [NAME ...]   (names: policy, scheduler, devcluster, reconciler, sim; default: all)
+Usage: python -m tests.perf [NAME ...]
+(names: policy, scheduler, devcluster, reconciler, sim; default: all)
 """
 
 from __future__ import annotations
