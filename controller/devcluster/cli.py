@@ -234,10 +234,12 @@ def _run(options: Options, *, detach: bool) -> int:
     except (KeyboardInterrupt, _Stop):
         _err("interrupted while starting; stopped")
         return 130
-    _summary(cluster, detach=detach)
-    if detach:
-        return 0
     try:
+        # The summary tells the caller the cluster is ready, and a Ctrl-C may
+        # follow at once: from here on an interrupt stops the cluster cleanly.
+        _summary(cluster, detach=detach)
+        if detach:
+            return 0
         while True:
             time.sleep(1.0)
             cluster.check_alive()

@@ -328,7 +328,7 @@ def _capacity(c: ClusterPolicy, projects: Sequence[Project]) -> Iterator[Diagnos
             yield Diagnostic(
                 "GP306",
                 f"projects' max {r} adds up to {format_amount(r, maxima)} over a capacity of "
-                f"{format_amount(r, cap)} ({float(maxima / cap):.2f}x over-commit): idle capacity "
+                f"{format_amount(r, cap)} ({_times(maxima, cap)} over-commit): idle capacity "
                 "is lent, and borrowed work is reclaimed when an owner needs its guarantee",
                 c.doc.file,
                 *c.doc.pos(("spec", "capacity", r)),
@@ -338,3 +338,9 @@ def _capacity(c: ClusterPolicy, projects: Sequence[Project]) -> Iterator[Diagnos
 
 def _or(amount: Fraction | None, default: Fraction) -> Fraction:
     return default if amount is None else amount
+
+
+def _times(a: Fraction, b: Fraction) -> str:
+    """`a / b` as `2.14x`, exactly (no float: amounts may be huge)."""
+    hundredths = a * 100 // b
+    return f"{hundredths // 100}.{hundredths % 100:02d}x"

@@ -119,12 +119,12 @@ def test_detached_up_env_and_down(cluster_file: Path, state: Path) -> None:
 
 def test_ctrl_c_stops_a_foreground_up(cluster_file: Path, state: Path, tmp_path: Path) -> None:
     proc, line = _start_foreground(cluster_file, state, tmp_path / "up.log")
-    pids = _pids(state)
-    data_dir = Path(line.strip().split("=", 1)[1]).parent
-    proc.send_signal(signal.SIGINT)
-    assert proc.wait(timeout=60) == 0
     assert proc.stdout is not None
-    proc.stdout.close()
+    with proc.stdout:
+        pids = _pids(state)
+        data_dir = Path(line.strip().split("=", 1)[1]).parent
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 0, (tmp_path / "up.log").read_text()
     assert all(_gone(p) for p in pids)
     assert not state.exists()
     assert not data_dir.exists()
@@ -134,12 +134,12 @@ def test_down_from_another_shell_stops_a_foreground_up(
     cluster_file: Path, state: Path, tmp_path: Path
 ) -> None:
     proc, _ = _start_foreground(cluster_file, state, tmp_path / "up.log")
-    pids = _pids(state)
-    down = _run("down", "--state", str(state))
-    assert down.returncode == 0, down.stderr
-    assert proc.wait(timeout=60) == 0
     assert proc.stdout is not None
-    proc.stdout.close()
+    with proc.stdout:
+        pids = _pids(state)
+        down = _run("down", "--state", str(state))
+        assert down.returncode == 0, down.stderr
+        assert proc.wait(timeout=60) == 0
     assert all(_gone(p) for p in pids)
     assert "stopping" in (tmp_path / "up.log").read_text()
 
