@@ -1,0 +1,109 @@
+"""The scheduler's decision, as recorded on the TrainingJob before anything else happens.
+
+A decision is written into the job's `status.admission` before any pod is
+created, bound or evicted, so the record — not the process's memory — is
+the truth: a controller restarted after a crash at any point reads the
+records back and finishes or rolls back each one. Two states:
+
+- `Admitted`: the gang owns `pods` (node and GPU devices per worker) for
+  attempt `attempt`; worker pods are named after the attempt, so a pod is
+  never created twice and a later attempt never collides with an old one;
+- `Nominated`: the gang preempted `victims` (each with the attempt that was
+  evicted) and holds `pods` until they are gone.
+
+The rest of the status the controller keeps (`attempts`, `restarts`,
+`rollbacks`, `notBefore`, `preemptedAt`) is read here too. Pure: dicts in,
+values out.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from controller.scheduler.types import MILLI, JobId, Placement, PodPlacement
+
+__all__ = ["Admission", "format_time", "parse_time", "status_number"]
+
+
+def format_time(seconds: float) -> str:
+    """Epoch seconds as an RFC 3339 timestamp with microseconds (UTC)."""
+    t = dt.datetime.fromtimestamp(seconds, dt.UTC)
+    return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_time(raw: object) -> float | None:
+    """An RFC 3339 timestamp as epoch seconds, or None."""
+    if not isinstance(raw, str) or not raw:
+        return None
+    try:
+        return dt.datetime.fromisoformat(raw.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def status_number(status: Mapping[str, Any], key: str) -> int:
+    """An integer status field (0 when absent or malformed)."""
+    value = status.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+@dataclass(frozen=True)
+class Admission:
+    """One recorded decision (`status.admission`)."""
+
+    state: Literal["Admitted", "Nominated"]
+    attempt: int
+    """The gang attempt this decision is for (worker pods are `<job>-<attempt>-<rank>`)."""
+    placement: Placement
+    at: float
+    """When the decision was made (epoch seconds): gang timeouts count from here."""
+    borrowed_milli: int = 0
+    victims: tuple[tuple[JobId, int], ...] = ()
+    """For a nomination: each evicted job and the attempt it was evicted from."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON written into `status.admission`."""
+        out: dict[str, Any] = {
+            "state": self.state,
+            "attempt": self.attempt,
+            "decidedAt": format_time(self.at),
+            "pods": [{"node": p.node, "devices": list(p.devices)} for p in self.placement.pods],
+            "borrowedGPUs": self.borrowed_milli / MILLI,
+        }
+        if self.victims:
+            out["victims"] = [{"job": j, "attempt": a} for j, a in self.victims]
+        return out
+
+    @classmethod
+    def from_status(cls, status: Mapping[str, Any]) -> Admission | None:
+        """The record in a job's status, or None (also for a malformed one)."""
+        raw = status.get("admission")
+        if not isinstance(raw, Mapping):
+            return None
+        try:
+            state = raw["state"]
+            if state not in ("Admitted", "Nominated"):
+                return None
+            at = parse_time(raw["decidedAt"])
+            if at is None:
+                return None
+            pods = tuple(
+                PodPlacement(str(p["node"]), tuple(int(d) for d in p["devices"]))
+                for p in raw["pods"]
+            )
+            victims = tuple(
+                (JobId(str(v["job"])), int(v["attempt"])) for v in raw.get("victims", ())
+            )
+            return cls(
+                state=state,
+                attempt=int(raw["attempt"]),
+                placement=Placement(pods),
+                at=at,
+                borrowed_milli=int(float(raw.get("borrowedGPUs", 0)) * MILLI),
+                victims=victims,
+            )
+        except (KeyError, TypeError, ValueError):
+            return None

@@ -1,0 +1,226 @@
+"""From the informers' raw objects to what one scheduling cycle works on.
+
+Nodes become `Node`s (allocatable GPUs, CPU and memory, labels, taints,
+readiness); every TrainingJob becomes a `JobView` (its spec, its gang under
+the current policy, its recorded decision, its pods); the admitted gangs
+become `Running`s; and every other pod bound to a node — another
+scheduler's, a gangops pod of an old attempt or an evicted gang still
+terminating — holds its GPUs as `Foreign`. The same code builds the
+controller's cycle and `gangops explain`'s dry run, so the two cannot
+disagree. Pure: dicts in, values out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from controller.gang.record import Admission
+from controller.jobs.pods import LABEL_ATTEMPT, LABEL_JOB
+from controller.jobs.spec import GPU_RESOURCE, JobSpec, SpecError, parse_job, to_gang
+from controller.quantity import QuantityError, parse_quantity
+from controller.scheduler.policy import SchedulingPolicy
+from controller.scheduler.snapshot import Foreign, Snapshot
+from controller.scheduler.types import (
+    Gang,
+    JobId,
+    Node,
+    Placement,
+    PodPlacement,
+    Running,
+    Taint,
+)
+
+__all__ = [
+    "JobView",
+    "build_snapshot",
+    "job_views",
+    "node_of",
+    "node_ready",
+    "pod_requests",
+    "pod_terminal",
+]
+
+Obj = dict[str, Any]
+
+
+def _quantity(raw: object, *, milli: bool = False) -> int:
+    if raw is None:
+        return 0
+    try:
+        q = parse_quantity(raw)  # type: ignore[arg-type]
+    except QuantityError:
+        return 0
+    return int(q * 1000) if milli else int(q)
+
+
+def node_ready(obj: Mapping[str, Any]) -> bool:
+    """The node's Ready condition is True."""
+    conds = (obj.get("status") or {}).get("conditions") or ()
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
+
+
+def node_of(obj: Mapping[str, Any]) -> Node:
+    """A Node object as the scheduler sees it."""
+    meta, spec, status = obj["metadata"], obj.get("spec") or {}, obj.get("status") or {}
+    alloc = status.get("allocatable") or {}
+    labels = meta.get("labels") or {}
+    taints = tuple(
+        Taint(
+            key=str(t.get("key", "")),
+            effect=str(t.get("effect", "")),
+            value=str(t.get("value") or ""),
+        )
+        for t in spec.get("taints") or ()
+    )
+    return Node(
+        name=meta["name"],
+        gpus=_quantity(alloc.get(GPU_RESOURCE)),
+        cpu_milli=_quantity(alloc.get("cpu"), milli=True),
+        memory=_quantity(alloc.get("memory")),
+        gpu_model=str(labels.get("nvidia.com/gpu.product", "")),
+        labels=labels,
+        taints=taints,
+        schedulable=not spec.get("unschedulable") and node_ready(obj),
+    )
+
+
+def pod_terminal(pod: Mapping[str, Any]) -> bool:
+    """The pod has finished (its resources are free)."""
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
+def pod_requests(pod: Mapping[str, Any]) -> tuple[int, int, int]:
+    """(GPUs, CPU millicores, memory bytes) the pod's containers request (limits for
+    GPUs when requests are absent, as the API server defaults them)."""
+    gpus = cpu = mem = 0
+    for c in (pod.get("spec") or {}).get("containers") or ():
+        res = c.get("resources") or {}
+        req, lim = res.get("requests") or {}, res.get("limits") or {}
+        gpus += _quantity(req.get(GPU_RESOURCE, lim.get(GPU_RESOURCE)))
+        cpu += _quantity(req.get("cpu"), milli=True)
+        mem += _quantity(req.get("memory"))
+    return gpus, cpu, mem
+
+
+@dataclass
+class JobView:
+    """One TrainingJob, read for the cycle."""
+
+    obj: Obj
+    id: JobId
+    spec: JobSpec | None
+    gang: Gang | None
+    error: str | None
+    """Why the job cannot be scheduled as written (spec or policy), or None."""
+    admission: Admission | None
+    pods: list[Obj] = field(default_factory=list)
+    """Every pod of the job, of every attempt."""
+
+    @property
+    def status(self) -> Mapping[str, Any]:
+        """The job's status (empty when none was written yet)."""
+        return self.obj.get("status") or {}
+
+    def attempt_pods(self) -> list[Obj]:
+        """Pods of the recorded attempt."""
+        if self.admission is None:
+            return []
+        want = str(self.admission.attempt)
+        return [p for p in self.pods if p["metadata"].get("labels", {}).get(LABEL_ATTEMPT) == want]
+
+
+def job_views(
+    jobs: Iterable[Obj],
+    pods: Iterable[Obj],
+    policy: SchedulingPolicy,
+    *,
+    overrides: Mapping[JobId, Admission | None] | None = None,
+) -> list[JobView]:
+    """Every job with its spec, gang, record and pods. `overrides` replaces the
+    record of jobs whose decision was written (or is being written) but whose
+    new status the watch has not delivered yet."""
+    by_job: dict[tuple[str, str], list[Obj]] = {}
+    for p in pods:
+        meta = p["metadata"]
+        name = (meta.get("labels") or {}).get(LABEL_JOB)
+        if name:
+            by_job.setdefault((meta.get("namespace", ""), name), []).append(p)
+    out = []
+    for obj in jobs:
+        meta = obj["metadata"]
+        job_id = JobId(f"{meta.get('namespace', '')}/{meta['name']}")
+        spec: JobSpec | None = None
+        gang: Gang | None = None
+        error: str | None = None
+        try:
+            spec = parse_job(obj)
+            gang = to_gang(spec, policy)
+        except SpecError as e:
+            error = str(e)
+        admission = Admission.from_status(obj.get("status") or {})
+        if overrides is not None and job_id in overrides:
+            admission = overrides[job_id]
+        mine = [
+            p
+            for p in by_job.get((meta.get("namespace", ""), meta["name"]), [])
+            if any(
+                r.get("uid") == meta.get("uid") for r in p["metadata"].get("ownerReferences", ())
+            )
+        ]
+        out.append(JobView(obj, job_id, spec, gang, error, admission, mine))
+    return out
+
+
+def build_snapshot(
+    nodes: Sequence[Node],
+    pods: Iterable[Obj],
+    running: Sequence[Running],
+    owned: set[tuple[str, str]],
+    *,
+    levels: Sequence[str],
+    reserve_tiers: frozenset[str],
+) -> Snapshot:
+    """The cycle's snapshot: `running` gangs placed as recorded, and every other live
+    pod on a node (those not in `owned`, the (namespace, name) of running gangs'
+    pods) held as foreign. Foreign GPUs take the lowest device indices and the
+    running gangs the next ones, so the two never claim the same device."""
+    by_name = {n.name: n for n in nodes}
+    foreign: dict[str, list[int]] = {}
+    for p in pods:
+        node = (p.get("spec") or {}).get("nodeName")
+        meta = p["metadata"]
+        if not node or node not in by_name or pod_terminal(p):
+            continue
+        if (meta.get("namespace", ""), meta["name"]) in owned:
+            continue
+        gpus, cpu, mem = pod_requests(p)
+        held = foreign.setdefault(node, [0, 0, 0])
+        held[0] += gpus
+        held[1] += cpu
+        held[2] += mem
+    used: dict[str, int] = {}
+    for r in running:
+        for where in r.placement.pods:
+            used[where.node] = used.get(where.node, 0) + r.gang.pod.gpus
+    holds = []
+    for name, (gpus, cpu, mem) in foreign.items():
+        room = max(0, by_name[name].gpus - used.get(name, 0))
+        holds.append(Foreign(name, min(gpus, room), cpu, mem))
+    next_device = {f.node: f.gpus for f in holds}
+    placed = []
+    for r in running:
+        pods_out = []
+        for where in r.placement.pods:
+            node = by_name.get(where.node)
+            start = next_device.get(where.node, 0)
+            count = r.gang.pod.gpus
+            top = (node.gpus if node else count) - 1
+            devices = tuple(min(start + i, max(top, 0)) for i in range(count))
+            next_device[where.node] = start + count
+            pods_out.append(PodPlacement(where.node, devices))
+        placed.append(Running(r.gang, Placement(tuple(pods_out)), r.started))
+    return Snapshot(
+        nodes, levels=levels, running=placed, foreign=holds, reserve_tiers=reserve_tiers
+    )

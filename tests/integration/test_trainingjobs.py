@@ -1,0 +1,214 @@
+"""TrainingJobs end to end on the local control plane: CRD, admission policy,
+the gang scheduler placing, queueing, preempting and restarting whole gangs."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable
+
+import pytest
+
+from controller.devcluster import DevCluster
+from controller.kube.client import RESOURCES, ApiError, Kube, connect
+
+from .gang_helpers import BATCH, HIGH, GangEnv, policy_doc
+from .kube import FAKE_DURATION, FAKE_EXIT_CODE, wait_for
+
+pytest_plugins = ["tests.integration.gang_fixtures"]
+
+_JOB = RESOURCES["TrainingJob"]
+
+
+def _nodes_of(pods: list[dict[str, object]]) -> Counter[str]:
+    return Counter(str(p["spec"]["nodeName"]) for p in pods)  # type: ignore[index]
+
+
+def test_seed_gang_of_8_takes_two_nodes_with_4_free_not_the_node_with_3(
+    gang_env: GangEnv,
+) -> None:
+    env = gang_env
+    a, b, c = env.claim(3)
+    env.set_policy(policy_doc({"p": {"namespace": env.namespace, "guaranteed": 24}}))
+    env.occupy(a, 4)
+    env.occupy(b, 4)
+    env.occupy(c, 5)
+    env.start()
+    env.create(env.job("seed", gang=8))
+
+    status = env.wait_phase("seed", "Running")
+    assert status["allocation"] == {a: 4, b: 4}
+    assert status["admission"]["state"] == "Admitted"
+    assert status["reason"] == "Running"
+    ready = {c["type"]: c["status"] for c in status["conditions"]}
+    assert ready["Ready"] == "True" and ready["Admitted"] == "True"
+    pods = env.pods("seed")
+    assert _nodes_of(pods) == {a: 4, b: 4}
+    for p in pods:
+        assert p["spec"]["schedulerName"] == "gangops"
+        assert p["metadata"]["annotations"]["gangops.ai/assigned-node"] == p["spec"]["nodeName"]
+        assert p["status"]["phase"] == "Running"
+        env_vars = {e["name"]: e["value"] for e in p["spec"]["containers"][0]["env"]}
+        assert env_vars["WORLD_SIZE"] == "8"
+    assert sorted(int(p["metadata"]["labels"]["ai.operator/rank"]) for p in pods) == list(range(8))
+    service = env.kube.get(RESOURCES["Service"], "seed", env.namespace)
+    assert service is not None and service["spec"]["clusterIP"] == "None"
+
+
+def test_over_quota_job_stays_queued_with_its_reason_then_starts_when_quota_frees(
+    gang_env: GangEnv,
+) -> None:
+    env = gang_env
+    (a,) = env.claim(1)
+    env.set_policy(policy_doc({"p": {"namespace": env.namespace, "guaranteed": 4, "max": 8}}))
+    env.start()
+    env.create(env.job("first", gang=6, annotations={FAKE_DURATION: "4"}))
+    env.wait_phase("first", "Running")
+    env.create(env.job("second", gang=4))
+
+    def queued_with_reason() -> dict[str, object] | None:
+        s = env.status("second")
+        return s if s.get("reason") == "Quota" else None
+
+    status = wait_for("second to wait for quota", queued_with_reason)
+    assert status["phase"] == "Queued"
+    assert status["message"] == "project p at max: 6 of 8 GPUs in use, this job needs 4"
+    time.sleep(1.5)  # several cycles: it stays queued, with no pods
+    assert env.status("second")["phase"] == "Queued" and env.pods("second") == []
+
+    first = env.wait_phase("first", "Succeeded")  # its workers end after 4 s
+    assert "admission" not in first and "allocation" not in first
+    status = env.wait_phase("second", "Running")
+    assert status["allocation"] == {a: 4}
+
+
+def test_deleting_a_job_removes_its_pods(gang_env: GangEnv) -> None:
+    env = gang_env
+    env.claim(1)
+    env.set_policy(policy_doc({"p": {"namespace": env.namespace, "guaranteed": 8}}))
+    env.start()
+    env.create(env.job("doomed", gang=2))
+    env.wait_phase("doomed", "Running")
+    env.kube.delete(_JOB, "doomed", namespace=env.namespace)
+    # The garbage collector follows the owner references; a CRD it has not
+    # discovered yet costs it one resync (30 s) the first time.
+    wait_for("the workers to be deleted", lambda: not env.pods("doomed"), timeout=90)
+
+
+def test_high_tier_job_preempts_a_batch_job(gang_env: GangEnv) -> None:
+    env = gang_env
+    (a,) = env.claim(1)
+    env.set_policy(policy_doc({"p": {"namespace": env.namespace, "guaranteed": 8}}))
+    env.start()
+    env.create(env.job("batch", gang=8, tier=BATCH))
+    env.wait_phase("batch", "Running")
+    env.create(env.job("urgent", gang=8, tier=HIGH))
+
+    status = env.wait_phase("urgent", "Running")
+    assert status["allocation"] == {a: 8}
+    victim = env.status("batch")
+    assert victim["phase"] == "Preempted"
+    assert f"preempted by {env.namespace}/urgent" in victim["message"]
+    assert "admission" not in victim and "allocation" not in victim
+    assert {c["type"]: c["status"] for c in victim["conditions"]}["Preempted"] == "True"
+    assert all(p["status"]["phase"] != "Running" for p in env.pods("batch"))
+    assert _nodes_of([p for p in env.pods("urgent")]) == {a: 8}
+    assert env.controllers[0].metrics.preemptions.labels("p", BATCH)._value.get() == 1
+
+
+def test_worker_failure_restarts_the_whole_gang_then_fails_at_the_backoff_limit(
+    gang_env: GangEnv,
+) -> None:
+    env = gang_env
+    env.claim(1)
+    env.set_policy(policy_doc({"p": {"namespace": env.namespace, "guaranteed": 8}}))
+    env.start()
+    failing = {FAKE_DURATION: "1", FAKE_EXIT_CODE: "3"}
+    env.create(env.job("flaky", gang=4, annotations=failing, backoff_limit=1))
+
+    status = env.wait_phase("flaky", "Failed", timeout=60)
+    assert status["reason"] == "BackoffLimitExceeded"
+    assert status["restarts"] == 1
+    assert "failed" in status["message"] and "backoffLimit 1" in status["message"]
+    assert status["attempts"] == 2
+    pods = env.pods("flaky")
+    # The worker that failed first is kept for its logs; its siblings were deleted
+    # with it (the whole gang restarts), so nothing of the job runs.
+    assert {p["metadata"]["labels"]["ai.operator/attempt"] for p in pods} == {"1", "2"}
+    assert all(p["status"]["phase"] == "Failed" for p in pods)
+    stalled = {c["type"]: c["status"] for c in status["conditions"]}["Stalled"]
+    assert stalled == "True"
+
+
+@pytest.fixture
+def alice(dev_cluster: DevCluster, gang_env: GangEnv, api: object) -> Kube:
+    """Alice's client, allowed to manage TrainingJobs in the test's namespace."""
+    from kubernetes import client
+
+    rbac = client.RbacAuthorizationV1Api(api)
+    rules = [{"apiGroups": ["ai.operator"], "resources": ["trainingjobs"], "verbs": ["*"]}]
+    rbac.create_namespaced_role(gang_env.namespace, {"metadata": {"name": "tj"}, "rules": rules})
+    rbac.create_namespaced_role_binding(
+        gang_env.namespace,
+        {
+            "metadata": {"name": "tj"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "tj"},
+            "subjects": [
+                {"kind": "User", "name": "alice", "apiGroup": "rbac.authorization.k8s.io"}
+            ],
+        },
+    )
+    return connect(str(dev_cluster.user_kubeconfigs["alice"]))
+
+
+def _refused(create: Callable[[], object]) -> ApiError:
+    with pytest.raises(ApiError) as e:
+        create()
+    return e.value
+
+
+def _refused_once_active(env: GangEnv, manifest: dict[str, object], as_: Kube) -> ApiError:
+    """The refusal, waiting out the few seconds a new admission policy takes to apply."""
+
+    def attempt() -> ApiError | None:
+        try:
+            env.create(manifest, as_=as_)
+        except ApiError as e:
+            return e
+        meta = manifest["metadata"]
+        env.kube.delete(_JOB, meta["name"], namespace=meta["namespace"])  # type: ignore[index]
+        return None
+
+    return wait_for("the admission policy to refuse", attempt)
+
+
+def test_admission_policy_charges_a_job_to_its_creator(gang_env: GangEnv, alice: Kube) -> None:
+    env = gang_env
+    manifest = env.job("spend-bobs", gang=1, user="bob")
+    err = _refused_once_active(env, manifest, alice)
+    assert err.status == 403
+    assert 'label ai.operator/user must name the user creating the job: set it to "alice"' in (
+        err.message
+    )
+    assert env.kube.get(_JOB, "spend-bobs", env.namespace) is None
+
+    mine = env.create(env.job("mine", gang=1, user="alice"), as_=alice)
+    assert mine["metadata"]["labels"]["ai.operator/user"] == "alice"
+    handover = {"metadata": {"labels": {"ai.operator/user": "bob"}}}
+    err = _refused(
+        lambda: alice.merge_patch(
+            _JOB, "mine", handover, field_manager="t", namespace=env.namespace
+        )
+    )
+    assert err.status == 403 and "cannot be changed" in err.message
+    # Other labels may change; and nobody, not even an admin, hands the job over.
+    alice.merge_patch(
+        _JOB, "mine", {"metadata": {"labels": {"team": "a"}}}, field_manager="t",
+        namespace=env.namespace,
+    )  # fmt: skip
+    err = _refused(
+        lambda: env.kube.merge_patch(
+            _JOB, "mine", handover, field_manager="t", namespace=env.namespace
+        )
+    )
+    assert err.status == 403
