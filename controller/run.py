@@ -29,6 +29,8 @@ from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from controller.gang.controller import GangController, GangSettings
+from controller.gang.metrics import GangMetrics
 from controller.kube.client import connect
 from controller.kube.clock import SystemClock
 from controller.kube.leader import ElectionSettings, LeaseElector
@@ -133,9 +135,16 @@ def _run(args: argparse.Namespace) -> int:
         system_namespace=args.system_namespace,
         source_selector=args.source_selector,
     )
+    gang_settings = GangSettings(
+        system_namespace=args.system_namespace,
+        job_selector=args.job_selector,
+        node_selector=args.node_selector,
+    )
+    gang_metrics = GangMetrics(metrics.registry)
     stop = threading.Event()
     exit_code = 0
     reconciler: Reconciler | None = None
+    scheduler: GangController | None = None
     elector: LeaseElector | None = None
 
     def start_leading() -> None:
@@ -145,6 +154,12 @@ def _run(args: argparse.Namespace) -> int:
         fenced = kube.fenced(elector.is_leader) if elector is not None else kube
         reconciler = Reconciler(fenced, settings=settings, clock=clock, metrics=metrics)
         reconciler.start()
+        if args.scheduler:
+            nonlocal scheduler
+            scheduler = GangController(
+                fenced, settings=gang_settings, clock=clock, metrics=gang_metrics
+            )
+            scheduler.start()
 
     def stop_leading() -> None:
         nonlocal exit_code
@@ -159,7 +174,11 @@ def _run(args: argparse.Namespace) -> int:
     def ready() -> bool:
         if elector is not None and not elector.is_leader():
             return True  # a candidate is ready to serve webhooks and to take over
-        return reconciler is not None and reconciler.ready()
+        return (
+            reconciler is not None
+            and reconciler.ready()
+            and (scheduler is None or scheduler.ready())
+        )
 
     def health(method: str, path: str, headers: dict[str, str], body: bytes) -> Response:
         if path == "/readyz":
@@ -215,6 +234,8 @@ def _run(args: argparse.Namespace) -> int:
     stop.wait()
     if elector is not None:
         campaign.join(10)
+    if scheduler is not None:
+        scheduler.stop()
     if reconciler is not None:
         reconciler.stop()
     for server in servers:
@@ -256,6 +277,14 @@ def add_subcommand(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
         "--source-selector",
         help="reconcile only PolicySources matching this label selector (sharding)",
     )
+    p.add_argument(
+        "--scheduler",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="run the TrainingJob controller and gang scheduler (default on)",
+    )
+    p.add_argument("--job-selector", help="schedule only TrainingJobs matching this label selector")
+    p.add_argument("--node-selector", help="place gangs only on nodes matching this selector")
     p.add_argument(
         "--leader-elect",
         action=argparse.BooleanOptionalAction,
