@@ -91,6 +91,10 @@ def _admitted(
     assert adm is not None and v.gang is not None
     pods = v.attempt_pods()
     expected = len(adm.placement.pods)
+    # The gang holds its GPUs and its quota until its record is cleared, whatever
+    # happens to its pods: the records alone never admit more than the quota.
+    out.running.append(Running(v.gang, adm.placement, adm.at))
+    out.owned.update((p["metadata"].get("namespace", ""), p["metadata"]["name"]) for p in pods)
     for p in pods:
         if (p.get("status") or {}).get("phase") == "Failed":
             why = (p.get("status") or {}).get("reason") or "Failed"
@@ -110,8 +114,6 @@ def _admitted(
     if len(live) == expected and all(ph == "Succeeded" for ph in phases):
         out.actions.append(Action("succeeded", v, "every worker succeeded"))
         return
-    out.running.append(Running(v.gang, adm.placement, adm.at))
-    out.owned.update((p["metadata"].get("namespace", ""), p["metadata"]["name"]) for p in pods)
     if len(live) == expected and all(ph in ("Running", "Succeeded") for ph in phases):
         if v.status.get("phase") != "Running":
             out.actions.append(Action("running", v, f"all {expected} workers are running"))

@@ -212,3 +212,43 @@ def test_admission_policy_charges_a_job_to_its_creator(gang_env: GangEnv, alice:
         )
     )
     assert err.status == 403
+
+
+def test_a_gang_not_running_within_the_timeout_is_rolled_back_and_requeued(
+    gang_env: GangEnv,
+) -> None:
+    env = gang_env
+    env.claim(1)
+    env.set_policy(policy_doc({"p": {"namespace": env.namespace, "guaranteed": 8}}, timeout_s=2))
+    # The namespace's ResourceQuota (the API server's backstop) is smaller than the
+    # policy says: the admitted gang's pods are refused, and it never starts.
+    env.kube.create(
+        {
+            "apiVersion": "v1",
+            "kind": "ResourceQuota",
+            "metadata": {"name": "small", "namespace": env.namespace},
+            "spec": {"hard": {"requests.nvidia.com/gpu": "2"}},
+        },
+        field_manager="gangops-tests",
+    )
+    env.start(quota_retry_s=0.5)
+    env.create(env.job("stuck", gang=4))
+
+    def rolled_back() -> dict[str, object] | None:
+        s = env.status("stuck")
+        return s if s.get("reason") == "GangTimeout" else None
+
+    status = wait_for("the gang timeout", rolled_back)
+    assert status["phase"] == "Queued" and "admission" not in status
+    assert "of 4 workers were running 2s after admission (gang timeout)" in str(status["message"])
+    assert status["rollbacks"] >= 1 and status["notBefore"]
+
+    def first_attempt_gone() -> bool:
+        return not [
+            p
+            for p in env.pods("stuck")
+            if p["metadata"]["labels"]["ai.operator/attempt"] == "1"
+            and not p["metadata"].get("deletionTimestamp")
+        ]
+
+    wait_for("the rolled-back attempt's pods to go", first_attempt_gone)
