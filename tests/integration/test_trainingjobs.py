@@ -10,6 +10,7 @@ from collections.abc import Callable
 import pytest
 
 from controller.devcluster import DevCluster
+from controller.gang.explain import explain_job
 from controller.kube.client import RESOURCES, ApiError, Kube, connect
 
 from .gang_helpers import BATCH, HIGH, GangEnv, policy_doc
@@ -73,6 +74,15 @@ def test_over_quota_job_stays_queued_with_its_reason_then_starts_when_quota_free
     status = wait_for("second to wait for quota", queued_with_reason)
     assert status["phase"] == "Queued"
     assert status["message"] == "project p at max: 6 of 8 GPUs in use, this job needs 4"
+    text = explain_job(
+        env.kube,
+        f"{env.namespace}/second",
+        system_namespace=env.system_namespace,
+        node_selector=env.node_selector,
+    )
+    assert "Queue position 1 of 1" in text
+    assert "Decision: waiting (Quota): project p at max: 6 of 8 GPUs in use" in text
+    assert f"    - {env.namespace}/first: 6 GPUs, tier {BATCH} (preemptible), user admin" in text
     time.sleep(1.5)  # several cycles: it stays queued, with no pods
     assert env.status("second")["phase"] == "Queued" and env.pods("second") == []
 
@@ -252,3 +262,21 @@ def test_a_gang_not_running_within_the_timeout_is_rolled_back_and_requeued(
         ]
 
     wait_for("the rolled-back attempt's pods to go", first_attempt_gone)
+
+
+def test_explain_on_the_command_line(
+    gang_env: GangEnv, dev_cluster: DevCluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from controller.cli import main
+
+    env = gang_env
+    env.claim(1)
+    env.set_policy(policy_doc({"p": {"namespace": env.namespace, "guaranteed": 8}}))
+    env.create(env.job("huge", gang=16))
+    common = ["--kubeconfig", str(dev_cluster.kubeconfig), "--system-namespace"]
+    args = ["explain", f"{env.namespace}/huge", *common, env.system_namespace]
+    assert main([*args, "--node-selector", env.node_selector]) == 0
+    out = capsys.readouterr().out
+    assert "Decision: waiting (Capacity): needs 16 GPUs (16 workers x 1 GPU)" in out
+    assert main(["explain", f"{env.namespace}/nope", *common, env.system_namespace]) == 1
+    assert f"TrainingJob {env.namespace}/nope not found" in capsys.readouterr().err

@@ -1,0 +1,130 @@
+"""`gangops explain NAMESPACE/NAME`: a dry-run cycle on the live cluster, for one job.
+
+It reads what the scheduler reads (nodes, every pod, every TrainingJob, the
+compiled policy), builds the same snapshot and runs the same cycle, writing
+nothing, and prints `controller.scheduler.explain.explain`'s account of the
+job: its place in the queue, what blocks it, what would have to change.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from controller.gang.lifecycle import plan
+from controller.gang.record import format_time, parse_time
+from controller.gang.view import build_snapshot, job_views, node_of
+from controller.kube.client import RESOURCES, ApiError, Kube
+from controller.kube.clock import Clock, SystemClock
+from controller.policy.compiler import DEFAULT_SYSTEM_NAMESPACE, POLICY_CONFIGMAP, POLICY_KEY
+from controller.scheduler.cycle import schedule
+from controller.scheduler.explain import explain
+from controller.scheduler.policy import SchedulingPolicy
+from controller.scheduler.types import JobId
+
+__all__ = ["add_subcommand", "explain_job"]
+
+
+class ExplainError(Exception):
+    """The job or the policy cannot be read; the message says which."""
+
+
+def explain_job(
+    kube: Kube,
+    job: str,
+    *,
+    system_namespace: str = DEFAULT_SYSTEM_NAMESPACE,
+    node_selector: str | None = None,
+    clock: Clock | None = None,
+) -> str:
+    """The explanation of `job` (`namespace/name`) as of now."""
+    namespace, _, name = job.partition("/")
+    if not namespace or not name:
+        raise ExplainError(f"{job!r}: expected NAMESPACE/NAME")
+    obj = kube.get(RESOURCES["TrainingJob"], name, namespace)
+    if obj is None:
+        raise ExplainError(f"TrainingJob {job} not found")
+    cm = kube.get(RESOURCES["ConfigMap"], POLICY_CONFIGMAP, system_namespace)
+    if cm is None:
+        raise ExplainError(
+            f"no scheduling policy: ConfigMap {system_namespace}/{POLICY_CONFIGMAP} is missing "
+            "(is the policy reconciler running?)"
+        )
+    try:
+        policy = SchedulingPolicy.from_dict(json.loads(cm["data"][POLICY_KEY]))
+    except (KeyError, TypeError, ValueError) as e:
+        raise ExplainError(f"the scheduling policy is unreadable: {e}") from None
+    now = (clock or SystemClock()).now().timestamp()
+    nodes, _ = kube.list(RESOURCES["Node"], label_selector=node_selector)
+    pods, _ = kube.list(RESOURCES["Pod"])
+    jobs, _ = kube.list(RESOURCES["TrainingJob"])
+    views = job_views(jobs, pods, policy)
+    mine = next((v for v in views if v.id == job), None)
+    phase = (obj.get("status") or {}).get("phase")
+    if mine is not None and mine.error is not None:
+        return f"{job} cannot be scheduled as written: {mine.error}.\n"
+    if phase in ("Succeeded", "Failed"):
+        return f"{job} has finished: {phase} ({(obj.get('status') or {}).get('message', '')}).\n"
+    todo = plan(views, {n["metadata"]["name"]: n for n in nodes}, policy, now=now)
+    snap = build_snapshot(
+        [node_of(n) for n in nodes],
+        pods,
+        todo.running,
+        todo.owned,
+        levels=policy.topology_levels,
+        reserve_tiers=policy.reserve_tiers,
+    )
+    result = schedule(
+        snap,
+        todo.queue,
+        policy,
+        now=now,
+        preemptions_last_hour=todo.preemptions_last_hour,
+        nominated=todo.nominated,
+    )
+    text = explain(JobId(job), result=result, snap=snap, policy=policy)
+    if JobId(job) in todo.backing_off:
+        until = parse_time((obj.get("status") or {}).get("notBefore")) or now
+        text = (
+            f"{job} is backing off after a gang timeout until {format_time(until)} "
+            f"({(obj.get('status') or {}).get('message', '')}).\n"
+        )
+    return text
+
+
+def _explain(args: argparse.Namespace) -> int:
+    from controller.kube.client import connect
+
+    try:
+        text = explain_job(
+            connect(args.kubeconfig),
+            args.job,
+            system_namespace=args.system_namespace,
+            node_selector=args.node_selector,
+        )
+    except (ExplainError, ApiError) as e:
+        print(f"gangops explain: {e}", file=sys.stderr)
+        return 1
+    sys.stdout.write(text)
+    return 0
+
+
+def add_subcommand(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register `gangops explain`."""
+    p = subparsers.add_parser(
+        "explain",
+        help="say why a TrainingJob waits (a dry-run scheduling cycle on the live cluster)",
+        description="Run the scheduler's cycle on the live cluster without writing anything and "
+        "print, for one TrainingJob, its position in the queue, what blocks it and what would "
+        "have to change. Exit 1 if the job or the policy cannot be read.",
+    )
+    p.add_argument("job", metavar="NAMESPACE/NAME")
+    p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, in-cluster, ...)")
+    p.add_argument(
+        "--system-namespace",
+        default=DEFAULT_SYSTEM_NAMESPACE,
+        help="namespace of the scheduling-policy ConfigMap (default %(default)s)",
+    )
+    p.add_argument("--node-selector", help="the nodes the scheduler places on (as for run)")
+    p.set_defaults(func=_explain)
