@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Install the Debian packages the test suite runs for real, when they are missing:
-#   lua5.4  runs the Argo CD health script shipped in clusters/argocd/
+#   lua5.4          runs the Argo CD health script shipped in clusters/argocd/
+#   openssh-server  sshd on loopback, for the reconciler's SSH-auth tests
+#                   (tests/integration/test_reconciler_auth.py; brings ssh, ssh-keygen)
 # Needs root (or sudo). Without either, it says what is missing and carries on:
 # the tests that need a package then skip, printing the install command.
 set -uo pipefail
-want=(lua5.4)
+want=(lua5.4 openssh-server)
 missing=()
 for pkg in "${want[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

@@ -25,6 +25,7 @@ import hashlib
 import logging
 import os
 import posixpath
+import re
 import shutil
 import threading
 from collections.abc import Mapping
@@ -130,11 +131,35 @@ def _hidden(obj: object, _depth: int) -> bool:
     )
 
 
+_NO_PROMPT = re.compile(r"could not read (Username|Password) for '[^']*': terminal prompts")
+
+
 def _stderr(e: git.GitCommandError) -> str:
-    text = str(e.stderr or e).strip().strip("'")
+    """What went wrong, in one line of git's (or ssh's) own words.
+
+    After "Could not read from remote repository" git has nothing to add; the
+    reason (a host key that does not match known_hosts, a refused key, no
+    repository there) is the line before, or two for a host key. Over HTTP a
+    refused credential shows up as git failing to prompt for another one, which
+    is said plainly instead.
+    """
+    text = e.stderr.strip().removeprefix("stderr: '").removesuffix("'") if e.stderr else str(e)
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    fatal = [ln for ln in lines if ln.startswith(("fatal:", "error:", "ERROR:"))]
-    return (fatal or lines or ["git failed"])[-1].removeprefix("stderr: ")
+    fatal = [i for i, ln in enumerate(lines) if ln.startswith(("fatal:", "error:", "ERROR:"))]
+    if not fatal:
+        return (lines or ["git failed"])[-1]
+    i = fatal[-1]
+    if lines[i] == "fatal: Could not read from remote repository." and i > 0:
+        host_key = lines[i - 1] == "Host key verification failed." and i > 1
+        return " ".join(lines[i - 2 : i] if host_key else lines[i - 1 : i])
+    if _NO_PROMPT.search(lines[i]):
+        return (
+            "the server refused the credentials (HTTP 401 Unauthorized): check the"
+            " secret's `username` and `password`, or `bearerToken`"
+        )
+    if lines[i].endswith(":") and i + 1 < len(lines):  # `unable to connect to host:` + why
+        return f"{lines[i]} {lines[i + 1]}"
+    return lines[i]
 
 
 class GitCache:
