@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import posixpath
+from collections.abc import Callable
 from pathlib import Path
 
 import git
@@ -17,7 +18,7 @@ import git
 from controller.policy.loader import YAML_SUFFIXES, Source, sources_from_paths
 from controller.policy.validate import Resolver
 
-__all__ = ["GitRefError", "git_tree", "working_revision", "working_tree"]
+__all__ = ["GitRefError", "git_tree", "tree_sources", "working_revision", "working_tree"]
 
 
 class GitRefError(Exception):
@@ -61,6 +62,38 @@ def _hidden(obj: object, _depth: int) -> bool:
     return isinstance(obj, git.Tree | git.Blob) and Path(str(obj.path)).name.startswith(".")
 
 
+def tree_sources(
+    commit: git.Commit, root: str, source: Callable[[git.Blob], Source]
+) -> tuple[list[Source], Resolver]:
+    """The YAML files at or under `root` (a path in the commit, "." for the
+    top) as `source` makes them, sorted by path, hidden directories skipped;
+    and a resolver of paths relative to `root` that never leaves the commit.
+    Raises KeyError when `root` does not exist in the commit."""
+    item = commit.tree if root == "." else commit.tree / root
+    sources: list[Source] = []
+    base = root
+    if isinstance(item, git.Blob):
+        sources.append(source(item))
+        base = posixpath.dirname(root)
+    elif isinstance(item, git.Tree):
+        for obj in item.traverse(prune=_hidden):
+            if isinstance(obj, git.Blob) and str(obj.path).endswith(YAML_SUFFIXES):
+                sources.append(source(obj))
+    sources.sort(key=lambda s: s.path)
+
+    def resolve(ref: str) -> Source | None:
+        target = posixpath.normpath(posixpath.join(base, ref))
+        if target.startswith(".."):
+            return None
+        try:
+            blob = commit.tree / target
+        except KeyError:
+            return None
+        return source(blob) if isinstance(blob, git.Blob) else None
+
+    return sources, resolve
+
+
 def git_tree(root: Path, ref: str) -> tuple[list[Source], Resolver, str]:
     """The YAML files under `root` as they were at `ref`, a resolver into that
     tree, and the commit's full hash. A `root` that did not exist at `ref`
@@ -96,28 +129,8 @@ def git_tree(root: Path, ref: str) -> tuple[list[Source], Resolver, str]:
 
         return Source(path=display(str(blob.path)), size=blob.size, read=read)
 
-    sources: list[Source] = []
     try:
-        item = commit.tree if rel == "." else commit.tree / rel
+        sources, resolve = tree_sources(commit, rel, source)
     except KeyError:
-        item = None
-    if isinstance(item, git.Blob):
-        sources.append(source(item))
-    elif isinstance(item, git.Tree):
-        for obj in item.traverse(prune=_hidden):
-            if isinstance(obj, git.Blob) and str(obj.path).endswith(YAML_SUFFIXES):
-                sources.append(source(obj))
-    sources.sort(key=lambda s: s.path)
-    base_dir = rel if isinstance(item, git.Tree) or rel == "." else posixpath.dirname(rel)
-
-    def resolve(ref_path: str) -> Source | None:
-        target = posixpath.normpath(posixpath.join(base_dir, ref_path))
-        if target.startswith(".."):
-            return None
-        try:
-            blob = commit.tree / target
-        except KeyError:
-            return None
-        return source(blob) if isinstance(blob, git.Blob) else None
-
+        return [], lambda _ref: None, commit.hexsha
     return sources, resolve, commit.hexsha

@@ -26,6 +26,7 @@ import logging
 import os
 import posixpath
 import re
+import shlex
 import shutil
 import threading
 from collections.abc import Mapping
@@ -34,7 +35,8 @@ from pathlib import Path
 
 import git
 
-from controller.policy.loader import DEFAULT_LIMITS, YAML_SUFFIXES, Source
+from controller.policy.loader import DEFAULT_LIMITS, Source
+from controller.policy.sources import tree_sources
 from controller.policy.validate import Resolver
 
 __all__ = ["GitAuth", "GitCache", "GitError", "GitRef", "auth_from_secret"]
@@ -109,7 +111,8 @@ def auth_from_secret(data: Mapping[str, bytes], *, key_dir: Path) -> GitAuth:
             with os.fdopen(fd, "wb") as f:
                 f.write(content if content.endswith(b"\n") else content + b"\n")
         env["GIT_SSH_COMMAND"] = (
-            f"ssh -i {identity} -o IdentitiesOnly=yes -o UserKnownHostsFile={known}"
+            f"ssh -i {shlex.quote(str(identity))} -o IdentitiesOnly=yes"
+            f" -o UserKnownHostsFile={shlex.quote(str(known))}"
             " -o StrictHostKeyChecking=yes -o BatchMode=yes"
         )
     if "username" in data and "password" in data:
@@ -123,12 +126,6 @@ def auth_from_secret(data: Mapping[str, bytes], *, key_dir: Path) -> GitAuth:
     if headers:
         env["GIT_CONFIG_COUNT"] = str(len(headers))
     return GitAuth(env=env)
-
-
-def _hidden(obj: object, _depth: int) -> bool:
-    return isinstance(obj, git.Tree | git.Blob) and posixpath.basename(str(obj.path)).startswith(
-        "."
-    )
 
 
 _NO_PROMPT = re.compile(r"could not read (Username|Password) for '[^']*': terminal prompts")
@@ -271,12 +268,9 @@ class GitCache:
         relative to `path`. Raises GitError: PathNotFound, or ArtifactFailed when the
         cache cannot give the commit's files (the caller re-clones with `forget`)."""
         repo = self._repo(url)
+        root = posixpath.normpath(path.strip("/") or ".")
         try:
             commit = repo.commit(sha)
-            root = posixpath.normpath(path.strip("/") or ".")
-            item = commit.tree if root == "." else commit.tree / root
-        except KeyError:
-            raise GitError("PathNotFound", f"path {path!r} not found at {sha[:12]}") from None
         except (ValueError, git.BadName, git.BadObject, git.GitCommandError) as e:
             raise GitError("ArtifactFailed", f"cannot read {sha[:12]} from the cache: {e}") from e
 
@@ -293,25 +287,10 @@ class GitCache:
                 raise GitError("ArtifactFailed", msg) from e
             return Source(path=str(blob.path), size=blob.size, read=lambda: data)
 
-        sources: list[Source] = []
-        base = root
-        if isinstance(item, git.Blob):
-            sources.append(source(item))
-            base = posixpath.dirname(root)
-        elif isinstance(item, git.Tree):
-            for obj in item.traverse(prune=_hidden):
-                if isinstance(obj, git.Blob) and str(obj.path).endswith(YAML_SUFFIXES):
-                    sources.append(source(obj))
-        sources.sort(key=lambda s: s.path)
-
-        def resolve(rel: str) -> Source | None:
-            target = posixpath.normpath(posixpath.join(base, rel))
-            if target.startswith(".."):
-                return None
-            try:
-                blob = commit.tree / target
-            except KeyError:
-                return None
-            return source(blob) if isinstance(blob, git.Blob) else None
-
+        try:
+            sources, resolve = tree_sources(commit, root, source)
+        except KeyError:
+            raise GitError("PathNotFound", f"path {path!r} not found at {sha[:12]}") from None
+        except (ValueError, git.BadObject, git.GitCommandError) as e:
+            raise GitError("ArtifactFailed", f"cannot read {sha[:12]} from the cache: {e}") from e
         return sources, resolve
