@@ -71,10 +71,12 @@ class GangSettings:
     """Place only on nodes matching this label selector."""
     tick_s: float = 1.0
     """Longest time between two steps when nothing happens (timeouts, backoffs)."""
-    batch_s: float = 0.005
+    batch_s: float = 0.05
     """Pause after a wake-up, so a burst of events makes one step."""
     parallelism: int = 16
-    """Jobs written at the same time (each job's writes are sequential)."""
+    """Jobs written at the same time (each job's record before its pods)."""
+    pod_parallelism: int = 32
+    """Pods created and bound at the same time, over all jobs."""
     backoff_base_s: float = 5.0
     """Requeue delay after the first gang timeout; doubled for each later one."""
     backoff_max_s: float = 300.0
@@ -108,6 +110,9 @@ class GangController:
         self._busy: set[JobId] = set()
         self._overrides: dict[JobId, Admission | None] = {}
         self._pool = ThreadPoolExecutor(self.settings.parallelism, thread_name_prefix="gang")
+        self._pod_pool = ThreadPoolExecutor(self.settings.pod_parallelism, thread_name_prefix="pod")
+        self._services: set[str] = set()
+        """UIDs of the jobs whose headless Service this process created (or found)."""
         self._policy_cache: tuple[str, SchedulingPolicy | None] = ("", None)
         self._worker: threading.Thread | None = None
         self.last_result: CycleResult | None = None
@@ -144,6 +149,7 @@ class GangController:
         if self._worker is not None:
             self._worker.join(30)
         self._pool.shutdown(wait=True, cancel_futures=True)
+        self._pod_pool.shutdown(wait=True, cancel_futures=True)
         for inf in self._informers():
             inf.stop()
 
@@ -362,38 +368,44 @@ class GangController:
         self._launch(JobView(obj, v.id, v.spec, v.gang, v.error, adm, []), adm)
 
     def _launch(self, v: JobView, adm: Admission) -> None:
-        """Create the attempt's missing pods and bind each unbound one to its node."""
+        """Create the attempt's missing pods and bind each unbound one to its node
+        (the pods of one gang in parallel)."""
         assert v.spec is not None and v.gang is not None
-        try:
-            self._kube.create(headless_service(v.spec), field_manager=FIELD_MANAGER)
-        except ApiError as e:
-            if e.status != 409:
-                raise
+        if v.spec.uid not in self._services:
+            try:
+                self._kube.create(headless_service(v.spec), field_manager=FIELD_MANAGER)
+            except ApiError as e:
+                if e.status != 409:
+                    raise
+            self._services.add(v.spec.uid)
         template = v.obj["spec"]["template"]
         manifests = worker_pods(
             v.spec, template, adm.placement, tier=v.gang.tier, attempt=adm.attempt
         )
-        for manifest, where in zip(manifests, adm.placement.pods, strict=True):
-            meta = manifest["metadata"]
-            live = self.pods.get(meta["name"], meta["namespace"]) or self._create(manifest)
-            if live is None:
-                return  # refused by quota for too long: the gang timeout rolls it back
-            if live["metadata"].get("deletionTimestamp") or live["spec"].get("nodeName"):
-                continue
-            try:
-                self._kube.bind(
-                    meta["namespace"], meta["name"], where.node, field_manager=FIELD_MANAGER
-                )
-            except ApiError as e:
-                if e.status != 409:  # already bound: a binding happens once
-                    raise
-            bound = {**live, "spec": {**live["spec"], "nodeName": where.node}}
-            self.pods.assume(bound)
-        created = v.spec.created
+        nodes = [where.node for where in adm.placement.pods]
+        results = list(self._pod_pool.map(self._place_pod, manifests, nodes))
+        if not all(results):
+            return  # refused by quota for too long: the gang timeout rolls it back
         self.metrics.gang_bound.labels(v.gang.tier).observe(
-            max(0.0, self._clock.now().timestamp() - created)
+            max(0.0, self._clock.now().timestamp() - v.spec.created)
         )
         log.info("gang bound job=%s attempt=%d pods=%d", v.id, adm.attempt, len(manifests))
+
+    def _place_pod(self, manifest: Obj, node: str) -> bool:
+        """Create one worker (unless it exists) and bind it (unless it is bound)."""
+        meta = manifest["metadata"]
+        live = self.pods.get(meta["name"], meta["namespace"]) or self._create(manifest)
+        if live is None:
+            return False
+        if live["metadata"].get("deletionTimestamp") or live["spec"].get("nodeName"):
+            return True
+        try:
+            self._kube.bind(meta["namespace"], meta["name"], node, field_manager=FIELD_MANAGER)
+        except ApiError as e:
+            if e.status != 409:  # already bound: a binding happens once
+                raise
+        self.pods.assume({**live, "spec": {**live["spec"], "nodeName": node}})
+        return True
 
     def _create(self, manifest: Obj) -> Obj | None:
         meta = manifest["metadata"]
