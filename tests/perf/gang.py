@@ -236,6 +236,8 @@ def _controller(kubeconfig: Path, log: Path) -> subprocess.Popen[bytes]:
 
 def run(nodes: int = 500, jobs: int = 250, gang: int = 8) -> list[Result]:
     """Start the cluster, measure gangops and kube-scheduler, return the figures."""
+    if jobs * gang > nodes * 8 // 2:
+        raise ValueError(f"{jobs} gangs of {gang} need more than half of {nodes} 8-GPU nodes")
     build = ensure_binaries()
     with tempfile.TemporaryDirectory(prefix="gangops-bench-gang-") as work:
         cluster = start(
