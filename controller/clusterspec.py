@@ -18,6 +18,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
 from controller.quantity import QuantityError, parse_quantity
+from controller.scheduler.types import Taint
 
 __all__ = [
     "LABEL_CLIQUE",
@@ -46,15 +47,6 @@ LABEL_POOL = "gangops.ai/pool"
 
 class ClusterSpecError(ValueError):
     """A cluster description that cannot be used; the message names the file and field."""
-
-
-@dataclass(frozen=True)
-class Taint:
-    """A node taint, as in the Node API."""
-
-    key: str
-    effect: str
-    value: str = ""
 
 
 @dataclass(frozen=True)
