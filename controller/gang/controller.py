@@ -36,8 +36,9 @@ from typing import Any
 from controller.gang.lifecycle import Action, Plan, plan
 from controller.gang.metrics import GangMetrics
 from controller.gang.record import Admission, format_time, status_number
-from controller.gang.view import JobView, build_snapshot, job_views, node_of
+from controller.gang.view import JobView, Memo, build_snapshot, job_views
 from controller.jobs.pods import headless_service, worker_pods
+from controller.jobs.spec import JobSpec
 from controller.jobs.status import Phase, job_status
 from controller.kube.client import RESOURCES, ApiError, Kube, NotLeaderError
 from controller.kube.clock import Clock, SystemClock
@@ -72,7 +73,10 @@ class GangSettings:
     tick_s: float = 1.0
     """Longest time between two steps when nothing happens (timeouts, backoffs)."""
     batch_s: float = 0.05
-    """Pause after a wake-up, so a burst of events makes one step."""
+    """Pause after a wake-up, so a burst of events makes one step; at least as long
+    as the last step took, so under a stream of events the loop uses at most half
+    of a core and leaves the rest to the writers (and, on a shared machine, to the
+    API server)."""
     parallelism: int = 16
     """Jobs written at the same time (each job's record before its pods)."""
     pod_parallelism: int = 32
@@ -114,6 +118,7 @@ class GangController:
         self._services: set[str] = set()
         """UIDs of the jobs whose headless Service this process created (or found)."""
         self._policy_cache: tuple[str, SchedulingPolicy | None] = ("", None)
+        self._memo = Memo()
         self._worker: threading.Thread | None = None
         self.last_result: CycleResult | None = None
         s = self.settings
@@ -162,16 +167,19 @@ class GangController:
         ):
             pass
         while not self._stop.is_set():
+            started = self._clock.monotonic()
             try:
                 self.step()
             except NotLeaderError as e:
                 log.warning("scheduling step stopped: not the leader error=%r", str(e))
             except Exception:
                 log.exception("scheduling step crashed")
+            took = self._clock.monotonic() - started
             self._clock.wait(self._wake, self.settings.tick_s)
             self._wake.clear()
-            if self.settings.batch_s:
-                self._clock.wait(self._stop, self.settings.batch_s)
+            pause = max(self.settings.batch_s, took) if self.settings.batch_s else 0.0
+            if pause:
+                self._clock.wait(self._stop, pause)
 
     # -- one step
 
@@ -206,17 +214,20 @@ class GangController:
         with self._lock:
             busy = frozenset(self._busy)
             overrides = dict(self._overrides)
+        memo = self._memo
+        memo.cycle()
         pods = self.pods.items()
-        views = job_views(self.jobs.items(), pods, policy, overrides=overrides)
+        views = job_views(self.jobs.items(), pods, policy, overrides=overrides, memo=memo)
         node_objs = {o["metadata"]["name"]: o for o in self.nodes.items()}
         todo = plan(views, node_objs, policy, now=now, busy=busy)
         snap = build_snapshot(
-            [node_of(o) for o in node_objs.values()],
+            [memo.node(o) for o in node_objs.values()],
             pods,
             todo.running,
             todo.owned,
             levels=policy.topology_levels,
             reserve_tiers=policy.reserve_tiers,
+            memo=memo,
         )
         result = schedule(
             snap,
@@ -371,25 +382,33 @@ class GangController:
         """Create the attempt's missing pods and bind each unbound one to its node
         (the pods of one gang in parallel)."""
         assert v.spec is not None and v.gang is not None
+        service = None
         if v.spec.uid not in self._services:
-            try:
-                self._kube.create(headless_service(v.spec), field_manager=FIELD_MANAGER)
-            except ApiError as e:
-                if e.status != 409:
-                    raise
-            self._services.add(v.spec.uid)
+            service = self._pod_pool.submit(self._create_service, v.spec)
         template = v.obj["spec"]["template"]
         manifests = worker_pods(
             v.spec, template, adm.placement, tier=v.gang.tier, attempt=adm.attempt
         )
         nodes = [where.node for where in adm.placement.pods]
         results = list(self._pod_pool.map(self._place_pod, manifests, nodes))
+        if service is not None:
+            service.result()
         if not all(results):
             return  # refused by quota for too long: the gang timeout rolls it back
         self.metrics.gang_bound.labels(v.gang.tier).observe(
             max(0.0, self._clock.now().timestamp() - v.spec.created)
         )
         log.info("gang bound job=%s attempt=%d pods=%d", v.id, adm.attempt, len(manifests))
+
+    def _create_service(self, spec: JobSpec) -> None:
+        """The job's headless Service (it only names the workers, so it is created
+        beside them, not before them)."""
+        try:
+            self._kube.create(headless_service(spec), field_manager=FIELD_MANAGER)
+        except ApiError as e:
+            if e.status != 409:
+                raise
+        self._services.add(spec.uid)
 
     def _place_pod(self, manifest: Obj, node: str) -> bool:
         """Create one worker (unless it exists) and bind it (unless it is bound)."""

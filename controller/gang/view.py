@@ -12,9 +12,9 @@ disagree. Pure: dicts in, values out.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from controller.gang.record import Admission
 from controller.jobs.pods import LABEL_ATTEMPT, LABEL_JOB
@@ -34,6 +34,7 @@ from controller.scheduler.types import (
 
 __all__ = [
     "JobView",
+    "Memo",
     "build_snapshot",
     "job_views",
     "node_of",
@@ -104,6 +105,63 @@ def pod_requests(pod: Mapping[str, Any]) -> tuple[int, int, int]:
     return gpus, cpu, mem
 
 
+_T = TypeVar("_T")
+_Parsed = tuple[JobSpec | None, Gang | None, str | None, Admission | None]
+
+
+class Memo:
+    """What a cycle parsed from raw objects, kept for the next one: a scheduling step
+    reads every node, job and pod, but between two steps only a few change. An
+    entry is reused while the object's uid and resourceVersion are the same (and,
+    for a job, the policy object is the same); objects without both are parsed
+    every time. Entries not used during one cycle are dropped at the next `cycle`.
+    Not thread-safe: one scheduling loop owns it."""
+
+    def __init__(self) -> None:
+        self._old: dict[tuple[str, str, str], tuple[object, Any]] = {}
+        self._new: dict[tuple[str, str, str], tuple[object, Any]] = {}
+
+    def cycle(self) -> None:
+        """Start a cycle: forget what the last-but-one cycle used and this one did not."""
+        self._old, self._new = self._new, {}
+
+    def _memo(self, kind: str, obj: Mapping[str, Any], extra: object, fn: Callable[[], _T]) -> _T:
+        meta = obj.get("metadata") or {}
+        uid, rv = meta.get("uid"), meta.get("resourceVersion")
+        if not uid or not rv:
+            return fn()
+        key = (kind, str(uid), str(rv))
+        hit = self._new.get(key) or self._old.get(key)
+        if hit is None or hit[0] is not extra:
+            hit = (extra, fn())
+        self._new[key] = hit
+        return cast(_T, hit[1])
+
+    def node(self, obj: Mapping[str, Any]) -> Node:
+        """`node_of(obj)`, memoised."""
+        return self._memo("node", obj, None, lambda: node_of(obj))
+
+    def requests(self, pod: Mapping[str, Any]) -> tuple[int, int, int]:
+        """`pod_requests(pod)`, memoised."""
+        return self._memo("pod", pod, None, lambda: pod_requests(pod))
+
+    def job(self, obj: Mapping[str, Any], policy: SchedulingPolicy) -> _Parsed:
+        """A job's spec, gang under `policy`, error and record, memoised."""
+        return self._memo("job", obj, policy, lambda: _parse(obj, policy))
+
+
+def _parse(obj: Mapping[str, Any], policy: SchedulingPolicy) -> _Parsed:
+    spec: JobSpec | None = None
+    gang: Gang | None = None
+    error: str | None = None
+    try:
+        spec = parse_job(obj)
+        gang = to_gang(spec, policy)
+    except SpecError as e:
+        error = str(e)
+    return spec, gang, error, Admission.from_status(obj.get("status") or {})
+
+
 @dataclass
 class JobView:
     """One TrainingJob, read for the cycle."""
@@ -137,10 +195,11 @@ def job_views(
     policy: SchedulingPolicy,
     *,
     overrides: Mapping[JobId, Admission | None] | None = None,
+    memo: Memo | None = None,
 ) -> list[JobView]:
     """Every job with its spec, gang, record and pods. `overrides` replaces the
     record of jobs whose decision was written (or is being written) but whose
-    new status the watch has not delivered yet."""
+    new status the watch has not delivered yet; `memo` keeps the parsed jobs."""
     by_job: dict[tuple[str, str], list[Obj]] = {}
     for p in pods:
         meta = p["metadata"]
@@ -151,15 +210,9 @@ def job_views(
     for obj in jobs:
         meta = obj["metadata"]
         job_id = JobId(f"{meta.get('namespace', '')}/{meta['name']}")
-        spec: JobSpec | None = None
-        gang: Gang | None = None
-        error: str | None = None
-        try:
-            spec = parse_job(obj)
-            gang = to_gang(spec, policy)
-        except SpecError as e:
-            error = str(e)
-        admission = Admission.from_status(obj.get("status") or {})
+        spec, gang, error, admission = (
+            _parse(obj, policy) if memo is None else memo.job(obj, policy)
+        )
         if overrides is not None and job_id in overrides:
             admission = overrides[job_id]
         mine = [
@@ -181,11 +234,14 @@ def build_snapshot(
     *,
     levels: Sequence[str],
     reserve_tiers: frozenset[str],
+    memo: Memo | None = None,
 ) -> Snapshot:
     """The cycle's snapshot: `running` gangs placed as recorded, and every other live
     pod on a node (those not in `owned`, the (namespace, name) of running gangs'
     pods) held as foreign. Foreign GPUs take the lowest device indices and the
-    running gangs the next ones, so the two never claim the same device."""
+    running gangs the next ones, so the two never claim the same device. `memo`
+    keeps the pods' requests."""
+    requests = pod_requests if memo is None else memo.requests
     by_name = {n.name: n for n in nodes}
     foreign: dict[str, list[int]] = {}
     for p in pods:
@@ -195,7 +251,7 @@ def build_snapshot(
             continue
         if (meta.get("namespace", ""), meta["name"]) in owned:
             continue
-        gpus, cpu, mem = pod_requests(p)
+        gpus, cpu, mem = requests(p)
         held = foreign.setdefault(node, [0, 0, 0])
         held[0] += gpus
         held[1] += cpu

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from controller.gang.lifecycle import plan
 from controller.gang.record import Admission, format_time, parse_time
-from controller.gang.view import build_snapshot, job_views, node_of, pod_requests
+from controller.gang.view import Memo, build_snapshot, job_views, node_of, pod_requests
 from controller.scheduler.cycle import schedule
 from controller.scheduler.types import MILLI, Admit, JobId, Pending, Placement, PodPlacement
 
@@ -87,3 +88,63 @@ def test_an_override_replaces_the_record_until_the_write_lands() -> None:
     adm = admission("a")
     (v,) = job_views([job("j", 1)], [], POLICY, overrides={job_id("j"): adm})
     assert v.admission == adm
+
+
+def test_the_memo_parses_an_object_again_only_when_its_resource_version_changes() -> None:
+    memo = Memo()
+    n = node("a")
+    n["metadata"].update(uid="u-a", resourceVersion="1")
+    first = memo.node(n)
+    assert memo.node(n) is first
+    n2 = {
+        **n,
+        "metadata": {**n["metadata"], "resourceVersion": "2"},
+        "spec": {"unschedulable": True},
+    }
+    assert not memo.node(n2).schedulable
+    bare = node("b")  # no uid or resourceVersion: parsed every time
+    assert memo.node(bare) == memo.node(bare) and memo.node(bare) is not memo.node(bare)
+
+
+def test_the_memo_reparses_a_job_under_a_new_policy_and_forgets_what_a_cycle_did_not_use() -> None:
+    memo = Memo()
+    j = job("j", 2)
+    spec, gang, _, _ = memo.job(j, POLICY)
+    assert memo.job(j, POLICY)[1] is gang
+    other = replace(POLICY, gang_timeout_seconds=1.0)
+    assert memo.job(j, other)[1] is not gang
+    memo.cycle()
+    memo.cycle()  # nothing used it during a whole cycle
+    assert memo.job(j, other)[0] is not spec
+
+
+def test_views_and_snapshot_are_the_same_with_and_without_the_memo() -> None:
+    nodes = [node("a"), node("b")]
+    for n in nodes:
+        n["metadata"].update(uid=f"u-{n['metadata']['name']}", resourceVersion="1")
+    running = job("r", 4, adm=admission("a", "a", "a", "a"), phase="Running")
+    pods = [pod("r", i, node="a") for i in range(4)] + [foreign("x", "b", 3)]
+    for p in pods:
+        p["metadata"]["resourceVersion"] = "1"
+    memo = Memo()
+    for _ in range(2):
+        memo.cycle()
+        plain = job_views([running, job("q", 2)], pods, POLICY)
+        memoised = job_views([running, job("q", 2)], pods, POLICY, memo=memo)
+        assert [(v.id, v.spec, v.gang, v.admission, v.pods) for v in memoised] == [
+            (v.id, v.spec, v.gang, v.admission, v.pods) for v in plain
+        ]
+        todo = plan(memoised, {n["metadata"]["name"]: n for n in nodes}, POLICY, now=1001.0)
+        snaps = [
+            build_snapshot(
+                [memo.node(n) for n in nodes],
+                pods,
+                todo.running,
+                todo.owned,
+                levels=POLICY.topology_levels,
+                reserve_tiers=POLICY.reserve_tiers,
+                memo=m,
+            )
+            for m in (None, memo)
+        ]
+        assert [(s.by_name["b"].whole, s.by_name["a"].whole) for s in snaps] == [(5, 4), (5, 4)]
