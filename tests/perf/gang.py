@@ -1,24 +1,31 @@
 """End-to-end gang scheduling on the local control plane (issue 5), beside kube-scheduler.
 
 A second dev cluster with 500 fake 8-GPU nodes and the default kube-scheduler
-is started; `gangops run` (a subprocess, as in production) schedules a burst
-of TrainingJobs (gangs of 8 single-GPU workers, half the cluster's GPUs), and
-a pod watch in this process notes when each worker is bound. Then the same
-number of plain single-GPU pods (`schedulerName: default-scheduler`) go to
-kube-scheduler on the other half of the cluster, measured the same way.
+is started; `gangops run` (a subprocess, as in production) schedules
+TrainingJobs (gangs of 8 single-GPU workers) in two phases, and a pod watch in
+this process notes when each worker is bound:
 
-Figures: pods bound per second (first creation to last binding), p99 time
-from a job's creation to each of its pods being bound (capacity is free
-throughout: the burst takes half the GPUs), the same two for kube-scheduler,
-and the ratio of the two rates.
+1. burst: every job created at once. Its rate (first creation to last
+   binding) is the throughput figure; its p99 includes the time a job waits
+   behind the burst (queueing), so it grows with the burst's size;
+2. paced: jobs created one by one at half the burst's rate, so neither the
+   GPUs nor the controller are ever short and nothing queues: its p99 is the
+   latency the issue's "p99 creation-to-bound while capacity is free" means.
+
+Then as many plain single-GPU pods as the burst had (`schedulerName:
+default-scheduler`) are created at once for kube-scheduler, measured the same
+way, and the ratio of the two burst rates is printed. By default the three phases
+take 2,480 of the 4,000 GPUs, so capacity is free throughout (a larger burst is
+refused when the phases would not fit).
 
 Client QPS (stated with the figures): gangops' client has no client-side rate
-limit (32 pooled connections, 16 writer threads); kube-scheduler runs with its
-defaults as clusters/local launches it (`clientConnection.qps` 50, burst 100).
-The pods are created by this process's client (16 threads) in both cases.
+limit (32 pooled connections, 16 job writers, 32 pod writers); kube-scheduler
+runs with its defaults as clusters/local launches it (`clientConnection.qps`
+50, burst 100). The jobs and plain pods are created by this process's client
+(16 threads) in every phase.
 
-Run: `.venv/bin/python -m tests.perf.gang [--nodes N] [--jobs N]`; `make bench`
-calls `run()`.
+Run: `.venv/bin/python -m tests.perf.gang [--nodes N] [--jobs N] [--paced-jobs N]
+[--pace PODS_PER_S]`; `make bench` calls `run()`.
 """
 
 from __future__ import annotations
@@ -46,10 +53,12 @@ from tests.perf.devcluster import thousand_node_cluster
 from tests.perf.harness import Result, print_table
 
 # Thresholds: the targets of issue 5 (>= 300 pods bound per second on 500 fake nodes,
-# p99 creation-to-bound under 2 s while capacity is free). Measured on the reference
-# machine (2 vCPUs shared with other work; API server, etcd, fake kubelet, the
-# controller and this process all on them): see docs/scheduler.md for the figures.
-# The kube-scheduler figures and the ratio are reported, not judged.
+# judged on the burst; p99 creation-to-bound under 2 s while capacity is free, judged
+# on the paced phase: a burst's p99 is its own length, 2,000 pods at 300/s take 6.7 s).
+# Measured on the reference machine (2 vCPUs shared with other work; API server, etcd,
+# fake kubelet, the controller and this process all on them): see docs/scheduler.md
+# for the figures. The burst's p99, the kube-scheduler figures and the ratio are
+# reported, not judged.
 PODS_PER_S_MIN = 300.0
 P99_MAX_S = 2.0
 
@@ -62,7 +71,7 @@ def _setup(kube: Kube, *, gpus: int) -> None:
     install(kube, generate_crds(schema_dir()))
     for obj in admission_objects():
         kube.apply(obj, field_manager="bench")
-    for ns in (SYSTEM_NS, "gangs", "plain"):
+    for ns in (SYSTEM_NS, "gangs", "paced", "plain"):
         kube.apply(
             {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}},
             field_manager="bench",
@@ -90,7 +99,7 @@ def _setup(kube: Kube, *, gpus: int) -> None:
         "tiers": [{"name": TIER, "value": 1000, "preemptible": True,
                    "preemptionPolicy": "PreemptLowerPriority", "globalDefault": False}],
         "projects": [{
-            "name": "bench", "namespaces": ["gangs"],
+            "name": "bench", "namespaces": ["gangs", "paced"],
             "quota": {"guaranteed": {"gpu": gpus}},
             "users": {"default": {}, "members": []},
             "jobs": {"maxGPU": None, "tiers": [TIER], "defaultTier": TIER},
@@ -157,16 +166,23 @@ class _BindWatch:
                 self._resp.shutdown()
 
 
-def _create_all(kube: Kube, manifests: Sequence[dict[str, Any]]) -> dict[str, float]:
-    """Create every object with 16 threads; the monotonic time each create was sent."""
+def _create_all(
+    kube: Kube, manifests: Sequence[dict[str, Any]], *, interval_s: float = 0.0
+) -> dict[str, float]:
+    """Create every object with 16 threads, all at once or one every `interval_s`;
+    the monotonic time each create was sent."""
     sent: dict[str, float] = {}
+    start = time.monotonic()
 
-    def one(m: dict[str, Any]) -> None:
+    def one(i: int, m: dict[str, Any]) -> None:
+        delay = start + i * interval_s - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
         sent[m["metadata"]["name"]] = time.monotonic()
         kube.create(m, field_manager="bench")
 
     with ThreadPoolExecutor(16) as pool:
-        list(pool.map(one, manifests))
+        list(pool.map(one, range(len(manifests)), manifests))
     return sent
 
 
@@ -181,10 +197,12 @@ def _measure(
     manifests: list[dict[str, Any]],
     pods: int,
     creator_of: Callable[[str, dict[str, str]], str],
+    *,
+    interval_s: float = 0.0,
 ) -> tuple[float, float]:
     watch = _BindWatch(kube, namespace)
     try:
-        sent = _create_all(kube, manifests)
+        sent = _create_all(kube, manifests, interval_s=interval_s)
         if not watch.wait(pods, timeout_s=120):
             raise RuntimeError(f"only {len(watch.bound)} of {pods} pods bound in {namespace}")
     finally:
@@ -195,12 +213,12 @@ def _measure(
     return pods / (end - start), _p99(latencies)
 
 
-def _job(i: int, gang: int) -> dict[str, Any]:
+def _job(i: int, gang: int, namespace: str = "gangs") -> dict[str, Any]:
     return {
         "apiVersion": "ai.operator/v1",
         "kind": "TrainingJob",
         "metadata": {
-            "name": f"j{i}", "namespace": "gangs", "labels": {"ai.operator/user": "admin"}
+            "name": f"j{i}", "namespace": namespace, "labels": {"ai.operator/user": "admin"}
         },
         "spec": {
             "gangSize": gang,
@@ -234,10 +252,20 @@ def _controller(kubeconfig: Path, log: Path) -> subprocess.Popen[bytes]:
         return subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
 
 
-def run(nodes: int = 500, jobs: int = 250, gang: int = 8) -> list[Result]:
-    """Start the cluster, measure gangops and kube-scheduler, return the figures."""
-    if jobs * gang > nodes * 8 // 2:
-        raise ValueError(f"{jobs} gangs of {gang} need more than half of {nodes} 8-GPU nodes")
+def run(
+    nodes: int = 500,
+    jobs: int = 125,
+    gang: int = 8,
+    paced_jobs: int = 60,
+    pace: float | None = None,
+) -> list[Result]:
+    """Start the cluster, measure gangops (burst, then paced at `pace` pods/s, by
+    default half the burst's rate) and kube-scheduler, return the figures."""
+    if (2 * jobs + paced_jobs) * gang > nodes * 8:
+        raise ValueError(
+            f"{jobs} + {paced_jobs} gangs of {gang} and {jobs * gang} plain pods need more "
+            f"than {nodes} 8-GPU nodes"
+        )
     build = ensure_binaries()
     with tempfile.TemporaryDirectory(prefix="gangops-bench-gang-") as work:
         cluster = start(
@@ -260,13 +288,21 @@ def run(nodes: int = 500, jobs: int = 250, gang: int = 8) -> list[Result]:
                 time.sleep(0.1)
             time.sleep(2.0)  # informers listed
             pods = jobs * gang
+            job_of = lambda name, labels: labels["ai.operator/job-name"]  # noqa: E731
             gang_rate, gang_p99 = _measure(
-                kube,
-                "gangs",
-                [_job(i, gang) for i in range(jobs)],
-                pods,
-                lambda name, labels: labels["ai.operator/job-name"],
+                kube, "gangs", [_job(i, gang) for i in range(jobs)], pods, job_of
             )
+            pace = pace or gang_rate / 2
+            paced_p99 = float("nan")
+            if paced_jobs:
+                _, paced_p99 = _measure(
+                    kube,
+                    "paced",
+                    [_job(i, gang, "paced") for i in range(paced_jobs)],
+                    paced_jobs * gang,
+                    job_of,
+                    interval_s=gang / pace,
+                )
             ks_rate, ks_p99 = _measure(
                 kube, "plain", [_plain(i) for i in range(pods)], pods, lambda name, _: name
             )
@@ -279,14 +315,17 @@ def run(nodes: int = 500, jobs: int = 250, gang: int = 8) -> list[Result]:
                 proc.wait(30)
             cluster.stop()
     print(
-        f"gangops: {gang_rate:.0f} pods/s, p99 {gang_p99:.2f}s ({jobs} gangs of {gang}); "
+        f"gangops burst: {gang_rate:.0f} pods/s, p99 {gang_p99:.2f}s ({jobs} gangs of {gang}); "
+        f"gangops paced at {pace:.0f} pods/s: p99 {paced_p99:.2f}s ({paced_jobs} gangs); "
         f"kube-scheduler: {ks_rate:.0f} pods/s, p99 {ks_p99:.2f}s ({pods} pods); "
         f"ratio {gang_rate / ks_rate:.2f}x. Client QPS: gangops unlimited (32 connections, "
-        "16 writers); kube-scheduler qps 50 / burst 100 (its defaults)."
+        "16 job writers, 32 pod writers); kube-scheduler qps 50 / burst 100 (its defaults)."
     )
+    paced = [Result("gang e2e: p99 creation to bound (paced)", paced_p99, "s", P99_MAX_S)]
     return [
-        Result("gang e2e: pods bound per second", gang_rate, "/s", PODS_PER_S_MIN, True),
-        Result("gang e2e: p99 creation to bound", gang_p99, "s", P99_MAX_S),
+        Result("gang e2e: pods bound per second (burst)", gang_rate, "/s", PODS_PER_S_MIN, True),
+        *(paced if paced_jobs else []),
+        Result("gang e2e: p99 creation to bound (burst)", gang_p99, "s", float("inf")),
         Result("kube-scheduler: pods bound per second", ks_rate, "/s", 0.0, True),
         Result("kube-scheduler: p99 creation to bound", ks_p99, "s", float("inf")),
         Result("gangops / kube-scheduler pods/s", gang_rate / ks_rate, "x", 0.0, True),
@@ -296,10 +335,14 @@ def run(nodes: int = 500, jobs: int = 250, gang: int = 8) -> list[Result]:
 def main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=500)
-    parser.add_argument("--jobs", type=int, default=250)
+    parser.add_argument("--jobs", type=int, default=125, help="gangs in the burst")
     parser.add_argument("--gang", type=int, default=8)
+    parser.add_argument("--paced-jobs", type=int, default=60, help="gangs in the paced phase")
+    parser.add_argument(
+        "--pace", type=float, default=None, help="paced arrivals, pods/s (half the burst's rate)"
+    )
     args = parser.parse_args(argv)
-    results = run(args.nodes, args.jobs, args.gang)
+    results = run(args.nodes, args.jobs, args.gang, args.paced_jobs, args.pace)
     print_table(results)
     return 0 if all(r.ok for r in results) else 1
 
