@@ -106,6 +106,7 @@ def _simulate(args: argparse.Namespace) -> int:
             tick=args.tick,
             limit=args.limit,
             max_duration=args.max_duration,
+            repeat=args.repeat,
         )
         if args.generate is not None:
             nodes = load_cluster_file(exp.cluster)
@@ -198,6 +199,14 @@ def add_subcommand(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
         type=float,
         metavar="SECONDS",
         help="with departures: cap job durations (censored trace tails)",
+    )
+    p.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        metavar="K",
+        help="with departures and --load: replay K shuffled passes of the trace as one "
+        "stationary stream (Poisson arrivals), for a steady state instead of a burst",
     )
     p.add_argument("--tick", type=float, default=10.0, help="seconds between cycles (default 10)")
     p.add_argument("--limit", type=int, metavar="N", help="only the first N jobs of the trace")

@@ -56,6 +56,10 @@ class Experiment:
     tick: float = 10.0
     limit: int | None = None
     """Use only the first `limit` jobs of the trace."""
+    repeat: int = 1
+    """With departures and `load`: replay `repeat` shuffled passes of the trace
+    as one stationary stream (Poisson arrivals at `load`), so the run reaches a
+    steady state instead of one burst and its drain."""
 
 
 @dataclass
@@ -101,6 +105,30 @@ def retime(jobs: Sequence[TraceJob], capacity_milli: int, load: float) -> list[T
         return list(jobs)
     factor = work / (load * capacity_milli) / span
     return [replace(j, submit=(j.submit - first) * factor) for j in jobs]
+
+
+def stationary(
+    jobs: Sequence[TraceJob], capacity_milli: int, load: float, *, repeat: int, seed: int
+) -> list[TraceJob]:
+    """`repeat` shuffled passes of `jobs`, arriving as a Poisson process whose
+    offered GPU-time is `load` x capacity (durations kept; ids made unique)."""
+    rng = random.Random(seed)
+    passes: list[TraceJob] = []
+    for k in range(repeat):
+        order = list(jobs)
+        rng.shuffle(order)
+        passes += [replace(j, id=f"{j.id}-pass{k}") for j in order]
+    timed = [j for j in passes if j.duration is not None]
+    if not timed:
+        return passes
+    mean_work = sum(j.gpu_milli * (j.duration or 0.0) for j in timed) / len(passes)
+    rate = load * capacity_milli / mean_work if mean_work > 0 else 1.0
+    t = 0.0
+    out = []
+    for j in passes:
+        out.append(replace(j, submit=t))
+        t += rng.expovariate(rate)
+    return out
 
 
 def _policy_doc(exp: Experiment, capacity_gpus: int) -> dict[str, Any]:
@@ -162,13 +190,15 @@ def run(
         jobs = jobs[: exp.limit]
     doc = _policy_doc(exp, capacity_gpus)
     policy = SchedulingPolicy.from_dict(doc)
-    jobs = assign_tenants(jobs, policy, seed=exp.seed)
     if not exp.arrivals_only and exp.max_duration is not None:
         cap = exp.max_duration
         jobs = [
             j if j.duration is None else replace(j, duration=min(j.duration, cap)) for j in jobs
         ]
-    if not exp.arrivals_only and exp.load is not None:
+    if not exp.arrivals_only and exp.load is not None and exp.repeat > 1:
+        jobs = stationary(jobs, capacity_gpus * MILLI, exp.load, repeat=exp.repeat, seed=exp.seed)
+    jobs = assign_tenants(jobs, policy, seed=exp.seed)
+    if not exp.arrivals_only and exp.load is not None and exp.repeat <= 1:
         jobs = retime(jobs, capacity_gpus * MILLI, exp.load)
     summary = {
         "cluster": str(exp.cluster),
