@@ -8,13 +8,19 @@ fragmented amount over the workload's distribution of requests (the
 fragmentation least. With no distribution given, the snapshot has no model
 and placement stays best-fit.
 
+One step beyond FGD's measure: FGD asks whether the node's CPU fits *one*
+more pod of a request, so a node whose CPU runs out before its GPUs looks
+unfragmented until the last pod's worth of CPU is gone. Here the node counts
+only as many of the request's GPUs as its CPU can feed, and the rest of its
+free GPU is a fragment for that request too. Where CPU is not the limit the
+two measures agree.
+
 Pure: the model is built from values and memoises node states, so the same
 state is scored once however many nodes are in it.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -57,7 +63,11 @@ def typical_pods(pods: Iterable[PodShape], *, coverage: float = 0.95) -> list[Ty
     return [TypicalPod(g, m, c, models, n / weight) for (g, m, c, models), n in gpu]
 
 
-_Key = tuple[str, tuple[int, ...], int]
+_Key = tuple[str, tuple[int, ...], int | None]
+
+MEMO_STATES = 1 << 18
+"""Node states remembered before the memo starts over (bounds a long-running
+controller's memory; a full openb arrivals replay sees about 90,000)."""
 
 
 class FragModel:
@@ -65,45 +75,53 @@ class FragModel:
 
     def __init__(self, typical: Sequence[TypicalPod]) -> None:
         self.typical = tuple(typical)
-        self._cpu_levels = sorted({t.cpu_milli for t in self.typical})
         self._shapes = tuple(
-            (
-                t.gpus,
-                t.gpu_milli if t.gpu_milli < MILLI else MILLI,
-                bisect_right(self._cpu_levels, t.cpu_milli),
-                t.gpu_models,
-                t.weight,
-            )
+            (t.gpus, min(t.gpu_milli, MILLI), t.cpu_milli, t.gpu_models, t.weight)
             for t in self.typical
+            if t.gpus > 0
         )
         self._memo: dict[_Key, float] = {}
 
-    def cpu_level(self, cpu: int | None) -> int:
-        """How many of the typical CPU requests fit in `cpu` (None: untracked, all)."""
-        if cpu is None:
-            return len(self._cpu_levels)
-        return bisect_right(self._cpu_levels, cpu)
-
-    def frag(self, model: str, free: tuple[int, ...], level: int) -> float:
+    def frag(self, model: str, free: tuple[int, ...], cpu: int | None) -> float:
         """Expected fragmented milli-GPUs of a node of GPU `model` whose devices
-        have `free` milli-GPUs (sorted) and that fits `level` CPU levels."""
-        key = (model, free, level)
+        have `free` milli-GPUs (sorted ascending) and `cpu` milli-CPUs left
+        (None: CPU not tracked)."""
+        key = (model, free, cpu)
         found = self._memo.get(key)
         if found is not None:
             return found
         total = sum(free)
         out = 0.0
-        for gpus, milli, needs_level, models, weight in self._shapes:
-            if (models and model not in models) or level < needs_level:
+        for gpus, milli, cpu_need, models, weight in self._shapes:
+            if models and model not in models:
                 out += weight * total
                 continue
-            usable = 0
-            frag = 0
-            for f in free:
-                if f >= milli:
-                    usable += 1
-                else:
-                    frag += f
-            out += weight * (frag if usable >= gpus else total)
+            out += weight * (total - _usable(free, gpus, milli, cpu_need, cpu))
+        if len(self._memo) >= MEMO_STATES:
+            self._memo.clear()
         self._memo[key] = out
         return out
+
+
+def _usable(free: tuple[int, ...], gpus: int, milli: int, cpu_need: int, cpu: int | None) -> int:
+    """Free milli-GPUs that pods of one request shape (`gpus` devices with
+    `milli` each, `cpu_need` milli-CPUs) could use on a node: FGD's devices
+    with at least `milli` left, as many of them as the node's CPU can feed."""
+    devices = 0
+    slots = 0
+    for f in free:
+        if f >= milli:
+            devices += f
+            slots += f // milli
+    slots //= gpus
+    fit = slots if cpu is None or not cpu_need else min(slots, cpu // cpu_need)
+    if fit == slots:
+        return devices if slots else 0
+    need = fit * gpus
+    usable = 0
+    for f in reversed(free):
+        if need <= 0:
+            break
+        usable += f
+        need -= f // milli
+    return usable

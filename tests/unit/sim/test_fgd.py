@@ -41,9 +41,9 @@ def test_fgd_leaves_a_share_the_workload_can_use() -> None:
 
 def test_frag_counts_what_no_typical_request_can_use() -> None:
     model = FragModel([TypicalPod(1, 1000, 0, frozenset(), 1.0)])
-    assert model.frag("", (300, 1000), model.cpu_level(None)) == 300
+    assert model.frag("", (300, 1000), None) == 300
     picky = FragModel([TypicalPod(1, 500, 0, frozenset({"A100"}), 1.0)])
-    assert picky.frag("T4", (1000,), picky.cpu_level(None)) == 1000
+    assert picky.frag("T4", (1000,), None) == 1000
     cpu = FragModel([TypicalPod(1, 500, 8000, frozenset(), 1.0)])
-    assert cpu.frag("", (1000,), cpu.cpu_level(4000)) == 1000
-    assert cpu.frag("", (1000,), cpu.cpu_level(8000)) == 0
+    assert cpu.frag("", (1000,), 4000) == 1000
+    assert cpu.frag("", (1000,), 8000) == 0

@@ -1,0 +1,123 @@
+"""The fragmentation measure and where it puts single pods: node states and
+typical requests in, fragmented milli-GPUs (or the chosen node) out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from controller.scheduler.fragmentation import FragModel, TypicalPod
+from controller.scheduler.placement import place
+from controller.scheduler.snapshot import Snapshot
+from controller.scheduler.types import Gang, JobId, Node, Placement, PodPlacement, PodShape, Running
+
+
+def typical(gpus: int = 1, milli: int = 1000, cpu: int = 0, *models: str) -> TypicalPod:
+    return TypicalPod(gpus, milli, cpu, frozenset(models), 1.0)
+
+
+@dataclass
+class FragCase:
+    name: str
+    request: TypicalPod
+    free: tuple[int, ...]
+    cpu: int | None
+    fragmented: float
+    model: str = "T4"
+
+
+FRAG_CASES = [
+    FragCase("a whole GPU: the partial device", typical(), (300, 1000), None, 300),
+    FragCase("a share: devices with less than it", typical(1, 500), (300, 600), None, 300),
+    FragCase("wrong GPU model: everything", typical(1, 500, 0, "A100"), (1000,), None, 1000),
+    FragCase("too few devices: everything", typical(2), (500, 1000), None, 1500),
+    FragCase(
+        "two-GPU request, three whole GPUs: all usable (FGD)", typical(2), (0, 1000, 1000, 1000),
+        None, 0,
+    ),
+    FragCase("CPU for none: everything", typical(1, 500, 8000), (1000,), 4000, 1000),
+    FragCase("CPU for all: as FGD", typical(1, 1000, 8000), (1000, 1000), 16000, 0),
+    FragCase(
+        "CPU for two of four GPUs: the other two are fragments", typical(1, 1000, 8000),
+        (1000, 1000, 1000, 1000), 16000, 2000,
+    ),
+    FragCase(
+        "CPU for one share of four: only the device it uses", typical(1, 500, 4000),
+        (1000, 1000), 4000, 1000,
+    ),
+    FragCase(
+        "CPU for two shares: one device holds both", typical(1, 400, 4000),
+        (300, 1000, 1000), 8000, 1300,
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", FRAG_CASES, ids=lambda c: c.name)
+def test_frag(case: FragCase) -> None:
+    model = FragModel([case.request])
+    assert model.frag(case.model, case.free, case.cpu) == pytest.approx(case.fragmented)
+
+
+def test_frag_weights_requests_by_frequency() -> None:
+    model = FragModel(
+        [TypicalPod(1, 1000, 0, frozenset(), 0.75), TypicalPod(1, 500, 0, frozenset(), 0.25)]
+    )
+    assert model.frag("", (400, 1000), None) == pytest.approx(0.75 * 400 + 0.25 * 400)
+
+
+def _gang(name: str, pod: PodShape) -> Gang:
+    return Gang(JobId(name), "p", "u", "normal", 1, 0.0, 1, pod)
+
+
+def _snap(model: FragModel, nodes: list[Node], used: list[tuple[str, PodShape, int]]) -> Snapshot:
+    snap = Snapshot(nodes, levels=(), fragmentation=model)
+    for i, (node_name, pod, device) in enumerate(used):
+        placement = Placement((PodPlacement(node_name, (device,) if pod.gpus else ()),))
+        snap.assume(Running(_gang(f"used-{i}", pod), placement, 0))
+    return snap
+
+
+@dataclass
+class PlaceCase:
+    name: str
+    nodes: list[Node]
+    used: list[tuple[str, PodShape, int]]
+    pod: PodShape
+    chosen: str
+
+
+WORKLOAD = FragModel([TypicalPod(1, 1000, 8000, frozenset(), 1.0)])
+"""Every typical request: one whole GPU and 8 CPUs."""
+
+PLACE_CASES = [
+    PlaceCase(
+        "a CPU-only pod goes where the CPU left still feeds every free GPU",
+        [Node("a", 2, cpu_milli=32000), Node("b", 2, cpu_milli=24000)],
+        [],
+        PodShape(gpus=0, cpu_milli=16000),
+        "a",
+    ),
+    PlaceCase(
+        "ties pack: onto the node with the fewest GPUs left",
+        [Node("a", 4, cpu_milli=64000), Node("b", 4, cpu_milli=64000)],
+        [("b", PodShape(gpus=1), 0)],
+        PodShape(gpus=0, cpu_milli=1000),
+        "b",
+    ),
+    PlaceCase(
+        "ties pack: a whole-GPU pod joins the node in use",
+        [Node("a", 4, cpu_milli=64000), Node("b", 4, cpu_milli=64000)],
+        [("b", PodShape(gpus=1), 0)],
+        PodShape(gpus=1, cpu_milli=8000),
+        "b",
+    ),
+]
+
+
+@pytest.mark.parametrize("case", PLACE_CASES, ids=lambda c: c.name)
+def test_place_single_pod(case: PlaceCase) -> None:
+    snap = _snap(WORKLOAD, case.nodes, case.used)
+    placement = place(snap, _gang("new", case.pod))
+    assert placement is not None
+    assert [p.node for p in placement.pods] == [case.chosen]
