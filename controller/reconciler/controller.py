@@ -443,8 +443,10 @@ class Reconciler:
         )
         state.inventory = set(result.inventory)
         self._own(name, state.inventory)
-        self._finish(obj, state, revision, result.reason, result.message, result)
+        # Observed before the status write, so whoever sees the new status also
+        # sees the duration of the reconcile that wrote it.
         self.metrics.duration.labels(name).observe(time.monotonic() - t0)
+        self._finish(obj, state, revision, result.reason, result.message, result)
         if result.ok:
             state.failures = 0
             return self._poll(spec)
