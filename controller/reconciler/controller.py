@@ -610,21 +610,7 @@ class Reconciler:
 
     def _write_cr_status(self, obj: Obj, *, ok: bool, reason: str, message: str) -> None:
         old = obj.get("status") or {}
-        generation = int(obj["metadata"].get("generation", 0))
-        stalled = not ok and reason in _STALLING
-        status = {
-            "observedGeneration": generation,
-            "conditions": conditions(
-                old.get("conditions") or [],
-                ready=ok,
-                reason=reason,
-                message=message,
-                generation=generation,
-                now=self._clock.now(),
-                stalled=stalled,
-                reconciling=not ok and not stalled,
-            ),
-        }
+        status = self._kstatus(obj, ok=ok, reason=reason, message=message)
         if status == old:
             return
         res = RESOURCES[obj["kind"]]
@@ -647,6 +633,26 @@ class Reconciler:
         self.policy_crs[obj["kind"]].assume(out)
 
     # -- status
+
+    def _kstatus(self, obj: Obj, *, ok: bool, reason: str, message: str) -> Obj:
+        """`observedGeneration` and the kstatus conditions for the outcome of a
+        reconcile: Ready when it applied, Stalled when the reason needs a change
+        from the user, Reconciling otherwise."""
+        generation = int(obj["metadata"].get("generation", 0))
+        stalled = not ok and reason in _STALLING
+        return {
+            "observedGeneration": generation,
+            "conditions": conditions(
+                (obj.get("status") or {}).get("conditions") or [],
+                ready=ok,
+                reason=reason,
+                message=message,
+                generation=generation,
+                now=self._clock.now(),
+                reconciling=not ok and not stalled,
+                stalled=stalled,
+            ),
+        }
 
     def _progressing(self, obj: Obj, revision: str) -> None:
         status = dict(obj.get("status") or {})
@@ -674,24 +680,11 @@ class Reconciler:
     ) -> None:
         name = obj["metadata"]["name"]
         old = dict(obj.get("status") or {})
-        generation = int(obj["metadata"].get("generation", 0))
         ok = result is not None and result.ok
         stalled = reason in _STALLING
         if ok:
             message = f"Applied revision: {revision}"
-        status: Obj = {
-            "observedGeneration": generation,
-            "conditions": conditions(
-                old.get("conditions") or [],
-                ready=ok,
-                reason=reason,
-                message=message,
-                generation=generation,
-                now=self._clock.now(),
-                reconciling=not ok and not stalled,
-                stalled=stalled,
-            ),
-        }
+        status = self._kstatus(obj, ok=ok, reason=reason, message=message)
         for key in ("lastAppliedRevision", "lastAttemptedRevision", "lastHandledReconcileAt"):
             if key in old:
                 status[key] = old[key]
