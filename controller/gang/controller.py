@@ -411,7 +411,8 @@ class GangController:
         self._services.add(spec.uid)
 
     def _place_pod(self, manifest: Obj, node: str) -> bool:
-        """Create one worker (unless it exists) and bind it (unless it is bound)."""
+        """Create one worker, bound to its node (unless it exists); bind a worker
+        found unbound (one created by an earlier version of gangops)."""
         meta = manifest["metadata"]
         live = self.pods.get(meta["name"], meta["namespace"]) or self._create(manifest)
         if live is None:

@@ -2,9 +2,15 @@
 
 Workers get the rendezvous environment torchrun-style launchers read
 (`WORLD_SIZE`, `RANK`, `MASTER_ADDR`, `MASTER_PORT`), stable DNS names through
-the headless Service (`<job>-<rank>.<job>.<namespace>.svc`), `schedulerName:
-gangops` so no other scheduler binds them, the tier's PriorityClass, and an
-owner reference so deleting the job deletes them. Each gang attempt has its
+the headless Service (`<job>-<rank>.<job>.<namespace>.svc`), the tier's
+PriorityClass, and an owner reference so deleting the job deletes them.
+
+A worker is created already bound: `spec.nodeName` is the node the recorded
+decision placed it on, which is what the Kubernetes docs reserve `nodeName`
+for (custom schedulers). Creating and binding in one request halves the API
+writes of a gang launch; the kubelet's admission still refuses a pod its node
+cannot run, exactly as after a binding. `schedulerName: gangops` stays, so no
+other scheduler would take a worker that somehow lost its node. Each gang attempt has its
 own pod names, so a restart never waits for the old pods' names to free up.
 """
 
@@ -74,8 +80,8 @@ def worker_pods(
     tier: str,
     attempt: int,
 ) -> list[dict[str, Any]]:
-    """One pod per worker of `placement`, rank by rank; the node each is
-    assigned to is recorded in an annotation for the binder."""
+    """One pod per worker of `placement`, rank by rank, each bound to its node
+    (`spec.nodeName`, also recorded in an annotation)."""
     world = len(placement.pods)
     master = f"{job.name}-{attempt}-0.{job.name}.{job.namespace}.svc"
     pods = []
@@ -106,9 +112,9 @@ def worker_pods(
                 "hostname": f"{job.name}-{attempt}-{rank}",
                 "subdomain": job.name,
                 "restartPolicy": "Never",
+                "nodeName": where.node,
             }
         )
-        spec.pop("nodeName", None)
         spec.pop("priority", None)
         pods.append(
             {

@@ -116,6 +116,8 @@ def test_worker_pods_carry_rendezvous_and_ownership() -> None:
         "n1",
         "n2",
     ]
+    # created bound: one request per worker, no separate pods/binding
+    assert [p["spec"]["nodeName"] for p in pods] == ["n1", "n2"]
     env = {e["name"]: e["value"] for e in pods[1]["spec"]["containers"][0]["env"]}
     assert env == {
         "WORLD_SIZE": "2",
