@@ -44,12 +44,23 @@ class RunResult:
     makespan: float = 0.0
     utilization: float = 0.0
     """Allocated GPU-time over capacity times the makespan."""
+    utilization_arrivals: float = 0.0
+    """Allocated GPU-time while jobs still arrive (first to last submission)
+    over capacity times that span: the level the stream sustains, without the
+    drain after the last arrival that the makespan includes."""
     delays: list[float] = field(default_factory=list)
     """Queueing delay (first start minus submission) of every job that started."""
     jcts: list[float] = field(default_factory=list)
     """Completion minus submission of every job that finished."""
     never_started: int = 0
+    rejected: int = 0
+    """Jobs the scheduler can never run (refused by the policy, or larger than
+    every node set they may use): dropped from the queue at once, counted here,
+    and in `never_started`."""
     preemptions: int = 0
+    preempted_gpu_seconds: float = 0.0
+    """GPU-seconds of runs cut short by preemption: counted in `utilization`
+    (the GPUs were allocated) but lost, since a preempted job starts over."""
     gang_timeouts: int = 0
     """Gangs that held part of their GPUs longer than the gang timeout."""
     partial_gpu_seconds: float = 0.0
@@ -169,6 +180,7 @@ class _Job:
     gang: Gang
     duration: float | None
     start: float | None = None
+    run_start: float = 0.0
     run: int = 0
     partial_since: float | None = None
     timed_out: bool = False
@@ -206,14 +218,17 @@ def simulate(
     arrived = 0
     timeout = policy.gang_timeout_seconds
     span = (jobs[-1].submit - start_time) if jobs else 0.0
+    arrivals_end = start_time + span
+    in_arrivals = 0.0
     every = span / SERIES_POINTS if span > 0 else tick
     next_sample = start_time
 
     def advance(to: float) -> None:
-        nonlocal last
+        nonlocal last, in_arrivals
         dt = to - last
         if dt > 0:
             result.utilization += (used + partial_milli) * dt
+            in_arrivals += (used + partial_milli) * max(0.0, min(to, arrivals_end) - last)
             result.partial_gpu_seconds += partial_milli * dt / MILLI
             for p, u in project_used.items():
                 usage[p] = usage.get(p, 0.0) + u * dt
@@ -245,8 +260,12 @@ def simulate(
         recent = sum(1 for p in preempted_at if p > hour_ago)
         queue = sorted(pending.values(), key=lambda j: (j.gang.created, j.gang.id))
         outcome = scheduler.cycle(now, [j.gang for j in queue], recent)
+        for rejected in outcome.rejected:
+            del pending[rejected]
+            result.rejected += 1
         for victim in outcome.preempted:
             job = state[victim]
+            result.preempted_gpu_seconds += job.gang.gpu_total * (now - job.run_start) / MILLI
             stop(job)
             job.run += 1
             pending[victim] = job
@@ -265,6 +284,7 @@ def simulate(
                 job.timed_out = True
                 result.gang_timeouts += 1
             job.partial_since = None
+            job.run_start = now
             running.add(started)
             used += job.gang.gpu_total
             project_used[job.gang.project] = (
@@ -297,6 +317,8 @@ def simulate(
         result.utilization /= capacity_milli * result.makespan
     else:
         result.utilization = 0.0
+    if span > 0:
+        result.utilization_arrivals = in_arrivals / (capacity_milli * span)
     result.never_started = sum(1 for j in state.values() if j.start is None)
     result.deadlocked = bool(pending) and partial_milli > 0
     result.fragmentation = sum(frag_samples) / len(frag_samples) if frag_samples else 0.0

@@ -42,6 +42,7 @@ def figures(run: SchedulerRun) -> dict[str, Any]:
     jcts = [d for r in runs for d in r.jcts]
     out: dict[str, Any] = {
         "utilization": round(_mean([r.utilization for r in runs]), 4),
+        "utilization_arrivals": round(_mean([r.utilization_arrivals for r in runs]), 4),
         "queueing_delay_p50": round(percentile(delays, 50), 1),
         "queueing_delay_p95": round(percentile(delays, 95), 1),
         "queueing_delay_p99": round(percentile(delays, 99), 1),
@@ -49,12 +50,14 @@ def figures(run: SchedulerRun) -> dict[str, Any]:
         "jct_p50": round(percentile(jcts, 50), 1),
         "fairness": None if first.fairness is None else round(first.fairness, 4),
         "preemptions": sum(r.preemptions for r in runs),
+        "preempted_gpu_seconds": round(sum(r.preempted_gpu_seconds for r in runs), 1),
         "gang_timeouts": sum(r.gang_timeouts for r in runs),
         "partial_gang_gpu_seconds": round(sum(r.partial_gpu_seconds for r in runs), 1),
         "deadlocked": any(r.deadlocked for r in runs),
         "fragmentation": round(_mean([r.fragmentation for r in runs]), 4),
         "jobs": first.jobs,
         "never_started": sum(r.never_started for r in runs),
+        "rejected": sum(r.rejected for r in runs),
         "makespan": round(first.makespan, 1),
         "wall_seconds": round(run.wall_seconds, 2),
     }
@@ -82,7 +85,9 @@ def format_table(results: Mapping[str, Mapping[str, Any]], *, arrivals_only: boo
             ("p95", "queueing_delay_p95"), ("p99", "queueing_delay_p99"),
             ("jct mean", "jct_mean"), ("fairness", "fairness"), ("preempt", "preemptions"),
             ("gang t/o", "gang_timeouts"), ("partial GPU-s", "partial_gang_gpu_seconds"),
-            ("deadlock", "deadlocked"), ("frag", "fragmentation"), ("wall s", "wall_seconds"),
+            ("deadlock", "deadlocked"), ("frag", "fragmentation"),
+            ("never started", "never_started"), ("rejected", "rejected"),
+            ("wall s", "wall_seconds"),
         ]  # fmt: skip
     rows = [[h for h, _ in cols]]
     for name, f in results.items():

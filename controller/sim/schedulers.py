@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 from controller.scheduler.cycle import schedule
 from controller.scheduler.fragmentation import FragModel
+from controller.scheduler.placement import place
 from controller.scheduler.policy import SchedulingPolicy
 from controller.scheduler.snapshot import NodeState, Snapshot
 from controller.scheduler.types import (
@@ -30,8 +31,10 @@ from controller.scheduler.types import (
     Gang,
     JobId,
     Node,
+    Pending,
     Placement,
     PodPlacement,
+    PodShape,
     Preempt,
     Running,
 )
@@ -48,6 +51,9 @@ class Outcome:
 
     started: list[JobId] = field(default_factory=list)
     preempted: list[JobId] = field(default_factory=list)
+    rejected: list[JobId] = field(default_factory=list)
+    """Gangs that can never run here: refused by the policy, or not placeable
+    even on the empty cluster (or island); the engine drops and counts them."""
 
 
 class Scheduler(Protocol):
@@ -84,19 +90,44 @@ class GangopsScheduler:
     ) -> None:
         self.name = name
         self.policy = policy
+        self.nodes = tuple(nodes)
         self.snap = Snapshot(
             nodes,
             levels=policy.topology_levels,
             reserve_tiers=policy.reserve_tiers,
             fragmentation=fragmentation,
         )
+        self._empty: Snapshot | None = None
+        self._ever_fits: dict[tuple[PodShape, int, bool], bool] = {}
+
+    def ever_fits(self, g: Gang) -> bool:
+        """Whether the gang fits these nodes when they are all free (and
+        outside the reserve unless its tier may use it)."""
+        reserved = g.tier not in self.policy.reserve_tiers and self.policy.reserve > 0
+        key = (g.pod, g.workers, reserved)
+        if key not in self._ever_fits:
+            if self._empty is None:
+                self._empty = Snapshot(
+                    self.nodes,
+                    levels=self.policy.topology_levels,
+                    reserve_tiers=self.policy.reserve_tiers,
+                )
+            usable = self._empty.capacity - (self.policy.reserve if reserved else 0)
+            self._ever_fits[key] = g.gpu_total <= usable and place(self._empty, g) is not None
+        return self._ever_fits[key]
 
     def cycle(self, now: float, pending: Sequence[Gang], recent_preemptions: int) -> Outcome:
         out = Outcome()
-        if not pending:
+        queue = []
+        for g in pending:
+            if self.ever_fits(g):
+                queue.append(g)
+            else:
+                out.rejected.append(g.id)
+        if not queue:
             return out
         result = schedule(
-            self.snap, pending, self.policy, now=now, preemptions_last_hour=recent_preemptions
+            self.snap, queue, self.policy, now=now, preemptions_last_hour=recent_preemptions
         )
         for d in result.decisions:
             if isinstance(d, Admit):
@@ -104,6 +135,8 @@ class GangopsScheduler:
             elif isinstance(d, Preempt):
                 out.preempted.extend(d.victims)
                 out.started.append(d.gang.id)
+            elif isinstance(d, Pending) and d.code == "Refused":
+                out.rejected.append(d.gang.id)
         return out
 
     def release(self, job: JobId) -> None:
@@ -127,17 +160,35 @@ def _island_policy(doc: Mapping[str, Any], project: str, gpus: int) -> Schedulin
 
 
 def islands(nodes: Sequence[Node], guarantees: Mapping[str, int]) -> dict[str, list[Node]]:
-    """Nodes split among projects in proportion to their guarantees: largest
-    nodes first, each to the project furthest below its share."""
+    """Every node given to a project, in proportion to the guarantees.
+
+    The guarantees usually add up to less than the cluster (the reserve and
+    any unpromised GPUs); a static-island cluster still gives every node to
+    some team, so each island is (its guarantee / all guarantees) of the
+    whole cluster. The split is stratified: each class of identical nodes
+    (GPUs, model, CPU, memory) is shared out in those proportions, largest
+    nodes first, so every island gets the same mix of hardware as the
+    cluster (a team with a small share must not end up with only the small
+    nodes, or none of the nodes its largest pods need). What a class cannot
+    split evenly is carried over to the next, so the islands' sizes stay
+    within about one node of their targets.
+    """
     total = sum(guarantees.values()) or 1
-    capacity = sum(n.gpus for n in nodes)
-    target = {p: capacity * g / total for p, g in guarantees.items()}
-    given = {p: 0 for p in guarantees}
+    share = {p: g / total for p, g in guarantees.items()}
     out: dict[str, list[Node]] = {p: [] for p in guarantees}
-    for n in sorted(nodes, key=lambda n: (-n.gpus, n.name)):
-        p = max(sorted(target), key=lambda p: target[p] - given[p])
-        out[p].append(n)
-        given[p] += n.gpus
+    classes: dict[tuple[int, str, int, int], list[Node]] = {}
+    for n in nodes:
+        classes.setdefault((n.gpus, n.gpu_model, n.cpu_milli, n.memory), []).append(n)
+    debt = {p: 0.0 for p in guarantees}
+    """GPUs a project is owed from the classes already split."""
+    for key in sorted(classes, key=lambda k: (-k[0], -len(classes[k]), k)):
+        members = sorted(classes[key], key=lambda n: n.name)
+        owed = {p: debt[p] + share[p] * sum(n.gpus for n in members) for p in guarantees}
+        for n in members:
+            p = max(sorted(owed), key=lambda p: owed[p])
+            out[p].append(n)
+            owed[p] -= n.gpus
+        debt = owed
     return out
 
 
@@ -169,10 +220,12 @@ class StaticScheduler:
         for project, gangs in sorted(by_project.items()):
             part = self.parts.get(project)
             if part is None:
+                out.rejected += [g.id for g in gangs]
                 continue
             o = part.cycle(now, gangs, recent_preemptions)
             out.started += o.started
             out.preempted += o.preempted
+            out.rejected += o.rejected
             for j in o.started:
                 self.owner[j] = project
         return out
