@@ -20,7 +20,13 @@ from controller.sim.generator import generate, to_csv
 from controller.sim.report import figures, format_table, write_report
 from controller.sim.run import Experiment, run, run_jobs
 from controller.sim.schedulers import SCHEDULERS
-from controller.sim.tenants import PolicyError, load_policy_doc, open_policy_doc, scale_policy_doc
+from controller.sim.tenants import (
+    SESSION_MEAN,
+    PolicyError,
+    load_policy_doc,
+    open_policy_doc,
+    scale_policy_doc,
+)
 from controller.sim.traces import TRACES_ENV, TraceError, load_cluster_file, traces_dir
 
 __all__ = ["add_subcommand"]
@@ -107,6 +113,7 @@ def _simulate(args: argparse.Namespace) -> int:
             limit=args.limit,
             max_duration=args.max_duration,
             repeat=args.repeat,
+            session_mean=args.session_mean,
         )
         if args.generate is not None:
             nodes = load_cluster_file(exp.cluster)
@@ -207,6 +214,14 @@ def add_subcommand(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
         metavar="K",
         help="with departures and --load: replay K shuffled passes of the trace as one "
         "stationary stream (Poisson arrivals), for a steady state instead of a burst",
+    )
+    p.add_argument(
+        "--session-mean",
+        type=float,
+        default=SESSION_MEAN,
+        metavar="N",
+        help="traces without tenants: mean number of consecutive jobs one project submits "
+        f"(default {SESSION_MEAN})",
     )
     p.add_argument("--tick", type=float, default=10.0, help="seconds between cycles (default 10)")
     p.add_argument("--limit", type=int, metavar="N", help="only the first N jobs of the trace")

@@ -22,6 +22,7 @@ from controller.scheduler.types import MILLI, Node, PodShape
 from controller.sim.engine import RunResult, simulate, simulate_arrivals
 from controller.sim.schedulers import SCHEDULERS, make_scheduler
 from controller.sim.tenants import (
+    SESSION_MEAN,
     assign_tenants,
     load_policy_doc,
     open_policy_doc,
@@ -60,6 +61,9 @@ class Experiment:
     """With departures and `load`: replay `repeat` shuffled passes of the trace
     as one stationary stream (Poisson arrivals at `load`), so the run reaches a
     steady state instead of one burst and its drain."""
+    session_mean: float = SESSION_MEAN
+    """Mean length, in jobs, of a project's run of consecutive submissions
+    when the trace has no tenants (`tenants.assign_tenants`)."""
 
 
 @dataclass
@@ -197,7 +201,7 @@ def run(
         ]
     if not exp.arrivals_only and exp.load is not None and exp.repeat > 1:
         jobs = stationary(jobs, capacity_gpus * MILLI, exp.load, repeat=exp.repeat, seed=exp.seed)
-    jobs = assign_tenants(jobs, policy, seed=exp.seed)
+    jobs = assign_tenants(jobs, policy, seed=exp.seed, session_mean=exp.session_mean)
     if not exp.arrivals_only and exp.load is not None and exp.repeat <= 1:
         jobs = retime(jobs, capacity_gpus * MILLI, exp.load)
     summary = {

@@ -4,8 +4,9 @@ Public traces carry no projects. `assign_tenants` gives each job a project,
 user and tier from the policy set, reproducibly (seeded):
 
 1. jobs are cut, in submission order, into *sessions* of consecutive jobs
-   (lengths drawn from a geometric distribution, mean `SESSION_MEAN` jobs):
-   a team submits work in bursts, not one job at a time;
+   (lengths drawn from a geometric distribution, mean `session_mean` jobs,
+   default `SESSION_MEAN`): a team submits work in bursts, not one job at a
+   time;
 2. each session goes to a project drawn with probability proportional to its
    guaranteed GPUs, among the projects whose job limit and tiers admit the
    job (a job too large for the session's project is drawn again among those
@@ -14,7 +15,11 @@ user and tier from the policy set, reproducibly (seeded):
    users (`<project>-user-0..3`); the tier is the project's default tier.
 
 Over a long trace each project's demand matches its guarantee; over hours it
-does not, which is exactly what static islands cannot absorb.
+does not, which is exactly what static islands cannot absorb. How long it
+does not is the session length: the more jobs run at once, the more
+sessions overlap and the closer each project's momentary demand stays to its
+guarantee (on openb at offered load 1 several thousand pods run at once, so
+sessions of 20 jobs average out; see docs/simulator.md).
 
 A policy set written for a small cluster is scaled to the simulated one:
 every project's and user's guaranteed and max GPUs, and the reserve, are
@@ -130,7 +135,11 @@ def scale_policy_doc(doc: Mapping[str, Any], capacity_gpus: int) -> dict[str, An
 
 
 def assign_tenants(
-    jobs: Sequence[TraceJob], policy: SchedulingPolicy, *, seed: int
+    jobs: Sequence[TraceJob],
+    policy: SchedulingPolicy,
+    *,
+    seed: int,
+    session_mean: float = SESSION_MEAN,
 ) -> list[TraceJob]:
     """Jobs with project, user and tier filled in (those given are kept)."""
     rng = random.Random(seed)
@@ -142,7 +151,7 @@ def assign_tenants(
     for job in jobs:
         if session_left <= 0:
             current = rng.choices(projects, weights)[0]
-            session_left = 1 + int(rng.expovariate(1 / SESSION_MEAN))
+            session_left = 1 + int(rng.expovariate(1 / session_mean))
         session_left -= 1
         if job.project is not None:
             out.append(job)
