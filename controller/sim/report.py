@@ -46,6 +46,7 @@ def figures(run: SchedulerRun) -> dict[str, Any]:
         "queueing_delay_p50": round(percentile(delays, 50), 1),
         "queueing_delay_p95": round(percentile(delays, 95), 1),
         "queueing_delay_p99": round(percentile(delays, 99), 1),
+        "queueing_delay_max": round(max(delays, default=0.0), 1),
         "jct_mean": round(_mean(jcts), 1),
         "jct_p50": round(percentile(jcts, 50), 1),
         "fairness": None if first.fairness is None else round(first.fairness, 4),
