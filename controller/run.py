@@ -37,6 +37,7 @@ from controller.kube.leader import ElectionSettings, LeaseElector
 from controller.reconciler.controller import Reconciler, ReconcilerSettings
 from controller.reconciler.metrics import ReconcilerMetrics
 from controller.reconciler.webhook import PATH_PREFIX, handle_push
+from controller.scheduler.cycle import GROW_INTERVAL_S
 
 __all__ = ["add_subcommand"]
 
@@ -139,6 +140,7 @@ def _run(args: argparse.Namespace) -> int:
         system_namespace=args.system_namespace,
         job_selector=args.job_selector,
         node_selector=args.node_selector,
+        grow_interval_s=args.grow_interval,
     )
     gang_metrics = GangMetrics(metrics.registry)
     stop = threading.Event()
@@ -285,6 +287,14 @@ def add_subcommand(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
     )
     p.add_argument("--job-selector", help="schedule only TrainingJobs matching this label selector")
     p.add_argument("--node-selector", help="place gangs only on nodes matching this selector")
+    p.add_argument(
+        "--grow-interval",
+        type=float,
+        default=GROW_INTERVAL_S,
+        metavar="SECONDS",
+        help="least time between two growths of one elastic job; each restarts it "
+        "from its checkpoint (default %(default)g)",
+    )
     p.add_argument(
         "--leader-elect",
         action=argparse.BooleanOptionalAction,

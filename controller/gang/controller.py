@@ -44,9 +44,9 @@ from controller.kube.client import RESOURCES, ApiError, Kube, NotLeaderError
 from controller.kube.clock import Clock, SystemClock
 from controller.kube.informer import EventType, Informer
 from controller.policy.compiler import DEFAULT_SYSTEM_NAMESPACE, POLICY_CONFIGMAP, POLICY_KEY
-from controller.scheduler.cycle import CycleResult, schedule
+from controller.scheduler.cycle import GROW_INTERVAL_S, CycleResult, schedule
 from controller.scheduler.policy import SchedulingPolicy
-from controller.scheduler.types import MILLI, Admit, JobId, Pending, Preempt
+from controller.scheduler.types import MILLI, Admit, JobId, Pending, Placement, Preempt
 
 __all__ = ["FIELD_MANAGER", "GangController", "GangSettings"]
 
@@ -81,6 +81,8 @@ class GangSettings:
     """Jobs written at the same time (each job's record before its pods)."""
     pod_parallelism: int = 32
     """Pods created and bound at the same time, over all jobs."""
+    grow_interval_s: float = GROW_INTERVAL_S
+    """Least time between two growths of one elastic gang (each restarts it)."""
     backoff_base_s: float = 5.0
     """Requeue delay after the first gang timeout; doubled for each later one."""
     backoff_max_s: float = 300.0
@@ -237,6 +239,7 @@ class GangController:
             preemptions_last_hour=todo.preemptions_last_hour,
             nominated=todo.nominated,
             timer=self._clock.monotonic,
+            grow_interval=self.settings.grow_interval_s,
         )
         self.metrics.cycle.observe(self._clock.monotonic() - t0)
         self.last_result = result
@@ -253,10 +256,18 @@ class GangController:
                     (j, by_id[j].admission.attempt)  # type: ignore[union-attr]
                     for j in d.victims
                 )
-                adm = Admission("Nominated", _attempts(v), d.placement, now, 0, victims)
+                shrinks = tuple(
+                    (j, by_id[j].admission.attempt, keep)  # type: ignore[union-attr]
+                    for j, keep in d.shrinks
+                )
+                adm = Admission("Nominated", _attempts(v), d.placement, now, 0, victims, shrinks)
                 self._submit(v.id, self._nominate, v, adm, d.reason, assume=adm)
             else:
                 self._submit(v.id, self._pending, v, d)
+        for rz in result.resizes:
+            v = by_id[rz.gang.id]
+            adm = Admission("Admitted", _attempts(v) + 1, rz.placement, now, rz.borrowed_milli)
+            self._submit(v.id, self._resize, v, adm, "Growing", rz.reason, assume=adm)
         self._record_metrics(todo, views)
         return result
 
@@ -455,6 +466,29 @@ class GangController:
                 _POD, meta["name"], namespace=meta.get("namespace"), uid=meta.get("uid")
             )
 
+    def _resize(self, v: JobView, adm: Admission, reason: str, message: str) -> None:
+        """Record an elastic gang's new size as its next attempt. The old attempt's
+        pods are deleted and the new ones created by the next steps (lifecycle
+        `cleanup`, then `launch` once the old pods are gone), as after a crash."""
+        self._write(
+            v,
+            phase="Admitted",
+            reason=reason,
+            message=message,
+            conditional=True,
+            admission=adm.to_dict(),
+            attempts=adm.attempt,
+        )
+        old = len(v.admission.placement.pods) if v.admission is not None else 0
+        log.info(
+            "resized job=%s attempt=%d workers=%d->%d",
+            v.id,
+            adm.attempt,
+            old,
+            len(adm.placement.pods),
+        )
+        self.metrics.decisions.labels("resize").inc()
+
     def _nominate(self, v: JobView, adm: Admission, reason: str) -> None:
         self._write(
             v,
@@ -545,6 +579,24 @@ class GangController:
             self.metrics.decisions.labels("preempt").inc()
             log.info("evicted job=%s by=%s", v.id, a.by)
             self._delete_pods(v.attempt_pods())
+        elif a.kind == "shrink" and adm is not None and v.gang is not None:
+            old = len(adm.placement.pods)
+            removed = (old - a.workers) * v.gang.pod.gpu_total
+            smaller = Admission(
+                "Admitted",
+                _attempts(v) + 1,
+                Placement(adm.placement.pods[: a.workers]),
+                now,
+                max(0, adm.borrowed_milli - removed),
+            )
+            per = v.gang.pod.gpu_total
+            self._resize(
+                v,
+                smaller,
+                "Shrinking",
+                f"shrunk from {_gpus(old * per)} to {_gpus(a.workers * per)} GPUs for {a.by} "
+                "(elastic); the gang restarts at the new size",
+            )
         elif a.kind == "expire":
             self._write(
                 v, phase=_waiting_phase(v), reason="NominationExpired", message=a.message,

@@ -10,10 +10,13 @@ say what the job's recorded decision needs to move on:
 - a worker that failed, or whose node is gone or not Ready, `restart`s the
   whole gang (counted against backoffLimit);
 - a gang not running within the gang timeout is rolled back (`rollback`);
-- a `Nominated` gang's victims still holding their GPUs are `evict`ed (this
-  finishes a preemption a crash interrupted); a nomination older than the
-  gang timeout `expire`s;
-- pods of an attempt that is no longer current are `cleanup`ed.
+- a `Nominated` gang's victims still holding their GPUs are `evict`ed, and
+  the elastic gangs it shrinks still at the attempt it shrank are `shrink`ed
+  (this finishes a preemption a crash interrupted); a nomination older than
+  the gang timeout `expire`s;
+- pods of an attempt that is no longer current are `cleanup`ed, and a gang's
+  new attempt (after a resize) is launched only once they are gone, so two
+  attempts never hold the same GPUs.
 
 It also sorts the jobs for the cycle: the gangs that hold GPUs (`running`,
 with the pods they own) and the gangs that wait (`queue`, with their
@@ -26,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from controller.gang.record import parse_time
+from controller.gang.record import Admission, parse_time
 from controller.gang.view import JobView, node_ready, pod_terminal
 from controller.jobs.pods import LABEL_ATTEMPT
 from controller.scheduler.policy import SchedulingPolicy
@@ -35,7 +38,16 @@ from controller.scheduler.types import Gang, JobId, Placement, Running
 __all__ = ["Action", "ActionKind", "Plan", "plan"]
 
 ActionKind = Literal[
-    "launch", "running", "succeeded", "restart", "rollback", "evict", "expire", "invalid", "cleanup"
+    "launch",
+    "running",
+    "succeeded",
+    "restart",
+    "rollback",
+    "evict",
+    "shrink",
+    "expire",
+    "invalid",
+    "cleanup",
 ]
 
 Obj = dict[str, Any]
@@ -49,7 +61,9 @@ class Action:
     job: JobView
     message: str = ""
     by: JobId | None = None
-    """For `evict`: the preemptor."""
+    """For `evict` and `shrink`: the preemptor."""
+    workers: int = 0
+    """For `shrink`: the workers the gang keeps."""
     pods: tuple[Obj, ...] = ()
     """For `cleanup`: the pods to delete."""
 
@@ -84,6 +98,19 @@ def _node_lost(pod: Obj, nodes: Mapping[str, Obj]) -> str | None:
     return None
 
 
+def _held(gang: Gang, adm: Admission) -> Gang:
+    """The gang at the size its record holds (an elastic gang may have been resized)."""
+    size = len(adm.placement.pods)
+    return gang if size == gang.workers else gang.resized(size)
+
+
+def _still_at(v: JobView | None, attempt: int, busy: frozenset[JobId]) -> JobView | None:
+    """`v` if it is still admitted at `attempt` (and has no write in flight)."""
+    if v is None or v.id in busy or v.admission is None:
+        return None
+    return v if (v.admission.state, v.admission.attempt) == ("Admitted", attempt) else None
+
+
 def _admitted(
     v: JobView, out: Plan, nodes: Mapping[str, Obj], policy: SchedulingPolicy, now: float
 ) -> None:
@@ -93,7 +120,7 @@ def _admitted(
     expected = len(adm.placement.pods)
     # The gang holds its GPUs and its quota until its record is cleared, whatever
     # happens to its pods: the records alone never admit more than the quota.
-    out.running.append(Running(v.gang, adm.placement, adm.at))
+    out.running.append(Running(_held(v.gang, adm), adm.placement, adm.at))
     out.owned.update((p["metadata"].get("namespace", ""), p["metadata"]["name"]) for p in pods)
     for p in pods:
         if (p.get("status") or {}).get("phase") == "Failed":
@@ -131,6 +158,12 @@ def _admitted(
         return
     bound = sum(1 for p in live if (p.get("spec") or {}).get("nodeName"))
     if len(live) < expected or bound < expected:
+        current = str(adm.attempt)
+        if any(
+            p["metadata"].get("labels", {}).get(LABEL_ATTEMPT) != current and not pod_terminal(p)
+            for p in v.pods
+        ):
+            return  # an earlier attempt's pods still hold the GPUs (being cleaned up)
         out.actions.append(Action("launch", v))
 
 
@@ -156,7 +189,7 @@ def plan(
         adm = v.admission
         if v.id in busy:
             if adm is not None and adm.state == "Admitted" and v.gang is not None:
-                out.running.append(Running(v.gang, adm.placement, adm.at))
+                out.running.append(Running(_held(v.gang, adm), adm.placement, adm.at))
                 out.owned.update(
                     (p["metadata"].get("namespace", ""), p["metadata"]["name"])
                     for p in v.attempt_pods()
@@ -191,15 +224,13 @@ def plan(
                 )
                 continue
             for victim, attempt in adm.victims:
-                vv = by_id.get(victim)
-                va = vv.admission if vv is not None else None
-                if (
-                    vv is not None
-                    and va is not None
-                    and (va.state, va.attempt) == ("Admitted", attempt)
-                    and vv.id not in busy
-                ):
+                vv = _still_at(by_id.get(victim), attempt, busy)
+                if vv is not None:
                     out.actions.append(Action("evict", vv, by=v.id))
+            for victim, attempt, keep in adm.shrinks:
+                vv = _still_at(by_id.get(victim), attempt, busy)
+                if vv is not None:
+                    out.actions.append(Action("shrink", vv, by=v.id, workers=keep))
             out.nominated[v.id] = adm.placement
             out.queue.append(v.gang)
             continue

@@ -9,7 +9,11 @@ records back and finishes or rolls back each one. Two states:
   attempt `attempt`; worker pods are named after the attempt, so a pod is
   never created twice and a later attempt never collides with an old one;
 - `Nominated`: the gang preempted `victims` (each with the attempt that was
-  evicted) and holds `pods` until they are gone.
+  evicted) and elastic gangs it `shrinks` (each with the attempt shrunk and
+  the workers it keeps), and holds `pods` until their GPUs are free.
+
+A resized elastic gang gets a new `Admitted` record: the next attempt, at its
+new size.
 
 The rest of the status the controller keeps (`attempts`, `restarts`,
 `rollbacks`, `notBefore`, `preemptedAt`) is read here too. Pure: dicts in,
@@ -63,6 +67,9 @@ class Admission:
     borrowed_milli: int = 0
     victims: tuple[tuple[JobId, int], ...] = ()
     """For a nomination: each evicted job and the attempt it was evicted from."""
+    shrinks: tuple[tuple[JobId, int, int], ...] = ()
+    """For a nomination: each elastic job shrunk, the attempt shrunk, and the
+    workers it keeps (the first ones of its placement)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON written into `status.admission`."""
@@ -75,6 +82,8 @@ class Admission:
         }
         if self.victims:
             out["victims"] = [{"job": j, "attempt": a} for j, a in self.victims]
+        if self.shrinks:
+            out["shrinks"] = [{"job": j, "attempt": a, "workers": w} for j, a, w in self.shrinks]
         return out
 
     @classmethod
@@ -97,6 +106,10 @@ class Admission:
             victims = tuple(
                 (JobId(str(v["job"])), int(v["attempt"])) for v in raw.get("victims", ())
             )
+            shrinks = tuple(
+                (JobId(str(v["job"])), int(v["attempt"]), int(v["workers"]))
+                for v in raw.get("shrinks", ())
+            )
             return cls(
                 state=state,
                 attempt=int(raw["attempt"]),
@@ -104,6 +117,7 @@ class Admission:
                 at=at,
                 borrowed_milli=int(float(raw.get("borrowedGPUs", 0)) * MILLI),
                 victims=victims,
+                shrinks=shrinks,
             )
         except (KeyError, TypeError, ValueError):
             return None

@@ -209,5 +209,7 @@ def to_gang(job: JobSpec, policy: SchedulingPolicy) -> Gang:
         pod=job.pod,
         preemptible=tier.preemptible,
         may_preempt=tier.may_preempt,
-        min_workers=job.min_gpu // job.gpus_per_worker,
+        # whole workers inside minGPU..maxGPU (a floor of 3 GPUs in 2-GPU workers is 2 workers)
+        min_workers=-(-job.min_gpu // job.gpus_per_worker),
+        max_workers=job.max_gpu // job.gpus_per_worker,
     )

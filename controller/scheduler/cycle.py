@@ -10,7 +10,18 @@ The phases, each a function:
    fit, `_preempt` (victim search on the snapshot with undo);
 3. the first gang blocked by capacity reserves the nodes it will need, so
    smaller gangs cannot starve it: later gangs may use those nodes only if
-   they are preemptible or will finish before it could start.
+   they are preemptible or will finish before it could start;
+4. when nothing is left waiting for capacity, `_grow` gives idle GPUs to
+   running elastic gangs (up to their `maxGPU`, within quota).
+
+Elastic gangs (`minGPU < gangSize` or `gangSize < maxGPU`): a blocked gang
+first tries `_shrink` — take back the workers elastic gangs were grown by
+(from gangs of its tier or lower), then shrink preemptible lower-tier gangs
+down to their `minGPU` — before `_preempt` evicts whole gangs. A resized gang
+keeps the first workers of its placement and restarts at the new size (the
+controller records the new size, then replaces the pods), so it counts
+as admitted anew: it is protected for `minRuntimeSeconds`, and grown at most
+once per `grow_interval`.
 
 Every decision is assumed into the snapshot at once, so later gangs in the
 same cycle see it. Pure: the caller passes the time and everything else.
@@ -19,7 +30,7 @@ same cycle see it. Pure: the caller passes the time and everything else.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from controller.scheduler.placement import place, shortfall
 from controller.scheduler.policy import SchedulingPolicy
@@ -33,10 +44,16 @@ from controller.scheduler.types import (
     Pending,
     Placement,
     Preempt,
+    Resize,
     Running,
 )
 
-__all__ = ["CycleResult", "order", "quota", "schedule"]
+__all__ = ["GROW_INTERVAL_S", "CycleResult", "order", "quota", "schedule"]
+
+GROW_INTERVAL_S = 600.0
+"""Least time between two resizes of one gang by growth: each resize restarts the
+job from its checkpoint, so growing by a worker whenever one frees would cost
+more progress than the GPUs bring."""
 
 
 @dataclass
@@ -50,6 +67,8 @@ class CycleResult:
     reserved_nodes: frozenset[str] = frozenset()
     decision_seconds: list[float] = field(default_factory=list)
     """Time each decision took, in queue order, when a timer was given."""
+    resizes: list[Resize] = field(default_factory=list)
+    """Running elastic gangs grown onto idle GPUs this cycle."""
 
 
 def _gpus(milli: int) -> str:
@@ -251,6 +270,137 @@ def _preempt(
     return needed, found
 
 
+_NO_NODES: frozenset[str] = frozenset()
+
+
+def _shrunk(r: Running, workers: int, now: float) -> Running:
+    """`r` keeping only its first `workers` workers (restarted now)."""
+    return Running(r.gang.resized(workers), Placement(r.placement.pods[:workers]), now)
+
+
+def _shrink_floor(
+    snap: Snapshot, policy: SchedulingPolicy, g: Gang, r: Running, now: float, holder: bool
+) -> int | None:
+    """The fewest workers running gang `r` may be shrunk to for `g`, or None."""
+    v = r.gang
+    if v.id == g.id or r.started >= now or now - r.started < policy.min_runtime_seconds:
+        return None
+    floor = None
+    if v.workers > v.submitted_workers and v.priority <= g.priority:
+        floor = v.submitted_workers  # what it was grown by: lent, not given
+    if v.min_workers is not None and v.min_workers < v.workers:
+        ok, _ = _victim_ok(snap, policy, g, r, now, holder)
+        if ok and policy.preemption_enabled and g.may_preempt:
+            floor = v.min_workers
+    return floor
+
+
+def _shrink(
+    snap: Snapshot,
+    policy: SchedulingPolicy,
+    g: Gang,
+    *,
+    now: float,
+    budget: int,
+    exclude: frozenset[str],
+    holder: bool,
+) -> tuple[list[tuple[Running, int]], Placement] | None:
+    """Elastic gangs to shrink, and by how much, so `g` fits: grown workers
+    first, then the lowest tier, then the most recently started; each gang
+    shrunk by no more workers than needed. (original, workers kept) pairs and
+    the placement; the snapshot is left as it was found."""
+    ranked = []
+    for r in snap.running.values():
+        floor = _shrink_floor(snap, policy, g, r, now, holder)
+        if floor is not None and floor < r.gang.workers:
+            grown = r.gang.workers > r.gang.submitted_workers
+            ranked.append(((not grown, r.gang.priority, -r.started, r.gang.id), r, floor))
+    if not ranked:
+        return None
+    ranked.sort(key=lambda x: x[0])
+    done: list[tuple[Running, int]] = []
+    found: Placement | None = None
+    for _, r, floor in ranked:
+        if budget <= 0:  # below the submitted size counts as a preemption
+            floor = max(floor, r.gang.submitted_workers)
+            if floor >= r.gang.workers:
+                continue
+        budget -= floor < r.gang.submitted_workers
+        snap.forget(r.gang.id)
+        keep = r.gang.workers
+        while keep > floor and found is None:
+            keep -= 1
+            snap.assume(_shrunk(r, keep, now))
+            found = _fit(snap, policy, g, exclude)
+            snap.forget(r.gang.id)
+        snap.assume(_shrunk(r, keep, now))
+        done.append((r, keep))
+        if found is not None:
+            break
+    for r, _ in reversed(done):
+        snap.forget(r.gang.id)
+        snap.assume(r)
+    if found is None:
+        return None
+    return done, found
+
+
+def _grow(
+    snap: Snapshot,
+    policy: SchedulingPolicy,
+    state: _State,
+    decisions: Sequence[Decision],
+    now: float,
+    interval: float,
+) -> list[Resize]:
+    """Idle GPUs to running elastic gangs, in queue order, while no gang waits
+    for capacity and no GPUs are held for one."""
+    waiting = any(
+        isinstance(d, Preempt) or (isinstance(d, Pending) and d.code in ("Capacity", "Reserved"))
+        for d in decisions
+    )
+    if waiting or state.held:
+        return []
+    growable = [
+        r.gang
+        for r in snap.running.values()
+        if r.gang.max_workers is not None
+        and r.gang.workers < r.gang.max_workers
+        and r.started < now
+        and now - r.started >= max(interval, policy.min_runtime_seconds)
+    ]
+    out: list[Resize] = []
+    for g in order(snap, policy, growable):
+        r = snap.running[g.id]
+        assert g.max_workers is not None
+        room = sum(k for _, k in snap.open_slots(g.pod, _NO_NODES))
+        extra = min(g.max_workers - g.workers, room)
+        # the most workers quota and the reserve allow
+        while extra > 0 and (
+            quota(snap, policy, replace(g, workers=extra)) is not None
+            or _outside_reserve(snap, policy, replace(g, workers=extra)) is not None
+        ):
+            extra -= 1
+        more = place(snap, replace(g, workers=extra)) if extra else None
+        if more is None:
+            continue
+        snap.forget(g.id)
+        size = g.workers + extra
+        grown = Running(g.resized(size), Placement(r.placement.pods + more.pods), now)
+        borrowed = _borrowed(snap, policy, grown.gang)
+        snap.assume(grown)
+        out.append(
+            Resize(
+                grown.gang,
+                grown.placement,
+                f"grown from {_gpus(g.gpu_total)} to {_gpus(grown.gang.gpu_total)} GPUs "
+                "on idle capacity (elastic, up to maxGPU); the gang restarts at the new size",
+                borrowed,
+            )
+        )
+    return out
+
+
 def _reserve(snap: Snapshot, state: _State, g: Gang) -> None:
     """Hold the nodes the top blocked gang will need once they free up."""
     empty = Snapshot(
@@ -286,12 +436,15 @@ def schedule(
     preemptions_last_hour: int = 0,
     nominated: Mapping[JobId, Placement] | None = None,
     timer: Callable[[], float] | None = None,
+    grow_interval: float = GROW_INTERVAL_S,
 ) -> CycleResult:
     """Run one cycle over `queue` (the pending gangs) and return the decisions.
 
     `nominated` are placements earlier cycles promised to preemptors whose
     victims may still be terminating; those nodes are held for them. With a
     `timer` (a monotonic clock), each decision's duration is recorded.
+    Running elastic gangs are grown (`result.resizes`) at most once per
+    `grow_interval` seconds each.
     """
     result = CycleResult()
     state = _State(
@@ -311,6 +464,7 @@ def schedule(
             _retry_waiting(snap, policy, state, result.decisions, now)
         if timer:
             result.decision_seconds.append(timer() - t0)
+    result.resizes = _grow(snap, policy, state, result.decisions, now, grow_interval)
     if state.reserved_for is not None:
         result.reserved_for = state.reserved_for.id
         result.reserved_nodes = frozenset(
@@ -374,6 +528,26 @@ def _decide(
     if state.nominated.get(g.id):
         return Pending(g, "waiting for the gangs it preempted to release their GPUs", "Capacity")
     holder = state.reserved_for is not None and state.reserved_for.id == g.id
+    shrinks = _shrink(snap, policy, g, now=now, budget=state.budget, exclude=exclude, holder=holder)
+    if shrinks is not None:
+        done, placement = shrinks
+        for r, keep in done:
+            snap.forget(r.gang.id)
+            snap.assume(_shrunk(r, keep, now))
+        snap.assume(Running(g, placement, now))
+        state.budget -= sum(1 for r, keep in done if keep < r.gang.submitted_workers)
+        names = ", ".join(
+            f"{r.gang.id} from {_gpus(r.gang.gpu_total)} to "
+            f"{_gpus(keep * r.gang.pod.gpu_total)} GPUs"
+            for r, keep in done
+        )
+        return Preempt(
+            g,
+            (),
+            placement,
+            f"shrinking elastic {names} to free {_gpus(g.gpu_total)} GPUs",
+            tuple((r.gang.id, keep) for r, keep in done),
+        )
     victims = _preempt(
         snap, policy, g, now=now, budget=state.budget, exclude=exclude, holder=holder
     )

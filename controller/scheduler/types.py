@@ -9,7 +9,7 @@ Everything is frozen; the mutable state of a cycle lives in `snapshot`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal, NewType
 
 __all__ = [
@@ -25,6 +25,7 @@ __all__ = [
     "PodShape",
     "Preempt",
     "Requirement",
+    "Resize",
     "Running",
     "Taint",
     "Toleration",
@@ -163,7 +164,14 @@ class Gang:
     may_preempt: bool = True
     """False for tiers with `preemptionPolicy: Never`."""
     min_workers: int | None = None
-    """Elastic floor in workers; `None` means not elastic."""
+    """Elastic floor in workers: reclaiming may shrink a running gang to this;
+    `None` means it never shrinks."""
+    max_workers: int | None = None
+    """Elastic ceiling in workers: idle GPUs may grow a running gang to this;
+    `None` means it never grows."""
+    base_workers: int | None = None
+    """For a running gang resized away from its submitted size: that size
+    (workers above it are elastic, and reclaimed first). `None`: `workers`."""
     expected_duration: float | None = None
     """Known runtime (simulator traces); lets a job backfill reserved GPUs if it ends first."""
 
@@ -171,6 +179,15 @@ class Gang:
     def gpu_total(self) -> int:
         """Milli-GPUs the whole gang takes."""
         return self.workers * self.pod.gpu_total
+
+    @property
+    def submitted_workers(self) -> int:
+        """The size the gang was submitted with (its gangSize, in workers)."""
+        return self.base_workers if self.base_workers is not None else self.workers
+
+    def resized(self, workers: int) -> Gang:
+        """This gang at another size (remembering the submitted one)."""
+        return replace(self, workers=workers, base_workers=self.submitted_workers)
 
 
 @dataclass(frozen=True)
@@ -218,13 +235,27 @@ class Admit:
 
 @dataclass(frozen=True)
 class Preempt:
-    """Evict whole victim gangs so that `gang` fits; `gang` keeps a nomination
-    on `placement` until the victims are gone."""
+    """Evict whole victim gangs, or shrink elastic ones, so that `gang` fits;
+    `gang` keeps a nomination on `placement` until the GPUs are released."""
 
     gang: Gang
     victims: tuple[JobId, ...]
     placement: Placement
     reason: str
+    shrinks: tuple[tuple[JobId, int], ...] = ()
+    """Elastic gangs shrunk instead of evicted: (job, workers it keeps; the
+    first ones of its placement)."""
+
+
+@dataclass(frozen=True)
+class Resize:
+    """Grow a running elastic gang onto idle GPUs: `gang` at its new size and
+    `placement`, the whole new placement (its current workers first)."""
+
+    gang: Gang
+    placement: Placement
+    reason: str
+    borrowed_milli: int
 
 
 @dataclass(frozen=True)

@@ -125,6 +125,26 @@ CASES = [
         T0 + 1, [], ["lo"], ["hi"],
     ),
     (
+        "nominated: an elastic gang it shrinks, still at that attempt, is shrunk",
+        [job("hi", tier="high", adm=admission("a", state="Nominated",
+                                              shrinks=((job_id("lo"), 3, 1),))),
+         job("lo", tier="batch", adm=admission("a", "b", attempt=3), phase="Running")],
+        [pod("lo", 0, node="a", attempt=3), pod("lo", 1, node="b", attempt=3)],
+        T0 + 1, ["shrink lo"], ["lo"], ["hi"],
+    ),
+    (
+        "resized: the new attempt waits while the old attempt's pods are cleaned up",
+        [job("j", adm=admission("a", "b", attempt=2), phase="Admitted")],
+        [pod("j", 0, node="a", attempt=1), pod("j", 1, node="b", attempt=1)],
+        T0 + 1, ["cleanup j"], ["j"], [],
+    ),
+    (
+        "resized: ... and while they terminate",
+        [job("j", adm=admission("a", "b", attempt=2), phase="Admitted")],
+        [pod("j", 0, node="a", attempt=1, deleting=True)],
+        T0 + 1, [], ["j"], [],
+    ),
+    (
         "a nomination older than the gang timeout expires",
         [job("hi", tier="high", adm=admission("a", "b", state="Nominated"))],
         [], T0 + 61, ["expire hi"], [], [],
@@ -178,3 +198,17 @@ def test_preemptions_of_the_last_hour_are_counted_from_the_victims() -> None:
         job("b", preemptedAt="1970-01-01T00:00:01Z"),
     ]
     assert _plan(jobs, [], now=T0 + 3000).preemptions_last_hour == 1
+
+
+def test_a_resized_gang_holds_what_its_record_says() -> None:
+    grown = job("j", gang=2, adm=admission("a", "a", "b", attempt=2), phase="Running")
+    out = _plan([grown], [])
+    (held,) = out.running
+    assert held.gang.workers == 3 and held.gang.submitted_workers == 2
+
+
+def test_a_nomination_record_keeps_its_shrinks() -> None:
+    from controller.gang.record import Admission
+
+    adm = admission("a", state="Nominated", shrinks=((job_id("lo"), 3, 1),))
+    assert Admission.from_status({"admission": adm.to_dict()}) == adm

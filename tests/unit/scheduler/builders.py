@@ -39,6 +39,7 @@ class JobBuilder:
         self._milli = 1000
         self._selector: tuple[tuple[str, str], ...] = ()
         self._duration: float | None = None
+        self._elastic: tuple[int | None, int | None] = (None, None)
 
     def project(self, name: str) -> JobBuilder:
         self._project = name
@@ -72,6 +73,11 @@ class JobBuilder:
         self._selector += ((key, value),)
         return self
 
+    def elastic(self, min_gpus: int, max_gpus: int) -> JobBuilder:
+        """`resourceProfile.minGPU` / `maxGPU` (in GPUs; whole workers)."""
+        self._elastic = (min_gpus // self._gpus, max_gpus // self._gpus)
+        return self
+
     def lasts(self, seconds: float) -> JobBuilder:
         self._duration = seconds
         return self
@@ -89,6 +95,8 @@ class JobBuilder:
             preemptible=self._tier in PREEMPTIBLE,
             may_preempt=self._tier != "batch",
             expected_duration=self._duration,
+            min_workers=self._elastic[0],
+            max_workers=self._elastic[1],
         )
 
 

@@ -30,10 +30,18 @@ class Case:
     """job -> a substring of its reason."""
     preempted: dict[str, tuple[str, ...]] = field(default_factory=dict)
     """preemptor -> victims."""
+    shrunk: dict[str, dict[str, int]] = field(default_factory=dict)
+    """preemptor -> {elastic job shrunk for it: workers it keeps}."""
+    grown: dict[str, dict[str, int]] = field(default_factory=dict)
+    """elastic job grown onto idle GPUs -> its new workers per node."""
 
 
 def _eight(name: str, **kw: str) -> Node:
     return node(name, 8, **kw)
+
+
+_GROWN = job("e").gang(4).elastic(2, 8).build().resized(8)
+"""An elastic gang submitted at 4 GPUs and grown to 8."""
 
 
 CASES = [
@@ -213,6 +221,75 @@ CASES = [
         admitted={"a": {"a": 4}},
     ),
     Case(
+        "elastic: idle GPUs grow a running gang up to its maxGPU, next to its workers",
+        nodes=[node("n1"), node("n2")],
+        running=[running(job("e").gang(4).elastic(2, 8).build(), {"n1": 4})],
+        queue=[],
+        grown={"e": {"n1": 8}},
+    ),
+    Case(
+        "elastic: growth stops at the project's max",
+        nodes=[node("n1")],
+        policy=policy({"p": {"max": 6}}),
+        running=[running(job("e").gang(4).elastic(2, 8).build(), {"n1": 4})],
+        queue=[],
+        grown={"e": {"n1": 6}},
+    ),
+    Case(
+        "elastic: no growth while a gang waits for capacity",
+        nodes=[node("n1")],
+        running=[running(job("e").gang(4).elastic(2, 8).build(), {"n1": 4})],
+        queue=[job("big").gang(8).build()],
+        pending={"big": "8 GPUs"},
+    ),
+    Case(
+        "elastic: no growth within the grow interval of the gang's (re)start",
+        nodes=[node("n1")],
+        running=[running(job("e").gang(4).elastic(2, 8).build(), {"n1": 4}, started=-60)],
+        queue=[],
+    ),
+    Case(
+        "elastic: a waiting gang takes back only what an elastic gang grew by",
+        nodes=[node("n1")],
+        running=[running(_GROWN, {"n1": 8})],
+        queue=[job("a").gang(2).build()],
+        shrunk={"a": {"e": 6}},
+    ),
+    Case(
+        "elastic: a lower tier does not take back a higher tier's growth",
+        nodes=[node("n1")],
+        running=[
+            running(job("e").tier("high").gang(4).elastic(2, 8).build().resized(8), {"n1": 8})
+        ],
+        queue=[job("a").tier("normal").gang(2).build()],
+        pending={"a": "2 GPUs"},
+    ),
+    Case(
+        "elastic: a higher tier shrinks a preemptible gang to its minGPU, evicting nobody",
+        nodes=[node("n1"), node("n2")],
+        running=[
+            running(job("e").tier("batch").gang(8).elastic(4, 8).build(), {"n1": 8}),
+            running(job("f").tier("batch").gang(8).build(), {"n2": 8}),
+        ],
+        queue=[job("hi").tier("high").gang(4).build()],
+        shrunk={"hi": {"e": 4}},
+    ),
+    Case(
+        "elastic: when shrinking to minGPU is not enough, whole gangs are evicted",
+        nodes=[node("n1")],
+        running=[running(job("e").tier("batch").gang(8).elastic(6, 8).build(), {"n1": 8})],
+        queue=[job("hi").tier("high").gang(8).build()],
+        preempted={"hi": ("e",)},
+    ),
+    Case(
+        "elastic: shrinking below the submitted size needs preemption allowed",
+        nodes=[node("n1")],
+        policy=policy(preemption=False),
+        running=[running(job("e").tier("batch").gang(8).elastic(4, 8).build(), {"n1": 8})],
+        queue=[job("hi").tier("high").gang(4).build()],
+        pending={"hi": "4 GPUs"},
+    ),
+    Case(
         "shared GPUs: two half-GPU pods share one device",
         nodes=[node("n1", 1)],
         queue=[job("a").share(500).build(), job("b").share(500).at(1).build()],
@@ -227,9 +304,17 @@ def test_cycle(case: Case) -> None:
     result = schedule(snap, case.queue, case.policy, now=case.now)
     admitted = {d.gang.id: d.placement.nodes() for d in result.decisions if isinstance(d, Admit)}
     pending = {d.gang.id: d.reason for d in result.decisions if isinstance(d, Pending)}
-    preempted = {d.gang.id: d.victims for d in result.decisions if isinstance(d, Preempt)}
+    preempted = {
+        d.gang.id: d.victims for d in result.decisions if isinstance(d, Preempt) and d.victims
+    }
+    shrunk = {
+        d.gang.id: dict(d.shrinks) for d in result.decisions if isinstance(d, Preempt) and d.shrinks
+    }
+    grown = {r.gang.id: r.placement.nodes() for r in result.resizes}
     assert admitted == case.admitted
     assert preempted == case.preempted
+    assert shrunk == case.shrunk
+    assert grown == case.grown
     assert set(pending) == set(case.pending), pending
     for name, text in case.pending.items():
         assert text in pending[name]

@@ -1,6 +1,7 @@
 """Hypothesis properties of the scheduling cycle on random clusters and queues:
 no device over-allocated, no quota exceeded, gangs all-or-nothing, and a
-higher tier never left waiting where preemption would have let it in."""
+higher tier never left waiting where preemption would have let it in; elastic
+gangs grow and shrink within minGPU..maxGPU and the quota."""
 
 from __future__ import annotations
 
@@ -39,15 +40,21 @@ def scenarios(draw: st.DrawFn) -> tuple[Snapshot, list[Gang], object]:
     # Fill the cluster through the scheduler itself, so the starting state is one
     # the scheduler could have produced (quota respected).
     snap = Snapshot(nodes, levels=LEVELS)
-    warm = [
-        job(f"r{i}")
-        .project(draw(st.sampled_from(PROJECTS)))
-        .tier(draw(st.sampled_from(["normal", "batch"])))
-        .gang(draw(st.sampled_from([1, 2, 4, 8])))
-        .build()
-        for i in range(draw(st.integers(0, 8)))
-    ]
+    warm = []
+    for i in range(draw(st.integers(0, 8))):
+        size = draw(st.sampled_from([1, 2, 4, 8]))
+        b = (
+            job(f"r{i}")
+            .project(draw(st.sampled_from(PROJECTS)))
+            .tier(draw(st.sampled_from(["normal", "batch"])))
+            .gang(size)
+        )
+        if draw(st.booleans()):  # elastic
+            b = b.elastic(draw(st.integers(1, size)), size * draw(st.integers(1, 3)))
+        warm.append(b.build())
     schedule(snap, warm, pol, now=-10_000)
+    # Grow the elastic ones onto what is left, as a later cycle would.
+    schedule(snap, [], pol, now=-5_000)
     queue = []
     for i in range(draw(st.integers(1, 8))):
         per = draw(st.sampled_from([1, 2, 4]))
@@ -86,6 +93,24 @@ def test_cycle_invariants(scenario: tuple[Snapshot, list[Gang], object]) -> None
         if isinstance(d, Admit | Preempt):
             assert len(d.placement.pods) == d.gang.workers
             assert all(len(p.devices) == d.gang.pod.gpus for p in d.placement.pods)
+
+    # Elastic: every running gang within its range, placed whole at its size.
+    for r in snap.running.values():
+        g = r.gang
+        assert len(r.placement.pods) == g.workers
+        assert g.min_workers is None or g.workers >= g.min_workers
+        assert g.workers <= max(g.max_workers or 0, g.submitted_workers)
+    for d in result.decisions:
+        if isinstance(d, Preempt):
+            for victim, kept in d.shrinks:
+                assert snap.running[victim].gang.workers == kept
+    for rz in result.resizes:
+        assert snap.running[rz.gang.id].placement == rz.placement
+    # Usage is exactly what the running gangs hold.
+    usage: Counter[str] = Counter()
+    for r in snap.running.values():
+        usage[r.gang.project] += r.gang.gpu_total
+    assert {k: v for k, v in snap.project_usage.items() if v} == +usage
 
     # Quota: no project over its max.
     for name, project in pol.projects.items():  # type: ignore[attr-defined]
