@@ -3,16 +3,45 @@
 Registered on the registry `gangops run` already serves (the reconciler's),
 or on a fresh one in tests and benchmarks. Gauges describing the queue and
 the allocation are set whole after every cycle, so a project that no longer
-waits or holds GPUs drops out instead of keeping its last value.
+waits or holds GPUs drops out instead of keeping its last value; and they are
+replaced at once, so a scrape during the update sees the last complete set,
+never one half cleared.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
 
 __all__ = ["GangMetrics"]
+
+
+class _WholeGauge:
+    """A labelled gauge whose samples are only ever replaced all together."""
+
+    def __init__(
+        self, name: str, documentation: str, labels: Sequence[str], registry: CollectorRegistry
+    ) -> None:
+        self._name = name
+        self._documentation = documentation
+        self._labels = list(labels)
+        self._samples: tuple[tuple[list[str], float], ...] = ()
+        registry.register(self)
+
+    def set(self, samples: Iterable[tuple[Sequence[str], float]]) -> None:
+        """Replace every sample with `samples` ((label values, value) pairs)."""
+        self._samples = tuple((list(labels), float(v)) for labels, v in samples)  # one swap
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        yield GaugeMetricFamily(self._name, self._documentation, labels=self._labels)
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(self._name, self._documentation, labels=self._labels)
+        for labels, value in self._samples:
+            family.add_metric(labels, value)
+        yield family
 
 
 class GangMetrics:
@@ -34,11 +63,11 @@ class GangMetrics:
             buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
             registry=r,
         )
-        self.queue = Gauge(
+        self.queue = _WholeGauge(
             "gangops_queue_depth",
             "TrainingJobs waiting to be admitted, by project and tier.",
             ["project", "tier"],
-            registry=r,
+            r,
         )
         self.preemptions = Counter(
             "gangops_preemptions",
@@ -47,11 +76,11 @@ class GangMetrics:
             ["project", "tier"],
             registry=r,
         )
-        self.allocated = Gauge(
+        self.allocated = _WholeGauge(
             "gangops_gpus_allocated",
             "GPUs held by admitted gangs, by project, user and kind (guaranteed or borrowed).",
             ["project", "user", "kind"],
-            registry=r,
+            r,
         )
         self.decisions = Counter(
             "gangops_decisions",
@@ -62,12 +91,8 @@ class GangMetrics:
 
     def set_queue(self, depth: Mapping[tuple[str, str], int]) -> None:
         """Replace the queue depth with `depth` ((project, tier) -> jobs)."""
-        self.queue.clear()
-        for (project, tier), n in depth.items():
-            self.queue.labels(project, tier).set(n)
+        self.queue.set(depth.items())
 
     def set_allocated(self, gpus: Mapping[tuple[str, str, str], float]) -> None:
         """Replace the allocation with `gpus` ((project, user, kind) -> GPUs)."""
-        self.allocated.clear()
-        for (project, user, kind), n in gpus.items():
-            self.allocated.labels(project, user, kind).set(n)
+        self.allocated.set(gpus.items())

@@ -1,0 +1,225 @@
+"""The scheduler's metrics after a `GangController.step`, with the caches filled by
+hand and a fake API server behind the writers: queue depth by project and tier,
+GPUs by project, user and kind (guaranteed or borrowed), cycles, and the time
+from a job's creation to its whole gang bound."""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from controller.gang.controller import GangController
+from controller.gang.metrics import GangMetrics
+from controller.gang.record import Admission
+from controller.kube.client import Resource
+from controller.kube.clock import FakeClock
+from controller.scheduler.policy import SchedulingPolicy
+from controller.scheduler.types import Placement, PodPlacement
+from tests.unit.scheduler.builders import policy
+
+from .builders import job, node, pod
+
+Obj = dict[str, Any]
+POLICY = policy(projects={"p": {"guaranteed": 4, "max": 8}, "q": {}})
+"""Project `p` (4 GPUs guaranteed, at most 8) and `q` (nothing guaranteed, no max)."""
+T0 = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)
+
+
+class FakeApi:
+    """The calls the writers make, answered from memory."""
+
+    def __init__(self) -> None:
+        self.objects: dict[tuple[str, str, str], Obj] = {}
+        self.bound: dict[str, str] = {}
+        self.rv = 100
+
+    def _stored(self, obj: Obj) -> Obj:
+        self.rv += 1
+        meta = {**obj["metadata"], "resourceVersion": str(self.rv)}
+        out = {**obj, "metadata": meta}
+        self.objects[(obj["kind"], meta.get("namespace", ""), meta["name"])] = out
+        return out
+
+    def merge_patch(
+        self, res: Resource, name: str, patch: Obj, *, namespace: str | None = None, **_: Any
+    ) -> Obj:
+        base = self.objects.get((res.kind, namespace or "", name)) or {
+            "kind": res.kind,
+            "metadata": {"name": name, "namespace": namespace},
+        }
+        return self._stored({**base, "status": patch["status"]})
+
+    def create(self, obj: Obj, *, field_manager: str) -> Obj:
+        return self._stored(obj)
+
+    def get(self, res: Resource, name: str, namespace: str | None = None) -> Obj | None:
+        return self.objects.get((res.kind, namespace or "", name))
+
+    def bind(self, namespace: str, name: str, node: str, *, field_manager: str) -> None:
+        self.bound[f"{namespace}/{name}"] = node
+
+
+class Controller(GangController):
+    """The controller under test, with its policy given rather than read from a ConfigMap."""
+
+    def policy(self) -> SchedulingPolicy | None:
+        return POLICY
+
+
+def _in(obj: Obj, namespace: str) -> Obj:
+    obj["metadata"]["namespace"] = namespace
+    return obj
+
+
+def held(
+    name: str, gang: int, *, on: str, first: int, borrowed: int, user: str, ns: str = "p"
+) -> list[Obj]:
+    """A Running job with `gang` 1-GPU workers on node `on`, devices `first`.., whose
+    record says `borrowed` GPUs were above its project's guarantee; and its pods."""
+    devices = range(first, first + gang)
+    adm = Admission(
+        "Admitted", 1, Placement(tuple(PodPlacement(on, (d,)) for d in devices)), 1000.0,
+        borrowed * 1000,
+    )  # fmt: skip
+    j = job(name, gang, adm=adm, phase="Running")
+    j["metadata"]["labels"]["ai.operator/user"] = user
+    return [_in(j, ns), *(_in(pod(name, i, node=on), ns) for i in range(gang))]
+
+
+def waiting(name: str, gang: int, *, tier: str, ns: str = "p") -> Obj:
+    return _in(job(name, gang, tier=tier), ns)
+
+
+def _run(
+    objs: list[Obj],
+    metrics: GangMetrics,
+    *,
+    clock: FakeClock | None = None,
+    api: FakeApi | None = None,
+    until: Callable[[], bool] = lambda: True,
+) -> Controller:
+    """One step over nodes a and b (8 GPUs each) and `objs`; then, once `until` holds
+    (the writes it waits for have landed), the controller is stopped."""
+    api = api or FakeApi()
+    c = Controller(api, clock=clock or FakeClock(T0), metrics=metrics)  # type: ignore[arg-type]
+    for n in (node("a"), node("b")):
+        c.nodes.assume(n)
+    for o in objs:
+        (c.pods if o["kind"] == "Pod" else c.jobs).assume(o)
+        api.objects[(o["kind"], o["metadata"]["namespace"], o["metadata"]["name"])] = o
+    try:
+        assert c.step() is not None
+        deadline = time.monotonic() + 10
+        while not until():
+            assert time.monotonic() < deadline, "the writes did not land within 10 s"
+            time.sleep(0.01)
+    finally:
+        c.stop()
+    return c
+
+
+def _samples(registry: CollectorRegistry, name: str) -> dict[tuple[str, ...], float]:
+    return {
+        tuple(s.labels.values()): s.value
+        for m in registry.collect()
+        for s in m.samples
+        if s.name == name
+    }
+
+
+def test_queue_and_gpus_by_project_user_and_kind() -> None:
+    m = GangMetrics()
+    objs = [
+        *held("r1", 3, on="a", first=0, borrowed=0, user="alice"),
+        *held("r2", 4, on="a", first=3, borrowed=3, user="bob"),
+        *held("r3", 1, on="a", first=7, borrowed=1, user="alice"),
+        # A record claiming more borrowed GPUs than the gang has counts the gang's.
+        *held("r4", 2, on="b", first=0, borrowed=5, user="alice", ns="q"),
+        waiting("w1", 4, tier="normal"),  # p is at its max of 8: all three wait
+        waiting("w2", 1, tier="batch"),
+        waiting("w3", 2, tier="batch"),
+        waiting("w4", 16, tier="high", ns="q"),  # more than the cluster has free
+    ]
+    c = _run(objs, m)
+    assert c.last_result is not None
+    assert {d.gang.id: type(d).__name__ for d in c.last_result.decisions} == {
+        "p/w1": "Pending", "p/w2": "Pending", "p/w3": "Pending", "q/w4": "Pending",
+    }  # fmt: skip
+    assert _samples(m.registry, "gangops_queue_depth") == {
+        ("p", "normal"): 1, ("p", "batch"): 2, ("q", "high"): 1,
+    }  # fmt: skip
+    assert _samples(m.registry, "gangops_gpus_allocated") == {
+        ("p", "alice", "guaranteed"): 3, ("p", "alice", "borrowed"): 1,
+        ("p", "bob", "guaranteed"): 1, ("p", "bob", "borrowed"): 3,
+        ("q", "alice", "guaranteed"): 0, ("q", "alice", "borrowed"): 2,
+    }  # fmt: skip
+    assert m.registry.get_sample_value("gangops_scheduling_cycle_seconds_count") == 1
+
+    # Next step (same metrics): bob's job and the batch jobs are gone, so are their labels.
+    later = [o for o in objs if o["metadata"]["name"].split("-")[0] not in ("r2", "w2", "w3")]
+    _run(later, m)
+    assert _samples(m.registry, "gangops_queue_depth") == {("p", "normal"): 1, ("q", "high"): 1}
+    assert _samples(m.registry, "gangops_gpus_allocated") == {
+        ("p", "alice", "guaranteed"): 3, ("p", "alice", "borrowed"): 1,
+        ("q", "alice", "guaranteed"): 0, ("q", "alice", "borrowed"): 2,
+    }  # fmt: skip
+    assert m.registry.get_sample_value("gangops_scheduling_cycle_seconds_count") == 2
+
+    # Nothing waits and nothing runs: both gauges are empty, not stuck at their last values.
+    _run([], m)
+    assert _samples(m.registry, "gangops_queue_depth") == {}
+    assert _samples(m.registry, "gangops_gpus_allocated") == {}
+
+
+def test_a_gang_bound_is_timed_from_its_jobs_creation() -> None:
+    m = GangMetrics()
+    clock = FakeClock(T0)
+    clock.advance(7.5)
+    api = FakeApi()
+    new = waiting("new", 2, tier="high")
+    new["metadata"]["creationTimestamp"] = "2025-01-01T00:00:00Z"
+    bound = "gangops_gang_bound_seconds_count"
+    _run([new], m, clock=clock, api=api, until=lambda: _samples(m.registry, bound) != {})
+    nodes = {
+        o["metadata"]["name"]: api.bound.get(
+            f"p/{o['metadata']['name']}", o["spec"].get("nodeName")
+        )
+        for (kind, _, _), o in api.objects.items()
+        if kind == "Pod"
+    }
+    assert set(nodes) == {"new-1-0", "new-1-1"} and None not in nodes.values()
+    assert _samples(m.registry, bound) == {("high",): 1}
+    assert m.registry.get_sample_value("gangops_gang_bound_seconds_sum", {"tier": "high"}) == 7.5
+
+
+def test_a_scrape_during_an_update_sees_the_last_whole_set_not_a_half_cleared_one() -> None:
+    m = GangMetrics()
+    depth = {("p", "high"): 1, ("p", "batch"): 2, ("q", "high"): 3}
+    gpus = {("p", "alice", "guaranteed"): 4.0, ("p", "alice", "borrowed"): 2.0}
+    m.set_queue(depth)
+    m.set_allocated(gpus)
+    done = threading.Event()
+
+    def update() -> None:
+        while not done.is_set():
+            m.set_queue(depth)
+            m.set_allocated(gpus)
+
+    updater = threading.Thread(target=update)
+    updater.start()
+    seen: list[tuple[int, int]] = []
+    try:
+        end = time.monotonic() + 0.5
+        while time.monotonic() < end:
+            q = _samples(m.registry, "gangops_queue_depth")
+            a = _samples(m.registry, "gangops_gpus_allocated")
+            seen.append((len(q), len(a)))
+    finally:
+        done.set()
+        updater.join()
+    assert len(seen) > 100 and set(seen) == {(3, 2)}
