@@ -268,18 +268,28 @@ class GangController:
             v = by_id[rz.gang.id]
             adm = Admission("Admitted", _attempts(v) + 1, rz.placement, now, rz.borrowed_milli)
             self._submit(v.id, self._resize, v, adm, "Growing", rz.reason, assume=adm)
-        self._record_metrics(todo, views)
+        self._record_metrics(todo, views, result)
         return result
 
-    def _record_metrics(self, todo: Plan, views: list[JobView]) -> None:
+    def _record_metrics(self, todo: Plan, views: list[JobView], result: CycleResult) -> None:
+        """Queue depth and GPUs allocated as this step leaves them (its admissions
+        and growths counted, not one step late)."""
+        admitted = {d.gang.id: d for d in result.decisions if isinstance(d, Admit)}
         depth: dict[tuple[str, str], int] = {}
         for g in todo.queue:
-            depth[(g.project, g.tier)] = depth.get((g.project, g.tier), 0) + 1
+            if g.id not in admitted:
+                depth[(g.project, g.tier)] = depth.get((g.project, g.tier), 0) + 1
         self.metrics.set_queue(depth)
         borrowed = {v.id: v.admission.borrowed_milli for v in views if v.admission is not None}
+        holding = {r.gang.id: r.gang for r in todo.running}
+        for d in admitted.values():
+            holding[d.gang.id] = d.gang
+            borrowed[d.gang.id] = d.borrowed_milli
+        for rz in result.resizes:
+            holding[rz.gang.id] = rz.gang
+            borrowed[rz.gang.id] = rz.borrowed_milli
         gpus: dict[tuple[str, str, str], float] = {}
-        for r in todo.running:
-            g = r.gang
+        for g in holding.values():
             lent = min(borrowed.get(g.id, 0), g.gpu_total)
             for kind, milli in (("guaranteed", g.gpu_total - lent), ("borrowed", lent)):
                 key = (g.project, g.user, kind)
@@ -406,9 +416,10 @@ class GangController:
             service.result()
         if not all(results):
             return  # refused by quota for too long: the gang timeout rolls it back
-        self.metrics.gang_bound.labels(v.gang.tier).observe(
-            max(0.0, self._clock.now().timestamp() - v.spec.created)
-        )
+        if not v.status.get("startedAt"):  # first time bound (not a restart or resize)
+            self.metrics.gang_bound.labels(v.gang.tier).observe(
+                max(0.0, self._clock.now().timestamp() - v.spec.created)
+            )
         log.info("gang bound job=%s attempt=%d pods=%d", v.id, adm.attempt, len(manifests))
 
     def _create_service(self, spec: JobSpec) -> None:

@@ -52,7 +52,8 @@ class FakeApi:
             "kind": res.kind,
             "metadata": {"name": name, "namespace": namespace},
         }
-        return self._stored({**base, "status": patch["status"]})
+        status = {**(base.get("status") or {}), **patch["status"]}  # a merge patch
+        return self._stored({**base, "status": {k: v for k, v in status.items() if v is not None}})
 
     def create(self, obj: Obj, *, field_manager: str) -> Obj:
         return self._stored(obj)
@@ -223,3 +224,33 @@ def test_a_scrape_during_an_update_sees_the_last_whole_set_not_a_half_cleared_on
         done.set()
         updater.join()
     assert len(seen) > 100 and set(seen) == {(3, 2)}
+
+
+def test_a_job_admitted_in_a_step_counts_at_once_not_one_step_late() -> None:
+    m = GangMetrics()
+    api = FakeApi()
+    bound = "gangops_gang_bound_seconds_count"
+    _run(
+        [waiting("now", 2, tier="normal", ns="q")],
+        m,
+        api=api,
+        until=lambda: _samples(m.registry, bound) != {},
+    )
+    assert _samples(m.registry, "gangops_queue_depth") == {}
+    assert _samples(m.registry, "gangops_gpus_allocated") == {
+        ("q", "alice", "guaranteed"): 0, ("q", "alice", "borrowed"): 2,
+    }  # fmt: skip
+
+
+def test_a_gang_bound_again_after_it_ran_is_not_timed_again() -> None:
+    m = GangMetrics()
+    api = FakeApi()
+    again = waiting("again", 2, tier="high")
+    again["status"] = {"startedAt": "2024-12-31T23:00:00Z", "restarts": 1, "attempts": 1}
+    done = lambda: any(k[0] == "Pod" for k in api.objects)  # noqa: E731
+    _run([again], m, api=api, until=lambda: done() and not _busy(api))
+    assert _samples(m.registry, "gangops_gang_bound_seconds_count") == {}
+
+
+def _busy(api: FakeApi) -> bool:
+    return sum(1 for k in api.objects if k[0] == "Pod") < 2
