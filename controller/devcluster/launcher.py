@@ -84,12 +84,21 @@ ADMISSION_PLUGINS = (
     "DefaultTolerationSeconds",
     "RuntimeClass",
     "MutatingAdmissionWebhook",
+    "MutatingAdmissionPolicy",
     "ValidatingAdmissionPolicy",
     "ValidatingAdmissionWebhook",
     "ResourceQuota",
 )
 """kube-apiserver admission plugins, as on a kubeadm cluster (the API server's defaults,
-listed so a reader knows what is enforced)."""
+listed so a reader knows what is enforced), plus MutatingAdmissionPolicy."""
+
+BETA_APIS = {
+    "feature_gates": "MutatingAdmissionPolicy=true",
+    "runtime_config": "admissionregistration.k8s.io/v1beta1=true",
+}
+"""Beta APIs turned on: MutatingAdmissionPolicy (beta since Kubernetes 1.34, off by
+default), so the TrainingJob user label can be filled in as on clusters that
+enable it."""
 
 DISABLED_ADMISSION_PLUGINS = ("TaintNodesByCondition",)
 """Default plugins turned off. TaintNodesByCondition taints every new Node not-ready until
@@ -726,6 +735,8 @@ def _start_components(
             "--authorization-mode=Node,RBAC",
             f"--enable-admission-plugins={','.join(ADMISSION_PLUGINS)}",
             f"--disable-admission-plugins={','.join(DISABLED_ADMISSION_PLUGINS)}",
+            f"--feature-gates={BETA_APIS['feature_gates']}",
+            f"--runtime-config={BETA_APIS['runtime_config']}",
             f"--watch-cache-sizes={WATCH_CACHE_DISABLED}#0",
             "--allow-privileged=true",
             "--max-requests-inflight=800",

@@ -10,7 +10,15 @@ not matched: the controller's status writes pass untouched.
 
 A username that is not a valid label value (a service account's
 `system:serviceaccount:ns:name`, an email address) cannot own a
-TrainingJob; the refusal message says so. Pure: the objects, as dicts.
+TrainingJob; the refusal message says so.
+
+Where the cluster serves MutatingAdmissionPolicy (beta in Kubernetes 1.34
+and 1.35, behind the `MutatingAdmissionPolicy` feature gate and
+`--runtime-config=admissionregistration.k8s.io/v1beta1=true`),
+`mutating_objects` fills the label in on CREATE when it is missing, so users
+need not write their own name; mutation runs before validation, so the
+validating policy still refuses a label naming someone else. Pure: the
+objects, as dicts.
 """
 
 from __future__ import annotations
@@ -19,11 +27,13 @@ from typing import Any
 
 from controller.jobs.spec import LABEL_USER
 
-__all__ = ["POLICY_NAME", "admission_objects"]
+__all__ = ["POLICY_NAME", "admission_objects", "mutating_objects"]
 
 POLICY_NAME = "trainingjobs.ai.operator-user"
 
 _LABELS = "object.metadata.?labels.orValue({})"
+_LABEL_VALUE = "^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$"
+"""What a label value may be (the API server's own rule)."""
 _OLD_LABELS = "oldObject.metadata.?labels.orValue({})"
 _LABEL = f"'{LABEL_USER}'"
 
@@ -77,5 +87,56 @@ def admission_objects() -> list[dict[str, Any]]:
         "kind": "ValidatingAdmissionPolicyBinding",
         "metadata": {"name": POLICY_NAME, "labels": labels},
         "spec": {"policyName": POLICY_NAME, "validationActions": ["Deny"]},
+    }
+    return [policy, binding]
+
+
+def mutating_objects() -> list[dict[str, Any]]:
+    """The MutatingAdmissionPolicy that sets `ai.operator/user` to the creator when
+    the label is missing (and the creator's name can be a label value), and its
+    binding, in apply order."""
+    labels = {"app.kubernetes.io/part-of": "gangops"}
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1beta1",
+        "kind": "MutatingAdmissionPolicy",
+        "metadata": {"name": POLICY_NAME, "labels": labels},
+        "spec": {
+            "failurePolicy": "Fail",
+            "reinvocationPolicy": "Never",
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": ["ai.operator"],
+                        "apiVersions": ["v1"],
+                        "operations": ["CREATE"],
+                        "resources": ["trainingjobs"],
+                    }
+                ]
+            },
+            "matchConditions": [
+                {"name": "label-missing", "expression": f"!({_LABEL} in {_LABELS})"},
+                {
+                    "name": "username-is-a-label-value",
+                    "expression": f"request.userInfo.username.matches('{_LABEL_VALUE}')",
+                },
+            ],
+            "mutations": [
+                {
+                    "patchType": "ApplyConfiguration",
+                    "applyConfiguration": {
+                        "expression": (
+                            "Object{metadata: Object.metadata{labels: "
+                            f"{{{_LABEL}: request.userInfo.username}}}}}}"
+                        )
+                    },
+                }
+            ],
+        },
+    }
+    binding = {
+        "apiVersion": "admissionregistration.k8s.io/v1beta1",
+        "kind": "MutatingAdmissionPolicyBinding",
+        "metadata": {"name": POLICY_NAME, "labels": labels},
+        "spec": {"policyName": POLICY_NAME},
     }
     return [policy, binding]

@@ -14,8 +14,15 @@ from pathlib import Path
 __all__ = ["add_subcommand"]
 
 
+_NOT_SERVED = (
+    "the cluster does not serve MutatingAdmissionPolicy (admissionregistration.k8s.io/v1beta1; "
+    "enable the MutatingAdmissionPolicy feature gate and --runtime-config="
+    "admissionregistration.k8s.io/v1beta1=true on the API server)"
+)
+
+
 def _install_crds(args: argparse.Namespace) -> int:
-    from controller.jobs.admission import admission_objects
+    from controller.jobs.admission import admission_objects, mutating_objects
     from controller.kube.client import ApiError, connect
     from controller.kube.crds import crd_file_name, generate_crds, install, render_yaml
     from controller.policy.validate import schema_dir
@@ -29,19 +36,40 @@ def _install_crds(args: argparse.Namespace) -> int:
             print(f"wrote {out / crd_file_name(crd)}")
         return 0
     if args.print:
-        sys.stdout.write("".join("---\n" + render_yaml(c) for c in crds + admission_objects()))
+        docs = crds + admission_objects()
+        if args.mutating_policy == "on":
+            docs += mutating_objects()
+        sys.stdout.write("".join("---\n" + render_yaml(c) for c in docs))
         return 0
+    applied = []
     try:
         kube = connect(args.kubeconfig)
         install(kube, crds, timeout_s=args.timeout)
         for obj in admission_objects():
             kube.apply(obj, field_manager="gangops")
+            applied.append(obj)
+        if args.mutating_policy != "off":
+            try:
+                for obj in mutating_objects():
+                    kube.apply(obj, field_manager="gangops")
+                    applied.append(obj)
+            except ApiError as e:
+                if e.status != 404:
+                    raise
+                if args.mutating_policy == "on":
+                    print(f"gangops install-crds: {_NOT_SERVED}", file=sys.stderr)
+                    return 1
+                print(
+                    f"note: {_NOT_SERVED}; TrainingJob authors set the ai.operator/user label "
+                    "themselves (the validating policy checks it)",
+                    file=sys.stderr,
+                )
     except (ApiError, TimeoutError) as e:
         print(f"gangops install-crds: {e}", file=sys.stderr)
         return 1
     for crd in crds:
         print(f"customresourcedefinition/{crd['metadata']['name']} established")
-    for obj in admission_objects():
+    for obj in applied:
         print(f"{obj['kind'].lower()}/{obj['metadata']['name']} applied")
     return 0
 
@@ -54,8 +82,18 @@ def add_subcommand(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
         "and the TrainingJob admission policy",
         description="Generate the CustomResourceDefinitions from the JSON Schemas and apply "
         "them (server-side, field manager gangops), waiting until they are established, "
-        "then the ValidatingAdmissionPolicy that charges a TrainingJob to its creator; "
-        "or write the CRDs to a directory, or print everything.",
+        "then the ValidatingAdmissionPolicy that charges a TrainingJob to its creator "
+        "and, where the cluster serves it, the MutatingAdmissionPolicy that fills the "
+        "creator in; or write the CRDs to a directory, or print everything.",
+    )
+    p.add_argument(
+        "--mutating-policy",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="the MutatingAdmissionPolicy that sets a new TrainingJob's ai.operator/user "
+        "label to its creator when missing: auto installs it where the API is served "
+        "(beta, off by default in Kubernetes 1.34-1.35), on requires it, off skips it; "
+        "with --print, only on prints it (default auto)",
     )
     p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, in-cluster, ...)")
     p.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS")

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from controller.devcluster import DevCluster
-from controller.jobs.admission import admission_objects
+from controller.jobs.admission import admission_objects, mutating_objects
 from controller.kube.client import RESOURCES, Kube, connect
 from controller.kube.crds import generate_crds, install
 from controller.policy.validate import schema_dir
@@ -37,10 +37,10 @@ def admin(dev_cluster: DevCluster) -> Kube:
 
 @pytest.fixture(scope="session")
 def trainingjob_api(admin: Kube) -> Kube:
-    """The CRDs (TrainingJob among them), the admission policy and the test tiers'
+    """The CRDs (TrainingJob among them), the admission policies and the test tiers'
     PriorityClasses, installed once per session."""
     install(admin, generate_crds(schema_dir()))
-    for obj in admission_objects():
+    for obj in admission_objects() + mutating_objects():
         admin.apply(obj, field_manager="gangops")
     for name, value in ((HIGH, 100_000), (BATCH, 1_000)):
         pc = {

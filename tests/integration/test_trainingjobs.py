@@ -3,6 +3,8 @@ the gang scheduler placing, queueing, preempting and restarting whole gangs."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -224,6 +226,27 @@ def test_admission_policy_charges_a_job_to_its_creator(gang_env: GangEnv, alice:
     assert err.status == 403
 
 
+def test_a_job_without_the_user_label_is_charged_to_its_creator(
+    gang_env: GangEnv, alice: Kube
+) -> None:
+    env = gang_env
+    manifest = env.job("unlabelled", gang=1)
+    del manifest["metadata"]["labels"]["ai.operator/user"]
+
+    def created() -> dict[str, object] | None:
+        try:
+            return env.create(manifest, as_=alice)
+        except ApiError as e:  # the mutating policy takes a moment to apply
+            assert e.status == 403, e
+            return None
+
+    job = wait_for("the mutating admission policy to fill the label in", created)
+    assert job["metadata"]["labels"]["ai.operator/user"] == "alice"
+    # A label naming someone else is not overwritten: still refused.
+    err = _refused(lambda: env.create(env.job("bobs", gang=1, user="bob"), as_=alice))
+    assert err.status == 403 and 'set it to "alice"' in err.message
+
+
 def test_a_gang_not_running_within_the_timeout_is_rolled_back_and_requeued(
     gang_env: GangEnv,
 ) -> None:
@@ -280,3 +303,14 @@ def test_explain_on_the_command_line(
     assert "Decision: waiting (Capacity): needs 16 GPUs (16 workers x 1 GPU)" in out
     assert main(["explain", f"{env.namespace}/nope", *common, env.system_namespace]) == 1
     assert f"TrainingJob {env.namespace}/nope not found" in capsys.readouterr().err
+
+
+def test_install_crds_applies_both_admission_policies(dev_cluster: DevCluster) -> None:
+    cmd = [sys.executable, "-m", "controller.cli", "install-crds", "--kubeconfig"]
+    out = subprocess.run(
+        [*cmd, str(dev_cluster.kubeconfig)], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert "validatingadmissionpolicy/trainingjobs.ai.operator-user applied" in out.stdout
+    assert "mutatingadmissionpolicy/trainingjobs.ai.operator-user applied" in out.stdout
+    assert "mutatingadmissionpolicybinding/trainingjobs.ai.operator-user applied" in out.stdout

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from jsonschema import Draft202012Validator
 
 from controller.kube.crds import crd_file_name, generate_crds, render_yaml
@@ -77,3 +78,18 @@ def test_policysource_schema_accepts_a_full_example_and_refuses_a_typo() -> None
     assert not list(v.iter_errors(doc))
     doc["spec"]["intervall"] = "5m"
     assert [e.validator for e in v.iter_errors(doc)] == ["additionalProperties"]
+
+
+def test_print_includes_the_mutating_policy_only_when_asked(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from controller.cli import main
+
+    assert main(["install-crds", "--print"]) == 0
+    default = capsys.readouterr().out
+    assert "kind: ValidatingAdmissionPolicy\n" in default
+    assert "MutatingAdmissionPolicy" not in default  # auto: the cluster is unknown offline
+    assert main(["install-crds", "--print", "--mutating-policy", "on"]) == 0
+    on = capsys.readouterr().out
+    assert "kind: MutatingAdmissionPolicy\n" in on
+    assert "kind: MutatingAdmissionPolicyBinding\n" in on
