@@ -304,19 +304,26 @@ def _shrink(
     budget: int,
     exclude: frozenset[str],
     holder: bool,
+    project: str | None = None,
 ) -> tuple[list[tuple[Running, int]], Placement] | None:
-    """Elastic gangs to shrink, and by how much, so `g` fits: grown workers
-    first, then the lowest tier, then the most recently started; each gang
-    shrunk by no more workers than needed. (original, workers kept) pairs and
-    the placement; the snapshot is left as it was found."""
+    """Elastic gangs to shrink, and by how much, so `g` fits (its quota included):
+    grown workers first, then the lowest tier, then the most recently started;
+    only gangs of `project` when given (to give back quota). Each gang is shrunk
+    by no more workers than needed, and none that the placement turns out not
+    to need. (original, workers kept) pairs and the placement; the snapshot is
+    left as it was found."""
+
+    def fits() -> Placement | None:
+        return _fit(snap, policy, g, exclude) if quota(snap, policy, g) is None else None
+
     ranked = []
     for r in snap.running.values():
+        if project is not None and r.gang.project != project:
+            continue
         floor = _shrink_floor(snap, policy, g, r, now, holder)
         if floor is not None and floor < r.gang.workers:
             grown = r.gang.workers > r.gang.submitted_workers
             ranked.append(((not grown, r.gang.priority, -r.started, r.gang.id), r, floor))
-    if not ranked:
-        return None
     ranked.sort(key=lambda x: x[0])
     done: list[tuple[Running, int]] = []
     found: Placement | None = None
@@ -325,24 +332,66 @@ def _shrink(
             floor = max(floor, r.gang.submitted_workers)
             if floor >= r.gang.workers:
                 continue
-        budget -= floor < r.gang.submitted_workers
         snap.forget(r.gang.id)
         keep = r.gang.workers
         while keep > floor and found is None:
             keep -= 1
             snap.assume(_shrunk(r, keep, now))
-            found = _fit(snap, policy, g, exclude)
+            found = fits()
             snap.forget(r.gang.id)
         snap.assume(_shrunk(r, keep, now))
         done.append((r, keep))
+        budget -= keep < r.gang.submitted_workers
         if found is not None:
             break
-    for r, _ in reversed(done):
+    if found is None:
+        for r, _ in reversed(done):
+            snap.forget(r.gang.id)
+            snap.assume(r)
+        return None
+    # Give back in full every earlier gang the placement does not need.
+    needed = [done[-1]]
+    for r, keep in reversed(done[:-1]):
         snap.forget(r.gang.id)
         snap.assume(r)
-    if found is None:
-        return None
-    return done, found
+        again = fits()
+        if again is None:
+            snap.forget(r.gang.id)
+            snap.assume(_shrunk(r, keep, now))
+            needed.append((r, keep))
+        else:
+            found = again
+    for r, _ in needed:
+        snap.forget(r.gang.id)
+        snap.assume(r)
+    return needed, found
+
+
+def _shrink_for(
+    snap: Snapshot,
+    state: _State,
+    g: Gang,
+    shrinks: tuple[list[tuple[Running, int]], Placement],
+    now: float,
+) -> Preempt:
+    """Apply a `_shrink` result to the snapshot: the decision."""
+    done, placement = shrinks
+    for r, keep in done:
+        snap.forget(r.gang.id)
+        snap.assume(_shrunk(r, keep, now))
+    snap.assume(Running(g, placement, now))
+    state.budget -= sum(1 for r, keep in done if keep < r.gang.submitted_workers)
+    names = ", ".join(
+        f"{r.gang.id} from {_gpus(r.gang.gpu_total)} to {_gpus(keep * r.gang.pod.gpu_total)} GPUs"
+        for r, keep in sorted(done, key=lambda rk: rk[0].gang.id)
+    )
+    return Preempt(
+        g,
+        (),
+        placement,
+        f"shrinking elastic {names} to free {_gpus(g.gpu_total)} GPUs",
+        tuple(sorted((r.gang.id, keep) for r, keep in done)),
+    )
 
 
 def _grow(
@@ -361,10 +410,13 @@ def _grow(
     )
     if waiting or state.held:
         return []
+    # A gang waiting for its project's quota would only take the growth back.
+    short = {d.gang.project for d in decisions if isinstance(d, Pending) and d.code == "Quota"}
     growable = [
         r.gang
         for r in snap.running.values()
-        if r.gang.max_workers is not None
+        if r.gang.project not in short
+        and r.gang.max_workers is not None
         and r.gang.workers < r.gang.max_workers
         and r.started < now
         and now - r.started >= max(interval, policy.min_runtime_seconds)
@@ -518,10 +570,16 @@ def _decide(
     refused = _refused(policy, g)
     if refused is not None:
         return Pending(g, refused, "Refused")
+    exclude = _excluded(state, g, now)
     blocked = quota(snap, policy, g)
     if blocked is not None:
+        # The project's (or user's) own elastic gangs give back what they grew by.
+        lent = _shrink(
+            snap, policy, g, now=now, budget=0, exclude=exclude, holder=False, project=g.project
+        )
+        if lent is not None:
+            return _shrink_for(snap, state, g, lent, now)
         return Pending(g, blocked, "Quota")
-    exclude = _excluded(state, g, now)
     placement = _fit(snap, policy, g, exclude)
     if placement is not None:
         return _admit(snap, policy, state, g, placement, now)
@@ -530,24 +588,7 @@ def _decide(
     holder = state.reserved_for is not None and state.reserved_for.id == g.id
     shrinks = _shrink(snap, policy, g, now=now, budget=state.budget, exclude=exclude, holder=holder)
     if shrinks is not None:
-        done, placement = shrinks
-        for r, keep in done:
-            snap.forget(r.gang.id)
-            snap.assume(_shrunk(r, keep, now))
-        snap.assume(Running(g, placement, now))
-        state.budget -= sum(1 for r, keep in done if keep < r.gang.submitted_workers)
-        names = ", ".join(
-            f"{r.gang.id} from {_gpus(r.gang.gpu_total)} to "
-            f"{_gpus(keep * r.gang.pod.gpu_total)} GPUs"
-            for r, keep in done
-        )
-        return Preempt(
-            g,
-            (),
-            placement,
-            f"shrinking elastic {names} to free {_gpus(g.gpu_total)} GPUs",
-            tuple((r.gang.id, keep) for r, keep in done),
-        )
+        return _shrink_for(snap, state, g, shrinks, now)
     victims = _preempt(
         snap, policy, g, now=now, budget=state.budget, exclude=exclude, holder=holder
     )

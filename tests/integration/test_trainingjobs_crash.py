@@ -6,7 +6,10 @@ monitor reads every job's recorded decision; afterwards one last controller
 runs until the workload is done. The records must never admit more than the
 project's max at once, no node may ever be double-booked (the fake kubelet
 would fail the pod `OutOfnvidia.com/gpu`), no attempt may have two pods of one
-rank, and every job must end Succeeded with its whole gang.
+rank, and every job must end Succeeded with its whole gang. Every fourth job
+is elastic (2..8 GPUs) and the controller grows jobs as soon as it can (while
+the queue waits on the project's max it cannot; as the queue drains it does,
+so some kills land around resizes).
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ TRIALS = 20
 MAX_GPUS = 12
 JOBS = 36
 GANG = 4
+ELASTIC = {"minGPU": 2, "maxGPU": 8}
+"""The resource profile of every fourth job."""
 
 
 def _controller(env: GangEnv, dev_cluster: DevCluster, log: Path) -> subprocess.Popen[bytes]:
@@ -47,6 +52,7 @@ def _controller(env: GangEnv, dev_cluster: DevCluster, log: Path) -> subprocess.
         "--node-selector", env.node_selector,
         "--source-selector", f"gangops.ai/none={env.selector_value}",
         "--cache-dir", str(log.parent / "cache"),
+        "--grow-interval", "0",
     ]  # fmt: skip
     with log.open("ab") as out:
         return subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
@@ -62,7 +68,10 @@ def test_crash_at_random_moments_never_breaks_quota_nodes_or_gangs(
                    timeout_s=8)
     )  # fmt: skip
     for i in range(JOBS):
-        env.create(env.job(f"j{i}", gang=GANG, annotations={FAKE_DURATION: "1"}))
+        manifest = env.job(f"j{i}", gang=GANG, annotations={FAKE_DURATION: "1"})
+        if i % 4 == 0:
+            manifest["spec"]["resourceProfile"] = dict(ELASTIC)
+        env.create(manifest)
 
     seen_over: list[str] = []
     stop = threading.Event()
@@ -133,4 +142,8 @@ def test_crash_at_random_moments_never_breaks_quota_nodes_or_gangs(
             and p["status"]["phase"] == "Succeeded"
         ]
         attempts = Counter(p["metadata"]["labels"]["ai.operator/attempt"] for p in succeeded)
-        assert attempts.get(str(status["attempts"])) == GANG, f"j{i}: {attempts} (seed {seed})"
+        whole = attempts.get(str(status["attempts"]), 0)
+        if i % 4:
+            assert whole == GANG, f"j{i}: {attempts} (seed {seed})"
+        else:  # elastic: its last size, within its range
+            assert ELASTIC["minGPU"] <= whole <= ELASTIC["maxGPU"], f"j{i}: {attempts} ({seed})"

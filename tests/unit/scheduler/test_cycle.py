@@ -290,6 +290,32 @@ CASES = [
         pending={"hi": "4 GPUs"},
     ),
     Case(
+        "elastic: a gang waiting for its project's max takes back what a sibling grew by",
+        nodes=[node("n1"), node("n2")],
+        policy=policy({"p": {"max": 8}}),
+        running=[running(_GROWN, {"n1": 8})],
+        queue=[job("a").gang(4).build()],
+        shrunk={"a": {"e": 4}},
+    ),
+    Case(
+        "elastic: no growth in a project whose gangs wait for its quota",
+        nodes=[node("n1"), node("n2")],
+        policy=policy({"p": {"max": 8}}),
+        running=[running(job("e").gang(4).elastic(2, 8).build(), {"n1": 4})],
+        queue=[job("b").gang(6).build()],
+        pending={"b": "at max"},
+    ),
+    Case(
+        "elastic: a gang shrunk on the way but not needed in the end keeps its GPUs",
+        nodes=[node("n1", zone="z1"), node("n2", zone="z2")],
+        running=[
+            running(job("e1").gang(4).elastic(2, 8).build().resized(8), {"n1": 8}, started=-10),
+            running(_GROWN, {"n2": 8}, started=-20),
+        ],
+        queue=[job("a").gang(4).on("topology.kubernetes.io/zone", "z2").build()],
+        shrunk={"a": {"e": 4}},
+    ),
+    Case(
         "shared GPUs: two half-GPU pods share one device",
         nodes=[node("n1", 1)],
         queue=[job("a").share(500).build(), job("b").share(500).at(1).build()],
