@@ -13,10 +13,13 @@
    fitted to our results. gangops measured 95.46/95.45/95.41 % (seeds 42-44;
    bestfit 92.86/92.96/93.01, random 86.46/86.58/86.14); FGD's measure
    alone gave 94.05-94.33 (see docs/simulator.md on CPU and ties).
-3. Multi-tenant: openb with departures mapped onto the five projects of
-   policies/ (re-timed to offered load 2, durations capped at 1 h): gangops'
-   utilisation over static islands'; target 1.4 (the issue's claim), at equal
-   or lower p99 queueing delay.
+3. Multi-tenant (docs/simulator.md, "Multi-tenant experiment"): openb with
+   departures mapped onto the five projects of policies/, in the documented
+   setting `MULTI_TENANT`; prints gangops' and static's utilisation, p50 and
+   p99 queueing delay, and a one-line verdict on the issue's claim (at least
+   1.4x static's utilisation at equal or lower queueing delay). The 1.4
+   threshold row is the issue's claim, not fitted to our results; the sweep
+   in docs/simulator.md says where and why it is, or is not, met.
 
 Without the traces every figure is skipped with a message saying where to
 put them. Run: `.venv/bin/python -m tests.perf sim` once registered.
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from controller.sim.report import figures
 from controller.sim.run import Experiment
@@ -34,12 +38,18 @@ from controller.sim.schedulers import SCHEDULERS
 from controller.sim.traces import TRACES_ENV, trace_path, traces_dir
 from tests.perf.harness import Result
 
-__all__ = ["run", "run_benchmarks"]
+__all__ = ["run", "run_benchmarks", "verdict"]
 
 GANGOPS_FULL_TRACE_MAX_S = 60.0
 PUBLISHED = {"random": 86.30, "bestfit": 92.86, "gangops": 95.23}
 """FGD paper, openb default trace, allocation at 100 % arrived (gangops: FGD's)."""
 MULTI_TENANT_RATIO_MIN = 1.4
+"""The issue's claim: dynamic quotas raise utilisation 40 % over static islands."""
+MULTI_TENANT = {"load": 1.0, "repeat": 3, "max_duration": 3600.0, "session_mean": 20.0}
+"""The documented setting (docs/simulator.md): three shuffled passes of openb as
+one Poisson stream offering the cluster's capacity, durations capped at 1 h,
+sessions of 20 jobs. Overloaded settings queue thousands of gangs and take
+several minutes per scheduler; the sweep in the docs covers them."""
 
 
 def _inputs() -> tuple[Path, Path] | None:
@@ -120,17 +130,25 @@ def run_benchmarks() -> list[Result]:
             pods,
             policies=Path("policies"),
             schedulers=("gangops", "static"),
-            load=2.0,
-            max_duration=3600.0,
+            load=MULTI_TENANT["load"],
+            repeat=int(MULTI_TENANT["repeat"]),
+            max_duration=MULTI_TENANT["max_duration"],
+            session_mean=MULTI_TENANT["session_mean"],
         )
     )
     f = {r.name: figures(r) for r in runs}
-    ratio = f["gangops"]["utilization"] / max(f["static"]["utilization"], 1e-9)
+    g, st = f["gangops"], f["static"]
+    ratio = g["utilization"] / max(st["utilization"], 1e-9)
     print(
-        f"sim: multi-tenant utilisation gangops {f['gangops']['utilization']:.4f} vs static "
-        f"{f['static']['utilization']:.4f} (x{ratio:.2f}); p99 delay "
-        f"{f['gangops']['queueing_delay_p99']} s vs {f['static']['queueing_delay_p99']} s"
+        f"sim: multi-tenant ({', '.join(f'{k} {v:g}' for k, v in MULTI_TENANT.items())}): "
+        f"utilisation gangops {g['utilization']:.4f} vs static {st['utilization']:.4f} "
+        f"(x{ratio:.2f}; makespan {g['makespan']:g} s vs {st['makespan']:g} s); "
+        f"while jobs arrive {g['utilization_arrivals']:.4f} vs {st['utilization_arrivals']:.4f}; "
+        f"delay p50 {g['queueing_delay_p50']} s vs {st['queueing_delay_p50']} s, "
+        f"p99 {g['queueing_delay_p99']} s vs {st['queueing_delay_p99']} s; "
+        f"rejected {g['rejected']} vs {st['rejected']}"
     )
+    print(f"sim: multi-tenant verdict: {verdict(g, st)}")
     results.append(
         Result(
             "sim: multi-tenant utilisation gangops/static",
@@ -141,6 +159,28 @@ def run_benchmarks() -> list[Result]:
         )
     )
     return results
+
+
+def verdict(gangops: dict[str, Any], static: dict[str, Any]) -> str:
+    """One line on the claim, from both schedulers' figures."""
+    ratio = gangops["utilization"] / max(static["utilization"], 1e-9)
+    arriving = gangops["utilization_arrivals"] / max(static["utilization_arrivals"], 1e-9)
+    no_worse = all(gangops[k] <= static[k] for k in ("queueing_delay_p50", "queueing_delay_p99"))
+    same_jobs = gangops["rejected"] == static["rejected"] == 0
+    holds = ratio >= MULTI_TENANT_RATIO_MIN and no_worse and same_jobs
+    why = [
+        f"utilisation x{ratio:.2f} over the makespan (claim: x{MULTI_TENANT_RATIO_MIN:g}), "
+        f"x{arriving:.2f} while jobs arrive",
+        "delays equal or lower" if no_worse else "delays higher (p50 or p99) than static's",
+    ]
+    if same_jobs:
+        why.append("both ran every job, so the first ratio is static's makespan over gangops'")
+    else:
+        why.append("the two did not run the same jobs (some rejected)")
+    return (
+        f"claim {'HOLDS' if holds else 'NOT MET'} in this setting: {'; '.join(why)} "
+        "(docs/simulator.md, Multi-tenant experiment)"
+    )
 
 
 def run() -> list[Result]:
