@@ -52,8 +52,9 @@ class Outcome:
     started: list[JobId] = field(default_factory=list)
     preempted: list[JobId] = field(default_factory=list)
     rejected: list[JobId] = field(default_factory=list)
-    """Gangs that can never run here: refused by the policy, or not placeable
-    even on the empty cluster (or island); the engine drops and counts them."""
+    """Gangs that can never run here: refused by the policy, above their
+    user's max, or not placeable even on the empty cluster (or island); the
+    engine drops and counts them."""
 
 
 class Scheduler(Protocol):
@@ -102,7 +103,11 @@ class GangopsScheduler:
 
     def ever_fits(self, g: Gang) -> bool:
         """Whether the gang fits these nodes when they are all free (and
-        outside the reserve unless its tier may use it)."""
+        outside the reserve unless its tier may use it), and its user's max."""
+        project = self.policy.projects.get(g.project)
+        user_max = project.user(g.user).max if project is not None else None
+        if user_max is not None and g.gpu_total > user_max:
+            return False
         reserved = g.tier not in self.policy.reserve_tiers and self.policy.reserve > 0
         key = (g.pod, g.workers, reserved)
         if key not in self._ever_fits:

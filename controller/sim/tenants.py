@@ -12,7 +12,9 @@ user and tier from the policy set, reproducibly (seeded):
    job (a job too large for the session's project is drawn again among those
    that can run it);
 3. the user is drawn among the project's named members and four default
-   users (`<project>-user-0..3`); the tier is the project's default tier.
+   users (`<project>-user-0..3`) whose own max admits the job (a job above
+   every user's max goes to any of them); the tier is the project's default
+   tier.
 
 Over a long trace each project's demand matches its guarantee; over hours it
 does not, which is exactly what static islands cannot absorb. How long it
@@ -134,6 +136,10 @@ def scale_policy_doc(doc: Mapping[str, Any], capacity_gpus: int) -> dict[str, An
     return out
 
 
+def _admits(limit: int | None, milli: int) -> bool:
+    return limit is None or milli <= limit
+
+
 def assign_tenants(
     jobs: Sequence[TraceJob],
     policy: SchedulingPolicy,
@@ -166,6 +172,7 @@ def assign_tenants(
         if fits and project not in [p for p, _ in fits]:
             project = rng.choices([p for p, _ in fits], [w for _, w in fits])[0]
         users = [*sorted(project.members), *(f"{project.name}-user-{i}" for i in range(4))]
+        users = [u for u in users if _admits(project.user(u).max, job.gpu_milli)] or users
         tier = job.tier or project.default_tier or min(project.tiers, default="normal")
         out.append(
             replace(job, project=project.name, user=job.user or rng.choice(users), tier=tier)

@@ -10,7 +10,7 @@ from controller.scheduler.policy import SchedulingPolicy
 from controller.scheduler.types import MILLI, Node, PodShape
 from controller.sim.engine import RunResult, simulate
 from controller.sim.schedulers import islands, make_scheduler
-from controller.sim.tenants import open_policy_doc
+from controller.sim.tenants import assign_tenants, open_policy_doc
 from controller.sim.traces import TraceJob
 
 NODES = [Node(f"n{i}", 4) for i in range(4)]
@@ -102,3 +102,21 @@ def test_utilisation_over_the_arrivals_leaves_out_the_drain() -> None:
     assert r.makespan == 1050.0
     assert abs(r.utilization_arrivals - 12 / 16) < 1e-9  # 12 of 16 GPUs busy while jobs arrive
     assert abs(r.utilization - (800 + 4000 + 4000) / (16 * 1050.0)) < 1e-9
+
+
+def test_a_job_above_its_users_max_is_rejected_not_left_queued() -> None:
+    doc = _doc({"a": 8, "b": 8})
+    doc["projects"][0]["users"] = {"default": {"guaranteed": {}, "max": {"gpu": 4}}, "members": []}
+    r = _run("gangops", doc, [_job("wide", "a", 8), _job("ok", "b", 4)])
+    assert r.rejected == 1 and r.never_started == 1 and r.makespan == 100.0
+
+
+def test_tenant_mapping_gives_a_job_to_a_user_whose_max_admits_it() -> None:
+    doc = _doc({"a": 8})
+    doc["projects"][0]["users"] = {
+        "default": {"guaranteed": {}, "max": {"gpu": 2}},
+        "members": [{"name": "big", "guaranteed": {}, "max": {"gpu": 8}}],
+    }
+    policy = SchedulingPolicy.from_dict(doc)
+    jobs = [TraceJob(f"j{i}", float(i), 10.0, 4, PodShape(gpus=1)) for i in range(20)]
+    assert {j.user for j in assign_tenants(jobs, policy, seed=3)} == {"big"}
