@@ -5,7 +5,11 @@ scheduler runs one cycle over every pending job (in submission order; the
 gangops cycle orders them itself); cycles are coalesced onto a tick (default
 10 s of virtual time), like the controller's periodic cycle. A started job
 runs for its trace duration and then releases its GPUs; a preempted job goes
-back to the queue and starts over (its progress is lost). Nothing here reads
+back to the queue and starts over (its progress is lost). An elastic job
+(`min_gpu`/`max_gpu`) grown or shrunk by the scheduler keeps its progress and
+scales linearly: its work is its duration times its submitted workers, in
+worker-seconds, done at its current number of workers (a resize is a restart
+from a checkpoint taken at that moment). Nothing here reads
 the wall clock except the progress callback's caller.
 
 `--arrivals-only` (FGD's fragmentation experiment): jobs arrive one by one
@@ -20,6 +24,7 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
+from controller.scheduler.cycle import GROW_INTERVAL_S
 from controller.scheduler.policy import SchedulingPolicy
 from controller.scheduler.snapshot import NodeState
 from controller.scheduler.types import MILLI, Gang, JobId, PodShape
@@ -58,6 +63,8 @@ class RunResult:
     every node set they may use): dropped from the queue at once, counted here,
     and in `never_started`."""
     preemptions: int = 0
+    resizes: int = 0
+    """Elastic jobs grown onto idle GPUs or shrunk for a waiting gang."""
     preempted_gpu_seconds: float = 0.0
     """GPU-seconds of runs cut short by preemption: counted in `utilization`
     (the GPUs were allocated) but lost, since a preempted job starts over."""
@@ -95,6 +102,7 @@ def gang_of(job: TraceJob, policy: SchedulingPolicy) -> Gang:
         preemptible=tier.preemptible if tier else False,
         may_preempt=tier.may_preempt if tier else False,
         min_workers=job.min_workers,
+        max_workers=job.max_workers,
         expected_duration=job.duration,
     )
 
@@ -184,6 +192,11 @@ class _Job:
     run: int = 0
     partial_since: float | None = None
     timed_out: bool = False
+    workers: int = 0
+    """Workers it runs with now (elastic jobs change)."""
+    work_left: float = 0.0
+    """Worker-seconds of work left, as of `seg_start`."""
+    seg_start: float = 0.0
 
 
 def simulate(
@@ -200,7 +213,9 @@ def simulate(
     result = RunResult(scheduler.name, capacity_milli, len(jobs))
     state = {j.id: _Job(gang_of(j, policy), j.duration) for j in jobs}
     events: list[tuple[float, int, int, str, int]] = []
-    """(time, kind 0=finish 1=arrival, order, job, run)."""
+    """(time, kind 0=finish 1=arrival 2=wake-up, order, job, run). A wake-up only
+    makes a cycle happen: an elastic job may grow once `GROW_INTERVAL_S` has
+    passed since it (re)started, even if nothing else happens then."""
     ids = [j.id for j in jobs]
     for n, j in enumerate(jobs):
         heapq.heappush(events, (j.submit, 1, n, j.id, 0))
@@ -237,8 +252,9 @@ def simulate(
     def stop(job: _Job) -> None:
         nonlocal used
         running.discard(job.gang.id)
-        used -= job.gang.gpu_total
-        project_used[job.gang.project] -= job.gang.gpu_total
+        held = job.workers * job.gang.pod.gpu_total
+        used -= held
+        project_used[job.gang.project] -= held
 
     while events:
         t = events[0][0]
@@ -251,6 +267,8 @@ def simulate(
             if kind == 1:
                 pending[job.gang.id] = job
                 arrived += 1
+            elif kind == 2:
+                pass
             elif run == job.run and job.gang.id in running:
                 scheduler.release(job.gang.id)
                 stop(job)
@@ -265,7 +283,8 @@ def simulate(
             result.rejected += 1
         for victim in outcome.preempted:
             job = state[victim]
-            result.preempted_gpu_seconds += job.gang.gpu_total * (now - job.run_start) / MILLI
+            held = job.workers * job.gang.pod.gpu_total
+            result.preempted_gpu_seconds += held * (now - job.run_start) / MILLI
             stop(job)
             job.run += 1
             pending[victim] = job
@@ -290,8 +309,29 @@ def simulate(
             project_used[job.gang.project] = (
                 project_used.get(job.gang.project, 0) + job.gang.gpu_total
             )
+            job.workers = job.gang.workers
             if job.duration is not None:
+                job.work_left, job.seg_start = job.duration * job.workers, now
                 heapq.heappush(events, (now + job.duration, 0, 0, started, job.run))
+            if job.gang.max_workers is not None:
+                heapq.heappush(events, (now + GROW_INTERVAL_S, 2, 0, started, -1))
+        for resized, workers in outcome.resized:
+            job = state[resized]
+            if resized not in running or workers == job.workers:
+                continue
+            delta = (workers - job.workers) * job.gang.pod.gpu_total
+            used += delta
+            project_used[job.gang.project] += delta
+            result.resizes += 1
+            if job.duration is not None:
+                job.work_left -= (now - job.seg_start) * job.workers
+                job.seg_start = now
+                job.run += 1  # the old completion event is void
+                end = now + max(0.0, job.work_left) / workers
+                heapq.heappush(events, (end, 0, 0, resized, job.run))
+            job.workers = workers
+            if job.gang.max_workers is not None and workers < job.gang.max_workers:
+                heapq.heappush(events, (now + GROW_INTERVAL_S, 2, 0, resized, -1))
         partial = scheduler.partial()
         partial_milli = sum(partial.values())
         for jid_, _held in partial.items():

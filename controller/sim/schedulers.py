@@ -55,6 +55,8 @@ class Outcome:
     """Gangs that can never run here: refused by the policy, above their
     user's max, or not placeable even on the empty cluster (or island); the
     engine drops and counts them."""
+    resized: list[tuple[JobId, int]] = field(default_factory=list)
+    """Running elastic gangs grown or shrunk: (job, workers it now has)."""
 
 
 class Scheduler(Protocol):
@@ -129,8 +131,7 @@ class GangopsScheduler:
                 queue.append(g)
             else:
                 out.rejected.append(g.id)
-        if not queue:
-            return out
+        # Even with nothing queued: a cycle may grow elastic gangs onto idle GPUs.
         result = schedule(
             self.snap, queue, self.policy, now=now, preemptions_last_hour=recent_preemptions
         )
@@ -139,9 +140,11 @@ class GangopsScheduler:
                 out.started.append(d.gang.id)
             elif isinstance(d, Preempt):
                 out.preempted.extend(d.victims)
+                out.resized.extend(d.shrinks)
                 out.started.append(d.gang.id)
             elif isinstance(d, Pending) and d.code == "Refused":
                 out.rejected.append(d.gang.id)
+        out.resized.extend((rz.gang.id, rz.gang.workers) for rz in result.resizes)
         return out
 
     def release(self, job: JobId) -> None:
@@ -222,15 +225,14 @@ class StaticScheduler:
         by_project: dict[str, list[Gang]] = {}
         for g in pending:
             by_project.setdefault(g.project, []).append(g)
-        for project, gangs in sorted(by_project.items()):
-            part = self.parts.get(project)
-            if part is None:
-                out.rejected += [g.id for g in gangs]
-                continue
-            o = part.cycle(now, gangs, recent_preemptions)
+        for project in sorted(by_project.keys() - self.parts.keys()):
+            out.rejected += [g.id for g in by_project[project]]
+        for project, part in sorted(self.parts.items()):
+            o = part.cycle(now, by_project.get(project, []), recent_preemptions)
             out.started += o.started
             out.preempted += o.preempted
             out.rejected += o.rejected
+            out.resized += o.resized
             for j in o.started:
                 self.owner[j] = project
         return out

@@ -87,3 +87,29 @@ def test_islands_follow_guarantees() -> None:
     nodes = [Node(f"n{i}", 8) for i in range(4)]
     split = islands(nodes, {"a": 3, "b": 1})
     assert {p: len(ns) for p, ns in split.items()} == {"a": 3, "b": 1}
+
+
+def _elastic(name: str, workers: int, lo: int, hi: int, submit: float, duration: float) -> TraceJob:
+    return TraceJob(
+        name, submit, duration, workers, PodShape(gpus=1), min_workers=lo, max_workers=hi,
+        project="trace", tier="normal",
+    )  # fmt: skip
+
+
+def test_an_elastic_job_grows_onto_idle_gpus_and_finishes_sooner() -> None:
+    # 2 workers x 1200 s = 2,400 worker-seconds; at 600 s (the grow interval) it
+    # grows to all 8 GPUs: the 1,200 worker-seconds left take 150 s.
+    r = _run("gangops", [_elastic("e", 2, 1, 8, 0.0, 1200.0)])
+    assert r.resizes == 1
+    assert r.jcts == [750.0]
+    assert abs(r.utilization * r.makespan - (2 * 600 + 8 * 150) / 8) < 1e-6
+
+
+def test_a_waiting_job_takes_back_what_an_elastic_job_grew_by() -> None:
+    # Grown to 8 at 600 s; at 700 s a 4-GPU job arrives and gets 4 of them back:
+    # 2*600 + 8*100 = 2,000 worker-seconds done, 400 left at 4 workers: ends at 800.
+    jobs = [_elastic("e", 2, 1, 8, 0.0, 1200.0), _gang("b", 4, 700.0, 50.0)]
+    r = _run("gangops", jobs)
+    assert r.resizes == 2 and r.preemptions == 0
+    assert sorted(r.jcts) == [50.0, 800.0]
+    assert r.delays == [0.0, 0.0]
