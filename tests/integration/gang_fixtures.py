@@ -101,3 +101,24 @@ def gang_env(
     for c in env.controllers:
         c.stop()
     _empty(env.kube, made)
+
+
+@pytest.fixture
+def alice(dev_cluster: DevCluster, gang_env: GangEnv, api: object) -> Kube:
+    """Alice's client, allowed to manage TrainingJobs in the test's namespace."""
+    from kubernetes import client
+
+    rbac = client.RbacAuthorizationV1Api(api)
+    rules = [{"apiGroups": ["ai.operator"], "resources": ["trainingjobs"], "verbs": ["*"]}]
+    rbac.create_namespaced_role(gang_env.namespace, {"metadata": {"name": "tj"}, "rules": rules})
+    rbac.create_namespaced_role_binding(
+        gang_env.namespace,
+        {
+            "metadata": {"name": "tj"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "tj"},
+            "subjects": [
+                {"kind": "User", "name": "alice", "apiGroup": "rbac.authorization.k8s.io"}
+            ],
+        },
+    )
+    return connect(str(dev_cluster.user_kubeconfigs["alice"]))

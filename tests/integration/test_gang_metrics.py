@@ -7,11 +7,9 @@ from __future__ import annotations
 
 import time
 
-import pytest
 from prometheus_client import CollectorRegistry
 
-from controller.devcluster import DevCluster
-from controller.kube.client import RESOURCES, Kube, connect
+from controller.kube.client import RESOURCES, Kube
 
 from .gang_helpers import BATCH, HIGH, GangEnv, policy_doc
 from .kube import wait_for
@@ -56,27 +54,6 @@ def _until(
         wait_for(f"{name} to have no samples", lambda: not _samples(registry, name))
         return {}
     return wait_for(f"{name} == {want}", probe)
-
-
-@pytest.fixture
-def alice(dev_cluster: DevCluster, gang_env: GangEnv, api: object) -> Kube:
-    """Alice's client, allowed to manage TrainingJobs in the test's namespace."""
-    from kubernetes import client
-
-    rbac = client.RbacAuthorizationV1Api(api)
-    rules = [{"apiGroups": ["ai.operator"], "resources": ["trainingjobs"], "verbs": ["*"]}]
-    rbac.create_namespaced_role(gang_env.namespace, {"metadata": {"name": "tj"}, "rules": rules})
-    rbac.create_namespaced_role_binding(
-        gang_env.namespace,
-        {
-            "metadata": {"name": "tj"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "tj"},
-            "subjects": [
-                {"kind": "User", "name": "alice", "apiGroup": "rbac.authorization.k8s.io"}
-            ],
-        },
-    )
-    return connect(str(dev_cluster.user_kubeconfigs["alice"]))
 
 
 def test_metrics_follow_gangs_through_admission_queueing_and_borrowing(

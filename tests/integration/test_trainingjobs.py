@@ -13,7 +13,7 @@ import pytest
 
 from controller.devcluster import DevCluster
 from controller.gang.explain import explain_job
-from controller.kube.client import RESOURCES, ApiError, Kube, connect
+from controller.kube.client import RESOURCES, ApiError, Kube
 
 from .gang_helpers import BATCH, HIGH, GangEnv, policy_doc
 from .kube import FAKE_DURATION, FAKE_EXIT_CODE, wait_for
@@ -150,27 +150,6 @@ def test_worker_failure_restarts_the_whole_gang_then_fails_at_the_backoff_limit(
     assert all(p["status"]["phase"] == "Failed" for p in pods)
     stalled = {c["type"]: c["status"] for c in status["conditions"]}["Stalled"]
     assert stalled == "True"
-
-
-@pytest.fixture
-def alice(dev_cluster: DevCluster, gang_env: GangEnv, api: object) -> Kube:
-    """Alice's client, allowed to manage TrainingJobs in the test's namespace."""
-    from kubernetes import client
-
-    rbac = client.RbacAuthorizationV1Api(api)
-    rules = [{"apiGroups": ["ai.operator"], "resources": ["trainingjobs"], "verbs": ["*"]}]
-    rbac.create_namespaced_role(gang_env.namespace, {"metadata": {"name": "tj"}, "rules": rules})
-    rbac.create_namespaced_role_binding(
-        gang_env.namespace,
-        {
-            "metadata": {"name": "tj"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "tj"},
-            "subjects": [
-                {"kind": "User", "name": "alice", "apiGroup": "rbac.authorization.k8s.io"}
-            ],
-        },
-    )
-    return connect(str(dev_cluster.user_kubeconfigs["alice"]))
 
 
 def _refused(create: Callable[[], object]) -> ApiError:
