@@ -240,6 +240,7 @@ class GangController:
             nominated=todo.nominated,
             timer=self._clock.monotonic,
             grow_interval=self.settings.grow_interval_s,
+            protected=frozenset(todo.protected),
         )
         self.metrics.cycle.observe(self._clock.monotonic() - t0)
         self.last_result = result
@@ -477,7 +478,7 @@ class GangController:
                 _POD, meta["name"], namespace=meta.get("namespace"), uid=meta.get("uid")
             )
 
-    def _resize(self, v: JobView, adm: Admission, reason: str, message: str) -> None:
+    def _resize(self, v: JobView, adm: Admission, reason: str, message: str, **extra: Any) -> None:
         """Record an elastic gang's new size as its next attempt. The old attempt's
         pods are deleted and the new ones created by the next steps (lifecycle
         `cleanup`, then `launch` once the old pods are gone), as after a crash."""
@@ -489,6 +490,7 @@ class GangController:
             conditional=True,
             admission=adm.to_dict(),
             attempts=adm.attempt,
+            **extra,
         )
         old = len(v.admission.placement.pods) if v.admission is not None else 0
         log.info(
@@ -601,12 +603,15 @@ class GangController:
                 max(0, adm.borrowed_milli - removed),
             )
             per = v.gang.pod.gpu_total
+            # Below its gangSize a shrink counts against maxPerHour, like an eviction.
+            below = {"shrunkAt": format_time(now)} if a.workers < v.gang.workers else {}
             self._resize(
                 v,
                 smaller,
                 "Shrinking",
                 f"shrunk from {_gpus(old * per)} to {_gpus(a.workers * per)} GPUs for {a.by} "
                 "(elastic); the gang restarts at the new size",
+                **below,
             )
         elif a.kind == "expire":
             self._write(

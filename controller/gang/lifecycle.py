@@ -80,6 +80,9 @@ class Plan:
     actions: list[Action] = field(default_factory=list)
     backing_off: list[JobId] = field(default_factory=list)
     preemptions_last_hour: int = 0
+    """Evictions, and shrinks below a job's gangSize, in the last hour."""
+    protected: set[JobId] = field(default_factory=set)
+    """Running gangs a nomination evicts or shrinks that have not been yet."""
 
 
 def _deleting(obj: Mapping[str, Any]) -> bool:
@@ -102,6 +105,9 @@ def _held(gang: Gang, adm: Admission) -> Gang:
     """The gang at the size its record holds (an elastic gang may have been resized)."""
     size = len(adm.placement.pods)
     return gang if size == gang.workers else gang.resized(size)
+
+
+_NOBODY: frozenset[JobId] = frozenset()
 
 
 def _still_at(v: JobView | None, attempt: int, busy: frozenset[JobId]) -> JobView | None:
@@ -158,12 +164,17 @@ def _admitted(
         return
     bound = sum(1 for p in live if (p.get("spec") or {}).get("nodeName"))
     if len(live) < expected or bound < expected:
-        current = str(adm.attempt)
+        current, mine = str(adm.attempt), adm.placement.nodes()
         if any(
-            p["metadata"].get("labels", {}).get(LABEL_ATTEMPT) != current and not pod_terminal(p)
+            p["metadata"].get("labels", {}).get(LABEL_ATTEMPT) != current
+            and not pod_terminal(p)
+            and (p.get("spec") or {}).get("nodeName") in mine
+            and node_ready(nodes.get(p["spec"]["nodeName"]) or {})
             for p in v.pods
         ):
-            return  # an earlier attempt's pods still hold the GPUs (being cleaned up)
+            # An earlier attempt's pods still hold GPUs this one is placed on
+            # (being cleaned up). Pods on a lost node hold nothing it needs.
+            return
         out.actions.append(Action("launch", v))
 
 
@@ -181,9 +192,10 @@ def plan(
     by_id = {v.id: v for v in views}
     for v in views:
         status = v.status
-        preempted = parse_time(status.get("preemptedAt"))
-        if preempted is not None and now - preempted < 3600:
-            out.preemptions_last_hour += 1
+        for key in ("preemptedAt", "shrunkAt"):
+            at = parse_time(status.get(key))
+            if at is not None and now - at < 3600:
+                out.preemptions_last_hour += 1
         if _deleting(v.obj) or status.get("phase") in ("Succeeded", "Failed"):
             continue
         adm = v.admission
@@ -224,13 +236,17 @@ def plan(
                 )
                 continue
             for victim, attempt in adm.victims:
-                vv = _still_at(by_id.get(victim), attempt, busy)
+                vv = _still_at(by_id.get(victim), attempt, _NOBODY)
                 if vv is not None:
-                    out.actions.append(Action("evict", vv, by=v.id))
+                    out.protected.add(vv.id)
+                    if vv.id not in busy:
+                        out.actions.append(Action("evict", vv, by=v.id))
             for victim, attempt, keep in adm.shrinks:
-                vv = _still_at(by_id.get(victim), attempt, busy)
+                vv = _still_at(by_id.get(victim), attempt, _NOBODY)
                 if vv is not None:
-                    out.actions.append(Action("shrink", vv, by=v.id, workers=keep))
+                    out.protected.add(vv.id)
+                    if vv.id not in busy:
+                        out.actions.append(Action("shrink", vv, by=v.id, workers=keep))
             out.nominated[v.id] = adm.placement
             out.queue.append(v.gang)
             continue

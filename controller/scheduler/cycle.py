@@ -181,6 +181,9 @@ class _State:
     nominated: Mapping[JobId, Placement]
     held: dict[str, JobId] = field(default_factory=dict)
     """Node -> gang that holds it (a nomination or the reservation)."""
+    protected: frozenset[JobId] = frozenset()
+    """Running gangs an earlier nomination already evicts or shrinks: never
+    chosen again until that lands (it would be decided twice)."""
     reserved_for: Gang | None = None
     reserved_start: float | None = None
 
@@ -228,14 +231,17 @@ def _preempt(
     budget: int,
     exclude: frozenset[str],
     holder: bool,
+    protected: frozenset[JobId] = frozenset(),
 ) -> tuple[list[Running], Placement] | None:
     """The fewest whole gangs to evict so `g` fits: borrowed work first, then
-    the lowest tier, then the most recently started (least progress lost).
-    The snapshot is left as it was found."""
+    the lowest tier, then the most recently started (least progress lost);
+    never the `protected` ones. The snapshot is left as it was found."""
     if not policy.preemption_enabled or not g.may_preempt or budget <= 0:
         return None
     ranked = []
     for r in snap.running.values():
+        if r.gang.id in protected:
+            continue
         ok, borrowed = _victim_ok(snap, policy, g, r, now, holder)
         if ok:
             ranked.append(((not borrowed, r.gang.priority, -r.started, r.gang.id), r))
@@ -271,6 +277,7 @@ def _preempt(
 
 
 _NO_NODES: frozenset[str] = frozenset()
+_WAITING = "waiting for the gangs it preempted or shrank to release their GPUs"
 
 
 def _shrunk(r: Running, workers: int, now: float) -> Running:
@@ -305,6 +312,7 @@ def _shrink(
     exclude: frozenset[str],
     holder: bool,
     project: str | None = None,
+    protected: frozenset[JobId] = frozenset(),
 ) -> tuple[list[tuple[Running, int]], Placement] | None:
     """Elastic gangs to shrink, and by how much, so `g` fits (its quota included):
     grown workers first, then the lowest tier, then the most recently started;
@@ -318,7 +326,7 @@ def _shrink(
 
     ranked = []
     for r in snap.running.values():
-        if project is not None and r.gang.project != project:
+        if (project is not None and r.gang.project != project) or r.gang.id in protected:
             continue
         floor = _shrink_floor(snap, policy, g, r, now, holder)
         if floor is not None and floor < r.gang.workers:
@@ -427,13 +435,16 @@ def _grow(
         assert g.max_workers is not None
         room = sum(k for _, k in snap.open_slots(g.pod, _NO_NODES))
         extra = min(g.max_workers - g.workers, room)
+        job_max = policy.projects[g.project].job_max
+        if job_max is not None:  # the project's per-job limit holds for growth too
+            extra = min(extra, job_max // g.pod.gpu_total - g.workers)
         # the most workers quota and the reserve allow
         while extra > 0 and (
             quota(snap, policy, replace(g, workers=extra)) is not None
             or _outside_reserve(snap, policy, replace(g, workers=extra)) is not None
         ):
             extra -= 1
-        more = place(snap, replace(g, workers=extra)) if extra else None
+        more = place(snap, replace(g, workers=extra)) if extra > 0 else None
         if more is None:
             continue
         snap.forget(g.id)
@@ -489,6 +500,7 @@ def schedule(
     nominated: Mapping[JobId, Placement] | None = None,
     timer: Callable[[], float] | None = None,
     grow_interval: float = GROW_INTERVAL_S,
+    protected: frozenset[JobId] = frozenset(),
 ) -> CycleResult:
     """Run one cycle over `queue` (the pending gangs) and return the decisions.
 
@@ -496,12 +508,15 @@ def schedule(
     victims may still be terminating; those nodes are held for them. With a
     `timer` (a monotonic clock), each decision's duration is recorded.
     Running elastic gangs are grown (`result.resizes`) at most once per
-    `grow_interval` seconds each.
+    `grow_interval` seconds each. `protected` are running gangs that earlier
+    nominations evict or shrink and that have not been yet: they are not
+    chosen again.
     """
     result = CycleResult()
     state = _State(
         budget=max(0, policy.max_preemptions_per_hour - preemptions_last_hour),
         nominated=nominated or {},
+        protected=protected,
     )
     for job, placement in state.nominated.items():
         for n in placement.nodes():
@@ -573,10 +588,13 @@ def _decide(
     exclude = _excluded(state, g, now)
     blocked = quota(snap, policy, g)
     if blocked is not None:
+        if state.nominated.get(g.id):  # its shrinks have not landed yet
+            return Pending(g, _WAITING, "Capacity")
         # The project's (or user's) own elastic gangs give back what they grew by.
         lent = _shrink(
-            snap, policy, g, now=now, budget=0, exclude=exclude, holder=False, project=g.project
-        )
+            snap, policy, g, now=now, budget=0, exclude=exclude, holder=False, project=g.project,
+            protected=state.protected,
+        )  # fmt: skip
         if lent is not None:
             return _shrink_for(snap, state, g, lent, now)
         return Pending(g, blocked, "Quota")
@@ -584,14 +602,18 @@ def _decide(
     if placement is not None:
         return _admit(snap, policy, state, g, placement, now)
     if state.nominated.get(g.id):
-        return Pending(g, "waiting for the gangs it preempted to release their GPUs", "Capacity")
+        return Pending(g, _WAITING, "Capacity")
     holder = state.reserved_for is not None and state.reserved_for.id == g.id
-    shrinks = _shrink(snap, policy, g, now=now, budget=state.budget, exclude=exclude, holder=holder)
+    shrinks = _shrink(
+        snap, policy, g, now=now, budget=state.budget, exclude=exclude, holder=holder,
+        protected=state.protected,
+    )  # fmt: skip
     if shrinks is not None:
         return _shrink_for(snap, state, g, shrinks, now)
     victims = _preempt(
-        snap, policy, g, now=now, budget=state.budget, exclude=exclude, holder=holder
-    )
+        snap, policy, g, now=now, budget=state.budget, exclude=exclude, holder=holder,
+        protected=state.protected,
+    )  # fmt: skip
     if victims is not None:
         needed, placement = victims
         for r in needed:

@@ -256,7 +256,17 @@ def simulate(
         used -= held
         project_used[job.gang.project] -= held
 
+    wake_after = max(GROW_INTERVAL_S, policy.min_runtime_seconds)
+
+    def stale(ev: tuple[float, int, int, str, int]) -> bool:
+        """A wake-up for a job that has since ended, been preempted or resized."""
+        return ev[1] == 2 and (ev[3] not in running or state[JobId(ev[3])].run != ev[4])
+
     while events:
+        while events and stale(events[0]):
+            heapq.heappop(events)
+        if not events:
+            break
         t = events[0][0]
         now = math.ceil(t / tick) * tick if tick > 0 else t
         advance(min(now, t))
@@ -314,11 +324,13 @@ def simulate(
                 job.work_left, job.seg_start = job.duration * job.workers, now
                 heapq.heappush(events, (now + job.duration, 0, 0, started, job.run))
             if job.gang.max_workers is not None:
-                heapq.heappush(events, (now + GROW_INTERVAL_S, 2, 0, started, -1))
+                heapq.heappush(events, (now + wake_after, 2, 0, started, job.run))
         for resized, workers in outcome.resized:
             job = state[resized]
             if resized not in running or workers == job.workers:
                 continue
+            if workers < min(job.workers, job.gang.workers):
+                preempted_at.append(now)  # below its submitted size: counts as a preemption
             delta = (workers - job.workers) * job.gang.pod.gpu_total
             used += delta
             project_used[job.gang.project] += delta
@@ -331,7 +343,7 @@ def simulate(
                 heapq.heappush(events, (end, 0, 0, resized, job.run))
             job.workers = workers
             if job.gang.max_workers is not None and workers < job.gang.max_workers:
-                heapq.heappush(events, (now + GROW_INTERVAL_S, 2, 0, resized, -1))
+                heapq.heappush(events, (now + wake_after, 2, 0, resized, job.run))
         partial = scheduler.partial()
         partial_milli = sum(partial.values())
         for jid_, _held in partial.items():

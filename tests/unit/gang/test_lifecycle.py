@@ -139,6 +139,12 @@ CASES = [
         T0 + 1, ["cleanup j"], ["j"], [],
     ),
     (
+        "resized: an old pod stuck on a lost node does not hold the relaunch",
+        [job("j", adm=admission("a", "b", attempt=2), phase="Admitted")],
+        [pod("j", 0, node="down", attempt=1, deleting=True), pod("j", 0, node="a", attempt=2)],
+        T0 + 1, ["launch j"], ["j"], [],
+    ),
+    (
         "resized: ... and while they terminate",
         [job("j", adm=admission("a", "b", attempt=2), phase="Admitted")],
         [pod("j", 0, node="a", attempt=1, deleting=True)],
@@ -212,3 +218,16 @@ def test_a_nomination_record_keeps_its_shrinks() -> None:
 
     adm = admission("a", state="Nominated", shrinks=((job_id("lo"), 3, 1),))
     assert Admission.from_status({"admission": adm.to_dict()}) == adm
+
+
+def test_shrinks_below_gang_size_count_as_preemptions_and_protect_their_targets() -> None:
+    jobs = [
+        job("a", shrunkAt="1970-01-01T00:16:00Z"),
+        job("hi", tier="high", adm=admission("a", state="Nominated",
+                                             shrinks=((job_id("lo"), 3, 1),))),
+        job("lo", tier="batch", adm=admission("a", "b", attempt=3), phase="Running"),
+    ]  # fmt: skip
+    out = _plan(jobs, [], now=T0 + 1, busy=frozenset({job_id("lo")}))
+    assert out.preemptions_last_hour == 1
+    assert out.protected == {job_id("lo")}  # even with its own write in flight
+    assert [a.kind for a in out.actions] == []

@@ -290,6 +290,14 @@ CASES = [
         pending={"hi": "4 GPUs"},
     ),
     Case(
+        "elastic: growth stops at the project's per-job limit",
+        nodes=[node("n1")],
+        policy=policy({"p": {"job_max": 6}}),
+        running=[running(job("e").gang(4).elastic(2, 8).build(), {"n1": 4})],
+        queue=[],
+        grown={"e": {"n1": 6}},
+    ),
+    Case(
         "elastic: a gang waiting for its project's max takes back what a sibling grew by",
         nodes=[node("n1"), node("n2")],
         policy=policy({"p": {"max": 8}}),
@@ -344,3 +352,25 @@ def test_cycle(case: Case) -> None:
     assert set(pending) == set(case.pending), pending
     for name, text in case.pending.items():
         assert text in pending[name]
+
+
+def test_a_nominated_gang_waits_for_its_shrinks_instead_of_deciding_them_again() -> None:
+    pol = policy({"p": {"max": 8}})
+    snap = Snapshot([node("n1"), node("n2")], levels=LEVELS, running=[running(_GROWN, {"n1": 8})])
+    a = job("a").gang(4).build()
+    first = schedule(snap, [a], pol, now=0.0)
+    (d,) = first.decisions
+    assert isinstance(d, Preempt) and d.shrinks == (("e", 4),)
+    # Next cycle: the shrink has not landed (e still holds 8), a holds its nomination.
+    snap = Snapshot([node("n1"), node("n2")], levels=LEVELS, running=[running(_GROWN, {"n1": 8})])
+    again = schedule(snap, [a], pol, now=1.0, nominated={a.id: d.placement})
+    (d2,) = again.decisions
+    assert isinstance(d2, Pending) and "shrank" in d2.reason
+
+
+def test_a_gang_an_earlier_nomination_shrinks_or_evicts_is_not_chosen_again() -> None:
+    snap = Snapshot([node("n1")], levels=LEVELS, running=[running(_GROWN, {"n1": 8})])
+    b = job("b").gang(2).build()
+    result = schedule(snap, [b], policy(), now=0.0, protected=frozenset({_GROWN.id}))
+    (d,) = result.decisions
+    assert isinstance(d, Pending)

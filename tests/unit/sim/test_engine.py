@@ -113,3 +113,8 @@ def test_a_waiting_job_takes_back_what_an_elastic_job_grew_by() -> None:
     assert r.resizes == 2 and r.preemptions == 0
     assert sorted(r.jcts) == [50.0, 800.0]
     assert r.delays == [0.0, 0.0]
+
+
+def test_a_pending_wake_up_does_not_stretch_the_run() -> None:
+    r = _run("gangops", [_elastic("e", 2, 1, 8, 0.0, 100.0)])
+    assert r.makespan == 100.0 and r.resizes == 0
