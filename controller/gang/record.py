@@ -16,7 +16,7 @@ A resized elastic gang gets a new `Admitted` record: the next attempt, at its
 new size.
 
 The rest of the status the controller keeps (`attempts`, `restarts`,
-`rollbacks`, `notBefore`, `preemptedAt`) is read here too. Pure: dicts in,
+`rollbacks`, `notBefore`, `preemptedAt`, `shrunkAt`) is read here too. Pure: dicts in,
 values out.
 """
 
