@@ -32,6 +32,7 @@ __all__ = ["POLICY_NAME", "admission_objects", "mutating_objects"]
 POLICY_NAME = "trainingjobs.ai.operator-user"
 
 _LABELS = "object.metadata.?labels.orValue({})"
+_PART_OF = {"app.kubernetes.io/part-of": "gangops"}
 _LABEL_VALUE = "^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$"
 """What a label value may be (the API server's own rule)."""
 _OLD_LABELS = "oldObject.metadata.?labels.orValue({})"
@@ -60,32 +61,33 @@ _VALIDATIONS: list[dict[str, Any]] = [
 ]
 
 
+def _trainingjobs(*operations: str) -> dict[str, Any]:
+    """An admission policy's match: TrainingJobs (not their status), on `operations`."""
+    rule = {
+        "apiGroups": ["ai.operator"],
+        "apiVersions": ["v1"],
+        "operations": list(operations),
+        "resources": ["trainingjobs"],
+    }
+    return {"resourceRules": [rule]}
+
+
 def admission_objects() -> list[dict[str, Any]]:
     """The ValidatingAdmissionPolicy and its binding (deny), in apply order."""
-    labels = {"app.kubernetes.io/part-of": "gangops"}
     policy = {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": POLICY_NAME, "labels": labels},
+        "metadata": {"name": POLICY_NAME, "labels": _PART_OF},
         "spec": {
             "failurePolicy": "Fail",
-            "matchConstraints": {
-                "resourceRules": [
-                    {
-                        "apiGroups": ["ai.operator"],
-                        "apiVersions": ["v1"],
-                        "operations": ["CREATE", "UPDATE"],
-                        "resources": ["trainingjobs"],
-                    }
-                ]
-            },
+            "matchConstraints": _trainingjobs("CREATE", "UPDATE"),
             "validations": _VALIDATIONS,
         },
     }
     binding = {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": POLICY_NAME, "labels": labels},
+        "metadata": {"name": POLICY_NAME, "labels": _PART_OF},
         "spec": {"policyName": POLICY_NAME, "validationActions": ["Deny"]},
     }
     return [policy, binding]
@@ -95,24 +97,14 @@ def mutating_objects() -> list[dict[str, Any]]:
     """The MutatingAdmissionPolicy that sets `ai.operator/user` to the creator when
     the label is missing (and the creator's name can be a label value), and its
     binding, in apply order."""
-    labels = {"app.kubernetes.io/part-of": "gangops"}
     policy = {
         "apiVersion": "admissionregistration.k8s.io/v1beta1",
         "kind": "MutatingAdmissionPolicy",
-        "metadata": {"name": POLICY_NAME, "labels": labels},
+        "metadata": {"name": POLICY_NAME, "labels": _PART_OF},
         "spec": {
             "failurePolicy": "Fail",
             "reinvocationPolicy": "Never",
-            "matchConstraints": {
-                "resourceRules": [
-                    {
-                        "apiGroups": ["ai.operator"],
-                        "apiVersions": ["v1"],
-                        "operations": ["CREATE"],
-                        "resources": ["trainingjobs"],
-                    }
-                ]
-            },
+            "matchConstraints": _trainingjobs("CREATE"),
             "matchConditions": [
                 {"name": "label-missing", "expression": f"!({_LABEL} in {_LABELS})"},
                 {
@@ -136,7 +128,7 @@ def mutating_objects() -> list[dict[str, Any]]:
     binding = {
         "apiVersion": "admissionregistration.k8s.io/v1beta1",
         "kind": "MutatingAdmissionPolicyBinding",
-        "metadata": {"name": POLICY_NAME, "labels": labels},
+        "metadata": {"name": POLICY_NAME, "labels": _PART_OF},
         "spec": {"policyName": POLICY_NAME},
     }
     return [policy, binding]
