@@ -33,10 +33,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from controller.gang.lifecycle import Action, Plan, plan
+from controller.gang.lifecycle import Action, Plan, cycle
 from controller.gang.metrics import GangMetrics
 from controller.gang.record import Admission, format_time, status_number
-from controller.gang.view import JobView, Memo, build_snapshot, job_views
+from controller.gang.view import JobView, Memo, job_views
 from controller.jobs.pods import headless_service, worker_pods
 from controller.jobs.spec import JobSpec
 from controller.jobs.status import Phase, job_status
@@ -44,7 +44,7 @@ from controller.kube.client import RESOURCES, ApiError, Kube, NotLeaderError
 from controller.kube.clock import Clock, SystemClock
 from controller.kube.informer import EventType, Informer
 from controller.policy.compiler import DEFAULT_SYSTEM_NAMESPACE, POLICY_CONFIGMAP, POLICY_KEY
-from controller.scheduler.cycle import GROW_INTERVAL_S, CycleResult, schedule
+from controller.scheduler.cycle import GROW_INTERVAL_S, CycleResult
 from controller.scheduler.policy import SchedulingPolicy
 from controller.scheduler.types import MILLI, Admit, JobId, Pending, Placement, Preempt
 
@@ -221,26 +221,16 @@ class GangController:
         pods = self.pods.items()
         views = job_views(self.jobs.items(), pods, policy, overrides=overrides, memo=memo)
         node_objs = {o["metadata"]["name"]: o for o in self.nodes.items()}
-        todo = plan(views, node_objs, policy, now=now, busy=busy)
-        snap = build_snapshot(
-            [memo.node(o) for o in node_objs.values()],
+        todo, _, result = cycle(
+            views,
+            node_objs,
             pods,
-            todo.running,
-            todo.owned,
-            levels=policy.topology_levels,
-            reserve_tiers=policy.reserve_tiers,
-            memo=memo,
-        )
-        result = schedule(
-            snap,
-            todo.queue,
             policy,
             now=now,
-            preemptions_last_hour=todo.preemptions_last_hour,
-            nominated=todo.nominated,
+            busy=busy,
+            memo=memo,
             timer=self._clock.monotonic,
             grow_interval=self.settings.grow_interval_s,
-            protected=frozenset(todo.protected),
         )
         self.metrics.cycle.observe(self._clock.monotonic() - t0)
         self.last_result = result

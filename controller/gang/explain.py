@@ -12,13 +12,12 @@ import argparse
 import json
 import sys
 
-from controller.gang.lifecycle import plan
+from controller.gang.lifecycle import cycle
 from controller.gang.record import format_time, parse_time
-from controller.gang.view import build_snapshot, job_views, node_of
+from controller.gang.view import job_views
 from controller.kube.client import RESOURCES, ApiError, Kube
 from controller.kube.clock import Clock, SystemClock
 from controller.policy.compiler import DEFAULT_SYSTEM_NAMESPACE, POLICY_CONFIGMAP, POLICY_KEY
-from controller.scheduler.cycle import schedule
 from controller.scheduler.explain import explain
 from controller.scheduler.policy import SchedulingPolicy
 from controller.scheduler.types import JobId
@@ -66,22 +65,8 @@ def explain_job(
         return f"{job} cannot be scheduled as written: {mine.error}.\n"
     if phase in ("Succeeded", "Failed"):
         return f"{job} has finished: {phase} ({(obj.get('status') or {}).get('message', '')}).\n"
-    todo = plan(views, {n["metadata"]["name"]: n for n in nodes}, policy, now=now)
-    snap = build_snapshot(
-        [node_of(n) for n in nodes],
-        pods,
-        todo.running,
-        todo.owned,
-        levels=policy.topology_levels,
-        reserve_tiers=policy.reserve_tiers,
-    )
-    result = schedule(
-        snap,
-        todo.queue,
-        policy,
-        now=now,
-        preemptions_last_hour=todo.preemptions_last_hour,
-        nominated=todo.nominated,
+    todo, snap, result = cycle(
+        views, {n["metadata"]["name"]: n for n in nodes}, pods, policy, now=now
     )
     text = explain(JobId(job), result=result, snap=snap, policy=policy)
     if JobId(job) in todo.backing_off:

@@ -20,22 +20,25 @@ say what the job's recorded decision needs to move on:
 
 It also sorts the jobs for the cycle: the gangs that hold GPUs (`running`,
 with the pods they own) and the gangs that wait (`queue`, with their
-nominations). The controller and `gangops explain` both call `plan`. Pure.
+nominations). `cycle` runs `plan`, the snapshot and the scheduling cycle in
+one; the controller and `gangops explain` both call it. Pure.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from controller.gang.record import Admission, parse_time
-from controller.gang.view import JobView, node_ready, pod_terminal
+from controller.gang.view import JobView, Memo, build_snapshot, node_of, node_ready, pod_terminal
 from controller.jobs.pods import LABEL_ATTEMPT
+from controller.scheduler.cycle import GROW_INTERVAL_S, CycleResult, schedule
 from controller.scheduler.policy import SchedulingPolicy
+from controller.scheduler.snapshot import Snapshot
 from controller.scheduler.types import Gang, JobId, Placement, Running
 
-__all__ = ["Action", "ActionKind", "Plan", "plan"]
+__all__ = ["Action", "ActionKind", "Plan", "cycle", "plan"]
 
 ActionKind = Literal[
     "launch",
@@ -256,3 +259,43 @@ def plan(
             continue
         out.queue.append(v.gang)
     return out
+
+
+def cycle(
+    views: Sequence[JobView],
+    nodes: Mapping[str, Obj],
+    pods: Iterable[Obj],
+    policy: SchedulingPolicy,
+    *,
+    now: float,
+    busy: frozenset[JobId] = frozenset(),
+    memo: Memo | None = None,
+    timer: Callable[[], float] | None = None,
+    grow_interval: float = GROW_INTERVAL_S,
+) -> tuple[Plan, Snapshot, CycleResult]:
+    """One scheduling step's reading of the cluster and its decisions: `plan`,
+    the snapshot, then the cycle. The controller and `gangops explain` both call
+    this, so what explain shows is what the scheduler would decide."""
+    todo = plan(views, nodes, policy, now=now, busy=busy)
+    parse = node_of if memo is None else memo.node
+    snap = build_snapshot(
+        [parse(o) for o in nodes.values()],
+        pods,
+        todo.running,
+        todo.owned,
+        levels=policy.topology_levels,
+        reserve_tiers=policy.reserve_tiers,
+        memo=memo,
+    )
+    result = schedule(
+        snap,
+        todo.queue,
+        policy,
+        now=now,
+        preemptions_last_hour=todo.preemptions_last_hour,
+        nominated=todo.nominated,
+        timer=timer,
+        grow_interval=grow_interval,
+        protected=frozenset(todo.protected),
+    )
+    return todo, snap, result
