@@ -36,7 +36,7 @@ from typing import Any
 from controller.gang.lifecycle import Action, Plan, cycle
 from controller.gang.metrics import GangMetrics
 from controller.gang.record import Admission, format_time, status_number
-from controller.gang.view import JobView, Memo, job_views
+from controller.gang.view import JobView, Memo, job_views, pod_terminal
 from controller.jobs.pods import headless_service, worker_pods
 from controller.jobs.spec import JobSpec
 from controller.jobs.status import Phase, job_status
@@ -553,35 +553,18 @@ class GangController:
             delay = min(
                 self.settings.backoff_base_s * 2 ** (rollbacks - 1), self.settings.backoff_max_s
             )
-            self._write(
-                v,
-                phase="Queued",
-                reason="GangTimeout",
-                message=f"{a.message}; rolled back and requeued, retrying in {delay:g}s",
-                conditional=True,
-                admission=None,
-                rollbacks=rollbacks,
-                notBefore=format_time(now + delay),
-            )
-            self.metrics.decisions.labels("rollback").inc()
-            log.info("rolled back job=%s reason=%r", v.id, a.message)
-            self._delete_pods(v.attempt_pods())
+            self._release(
+                v, "rollback", "Queued", "GangTimeout",
+                f"{a.message}; rolled back and requeued, retrying in {delay:g}s",
+                v.attempt_pods(), rollbacks=rollbacks, notBefore=format_time(now + delay),
+            )  # fmt: skip
         elif a.kind == "evict" and a.by is not None:
-            self._write(
-                v,
-                phase="Preempted",
-                reason="Preempted",
-                message=f"preempted by {a.by}; requeued",
-                conditional=True,
-                admission=None,
-                preemptedAt=format_time(now),
-                preemptedBy=a.by,
-            )
             assert v.gang is not None
             self.metrics.preemptions.labels(v.gang.project, v.gang.tier).inc()
-            self.metrics.decisions.labels("preempt").inc()
-            log.info("evicted job=%s by=%s", v.id, a.by)
-            self._delete_pods(v.attempt_pods())
+            self._release(
+                v, "preempt", "Preempted", "Preempted", f"preempted by {a.by}; requeued",
+                v.attempt_pods(), preemptedAt=format_time(now), preemptedBy=a.by,
+            )  # fmt: skip
         elif a.kind == "shrink" and adm is not None and v.gang is not None:
             old = len(adm.placement.pods)
             removed = (old - a.workers) * v.gang.pod.gpu_total
@@ -621,36 +604,40 @@ class GangController:
         limit = policy.backoff_limit
         if v.spec is not None and v.spec.backoff_limit is not None:
             limit = v.spec.backoff_limit
+        # The failed worker is kept for its logs; its siblings go with the gang.
+        live = [p for p in v.attempt_pods() if not pod_terminal(p)]
         if restarts > limit:
-            self._write(
-                v,
-                phase="Failed",
-                reason="BackoffLimitExceeded",
-                message=f"{why}; the gang was restarted {limit} times (backoffLimit {limit})",
-                conditional=True,
-                admission=None,
-            )
-            self.metrics.decisions.labels("failed").inc()
-            log.info("job failed job=%s reason=%r", v.id, why)
+            self._release(
+                v, "failed", "Failed", "BackoffLimitExceeded",
+                f"{why}; the gang was restarted {limit} times (backoffLimit {limit})", live,
+            )  # fmt: skip
         else:
-            self._write(
-                v,
-                phase="Queued",
-                reason="Restarting",
-                message=f"{why}; restarting the whole gang (restart {restarts} of {limit})",
-                conditional=True,
-                admission=None,
+            self._release(
+                v, "restart", "Queued", "Restarting",
+                f"{why}; restarting the whole gang (restart {restarts} of {limit})", live,
                 restarts=restarts,
-            )
-            self.metrics.decisions.labels("restart").inc()
-            log.info("restarting job=%s restart=%d reason=%r", v.id, restarts, why)
-        self._delete_pods(
-            [
-                p
-                for p in v.attempt_pods()
-                if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
-            ]
-        )
+            )  # fmt: skip
+
+    def _release(
+        self,
+        v: JobView,
+        decision: str,
+        phase: Phase,
+        reason: str,
+        message: str,
+        pods: list[Obj],
+        **extra: Any,
+    ) -> None:
+        """Clear the job's record (compare-and-swap) with its new status, count the
+        decision, then delete `pods`: the record moves first, so a crash in between
+        leaves pods no record names, which the next step cleans up."""
+        self._write(
+            v, phase=phase, reason=reason, message=message, conditional=True, admission=None,
+            **extra,
+        )  # fmt: skip
+        self.metrics.decisions.labels(decision).inc()
+        log.info("%s job=%s reason=%r", decision, v.id, message)
+        self._delete_pods(pods)
 
 
 def _attempts(v: JobView) -> int:
