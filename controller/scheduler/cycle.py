@@ -590,6 +590,8 @@ def _decide(
     if blocked is not None:
         if state.nominated.get(g.id):  # its shrinks have not landed yet
             return Pending(g, _WAITING, "Capacity")
+        if not snap.shrinkable.get(g.project):
+            return Pending(g, blocked, "Quota")
         # The project's (or user's) own elastic gangs give back what they grew by.
         lent = _shrink(
             snap, policy, g, now=now, budget=0, exclude=exclude, holder=False, project=g.project,
@@ -604,10 +606,12 @@ def _decide(
     if state.nominated.get(g.id):
         return Pending(g, _WAITING, "Capacity")
     holder = state.reserved_for is not None and state.reserved_for.id == g.id
-    shrinks = _shrink(
-        snap, policy, g, now=now, budget=state.budget, exclude=exclude, holder=holder,
-        protected=state.protected,
-    )  # fmt: skip
+    shrinks = None
+    if any(snap.shrinkable.values()):
+        shrinks = _shrink(
+            snap, policy, g, now=now, budget=state.budget, exclude=exclude, holder=holder,
+            protected=state.protected,
+        )  # fmt: skip
     if shrinks is not None:
         return _shrink_for(snap, state, g, shrinks, now)
     victims = _preempt(

@@ -133,6 +133,10 @@ class Snapshot:
         self.project_usage: dict[str, int] = {}
         self.user_usage: dict[tuple[str, str], int] = {}
         self.outside_reserve = 0
+        self.shrinkable: dict[str, int] = {}
+        """Per project, running gangs that could give workers back (elastic with
+        room above their floor, or grown): lets the cycle skip looking for
+        shrinks where there is nothing to find."""
         """Milli-GPUs used by tiers that may not use the reserve."""
         self.version = 0
         self.free_milli = sum(len(ns.free) for ns in self.nodes) * MILLI
@@ -252,6 +256,9 @@ class Snapshot:
         self.user_usage[key] = self.user_usage.get(key, 0) + amount
         if g.tier not in self.reserve_tiers:
             self.outside_reserve += amount
+        floor = min(g.min_workers or g.workers, g.submitted_workers)
+        if floor < g.workers:
+            self.shrinkable[g.project] = self.shrinkable.get(g.project, 0) + sign
         self.version += 1
 
 

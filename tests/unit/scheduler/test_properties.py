@@ -111,6 +111,12 @@ def test_cycle_invariants(scenario: tuple[Snapshot, list[Gang], object]) -> None
     for r in snap.running.values():
         usage[r.gang.project] += r.gang.gpu_total
     assert {k: v for k, v in snap.project_usage.items() if v} == +usage
+    shrinkable: Counter[str] = Counter(
+        r.gang.project
+        for r in snap.running.values()
+        if min(r.gang.min_workers or r.gang.workers, r.gang.submitted_workers) < r.gang.workers
+    )
+    assert {k: v for k, v in snap.shrinkable.items() if v} == +shrinkable
 
     # Quota: no project over its max.
     for name, project in pol.projects.items():  # type: ignore[attr-defined]
