@@ -566,16 +566,14 @@ class GangController:
                 v.attempt_pods(), preemptedAt=format_time(now), preemptedBy=a.by,
             )  # fmt: skip
         elif a.kind == "shrink" and adm is not None and v.gang is not None:
-            old = len(adm.placement.pods)
-            removed = (old - a.workers) * v.gang.pod.gpu_total
+            old, per = len(adm.placement.pods), v.gang.pod.gpu_total
             smaller = Admission(
                 "Admitted",
                 _attempts(v) + 1,
                 Placement(adm.placement.pods[: a.workers]),
                 now,
-                max(0, adm.borrowed_milli - removed),
+                max(0, adm.borrowed_milli - (old - a.workers) * per),  # borrowed goes first
             )
-            per = v.gang.pod.gpu_total
             # Below its gangSize a shrink counts against maxPerHour, like an eviction.
             below = {"shrunkAt": format_time(now)} if a.workers < v.gang.workers else {}
             self._resize(
