@@ -110,12 +110,9 @@ def _held(gang: Gang, adm: Admission) -> Gang:
     return gang if size == gang.workers else gang.resized(size)
 
 
-_NOBODY: frozenset[JobId] = frozenset()
-
-
-def _still_at(v: JobView | None, attempt: int, busy: frozenset[JobId]) -> JobView | None:
-    """`v` if it is still admitted at `attempt` (and has no write in flight)."""
-    if v is None or v.id in busy or v.admission is None:
+def _still_at(v: JobView | None, attempt: int) -> JobView | None:
+    """`v` if it is still admitted at `attempt`."""
+    if v is None or v.admission is None:
         return None
     return v if (v.admission.state, v.admission.attempt) == ("Admitted", attempt) else None
 
@@ -239,13 +236,13 @@ def plan(
                 )
                 continue
             for victim, attempt in adm.victims:
-                vv = _still_at(by_id.get(victim), attempt, _NOBODY)
+                vv = _still_at(by_id.get(victim), attempt)
                 if vv is not None:
                     out.protected.add(vv.id)
                     if vv.id not in busy:
                         out.actions.append(Action("evict", vv, by=v.id))
             for victim, attempt, keep in adm.shrinks:
-                vv = _still_at(by_id.get(victim), attempt, _NOBODY)
+                vv = _still_at(by_id.get(victim), attempt)
                 if vv is not None:
                     out.protected.add(vv.id)
                     if vv.id not in busy:
