@@ -20,17 +20,14 @@ import signal
 import socket
 import threading
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from controller.gang.controller import GangController, GangSettings
 from controller.gang.metrics import GangMetrics
+from controller.httpserver import HttpServer, Limits, Request, Response, ServerError, text
 from controller.kube.client import connect
 from controller.kube.clock import SystemClock
 from controller.kube.leader import ElectionSettings, LeaseElector
@@ -43,8 +40,11 @@ __all__ = ["add_subcommand"]
 
 log = logging.getLogger("gangops.run")
 
-_MAX_BODY = 10 * 1024 * 1024
-"""Webhook payloads above this are refused (GitHub caps its own at 25 MB; pushes are small)."""
+_WEBHOOK_LIMITS = Limits(max_body_bytes=1024 * 1024)
+"""Push payloads are a few KiB (GitHub lists at most 20 commits); a larger body is
+refused with 413 before it is read."""
+_METRICS_LIMITS = Limits(max_body_bytes=4096)
+"""Scrapes and probes are GETs; no body is needed."""
 
 _DESCRIPTION = """\
 Run the controller: reconcile every PolicySource into the cluster, serve Git
@@ -59,64 +59,6 @@ endpoints:
 With leader election (the default) replicas share a Lease; only the holder
 writes, and a holder that loses it exits with status 1 to be restarted.
 """
-
-
-Response = tuple[int, str, bytes]
-Route = Callable[[str, str, dict[str, str], bytes], Response]
-
-
-@dataclass
-class _Routes:
-    """Path prefix -> handler(method, path, headers, body)."""
-
-    routes: dict[str, Route]
-
-    def handler(self) -> type[BaseHTTPRequestHandler]:
-        routes = self.routes
-
-        class Handler(BaseHTTPRequestHandler):
-            def _serve(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                if length > _MAX_BODY:
-                    self._reply((413, "text/plain", b"payload too large\n"))
-                    return
-                body = self.rfile.read(length) if length else b""
-                path = self.path.split("?", 1)[0]
-                for prefix, route in routes.items():
-                    if path == prefix or (prefix.endswith("/") and path.startswith(prefix)):
-                        headers = {k: v for k, v in self.headers.items()}
-                        self._reply(route(self.command, path, headers, body))
-                        return
-                self._reply((404, "text/plain", b"not found\n"))
-
-            def _reply(self, response: Response) -> None:
-                code, ctype, payload = response
-                self.send_response(code)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-            do_GET = _serve
-            do_POST = _serve
-
-            def log_message(self, format: str, *args: Any) -> None:
-                log.debug("http %s", format % args)
-
-        return Handler
-
-
-def _serve(addr: str, routes: dict[str, Route]) -> ThreadingHTTPServer:
-    host, _, port = addr.rpartition(":")
-    server = ThreadingHTTPServer((host or "0.0.0.0", int(port)), _Routes(routes).handler())
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, name=f"http-{port}", daemon=True).start()
-    log.info("serving addr=%s:%d paths=%s", host or "0.0.0.0", server.server_port, ",".join(routes))
-    return server
-
-
-def _text(code: int, text: str) -> Response:
-    return code, "text/plain; charset=utf-8", (text + "\n").encode()
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -182,26 +124,44 @@ def _run(args: argparse.Namespace) -> int:
             and (scheduler is None or scheduler.ready())
         )
 
-    def health(method: str, path: str, headers: dict[str, str], body: bytes) -> Response:
-        if path == "/readyz":
-            return _text(200, "ok") if ready() else _text(503, "informers not synced")
-        return _text(200, "ok")
+    def health(request: Request) -> Response:
+        if request.path == "/readyz":
+            return text(200, "ok") if ready() else text(503, "informers not synced")
+        return text(200, "ok")
 
-    def scrape(method: str, path: str, headers: dict[str, str], body: bytes) -> Response:
+    def scrape(request: Request) -> Response:
         return 200, CONTENT_TYPE_LATEST, generate_latest(metrics.registry)
 
-    def hook(method: str, path: str, headers: dict[str, str], body: bytes) -> Response:
-        if method != "POST":
-            return _text(405, "POST a push event")
-        r = handle_push(kube, path=path, headers=headers, body=body, secret=secret, clock=clock)
+    def hook(request: Request) -> Response:
+        if request.method != "POST":
+            return text(405, "POST a push event")
+        r = handle_push(
+            kube,
+            path=request.path,
+            headers=request.headers,
+            body=request.body,
+            secret=secret,
+            clock=clock,
+        )
         metrics.webhooks.labels(r.result).inc()
-        return _text(r.status, r.message)
+        return text(r.status, r.message)
 
-    servers = [
-        _serve(args.metrics_addr, {"/metrics": scrape, "/healthz": health, "/readyz": health})
-    ]
-    if args.webhook_addr:
-        servers.append(_serve(args.webhook_addr, {PATH_PREFIX: hook}))
+    metrics_routes = {"/metrics": scrape, "/healthz": health, "/readyz": health}
+    try:
+        servers = [
+            HttpServer(args.metrics_addr, metrics_routes, limits=_METRICS_LIMITS, name="metrics")
+        ]
+        if args.webhook_addr:
+            servers.append(
+                HttpServer(
+                    args.webhook_addr, {PATH_PREFIX: hook}, limits=_WEBHOOK_LIMITS, name="webhook"
+                )
+            )
+    except ServerError as e:
+        log.error("cannot serve: %s", e)
+        return 2
+    for server in servers:
+        server.start()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         log.info("signal received signal=%s; shutting down", signal.Signals(signum).name)
@@ -241,7 +201,7 @@ def _run(args: argparse.Namespace) -> int:
     if reconciler is not None:
         reconciler.stop()
     for server in servers:
-        server.shutdown()
+        server.stop()
     log.info("stopped exit_code=%d", exit_code)
     return exit_code
 
