@@ -8,6 +8,20 @@ down. On UPDATE the label may not change (nor be added or removed), so a job
 cannot be handed to someone else after creation. The status subresource is
 not matched: the controller's status writes pass untouched.
 
+A job's `spec` (image, size, priority, elastic range) decides what its owner
+is charged for, so on UPDATE only the owner (the user its label names) or a
+member of `ADMIN_GROUP` may change it; anyone else with edit rights on
+TrainingJobs may still change labels and annotations, never what the job
+runs or spends.
+
+The workers' pod spec is the submitter's, but the controller creates the
+pods, so the submitter must not get through it what they could not create
+directly: the CRD (schemas/trainingjob.schema.json) refuses what no
+training job needs (host namespaces, hostPath, host ports, privileged
+containers, extra capabilities), the project namespaces carry Pod Security
+Admission labels, and this policy lets a job name a service account other
+than `default` only if its submitter may create pods in the namespace.
+
 A username that is not a valid label value (a service account's
 `system:serviceaccount:ns:name`, an email address) cannot own a
 TrainingJob; the refusal message says so.
@@ -27,9 +41,11 @@ from typing import Any
 
 from controller.jobs.spec import LABEL_USER
 
-__all__ = ["POLICY_NAME", "admission_objects", "mutating_objects"]
+__all__ = ["ADMIN_GROUP", "POLICY_NAME", "admission_objects", "mutating_objects"]
 
 POLICY_NAME = "trainingjobs.ai.operator-user"
+ADMIN_GROUP = "gangops:trainingjob-admins"
+"""Members may change the spec of anyone's TrainingJob (docs/security.md)."""
 
 _LABELS = "object.metadata.?labels.orValue({})"
 _PART_OF = {"app.kubernetes.io/part-of": "gangops"}
@@ -37,6 +53,8 @@ _LABEL_VALUE = "^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$"
 """What a label value may be (the API server's own rule)."""
 _OLD_LABELS = "oldObject.metadata.?labels.orValue({})"
 _LABEL = f"'{LABEL_USER}'"
+_POD = "object.spec.template.spec"
+_POD_SA = f"{_POD}.?serviceAccountName.orValue({_POD}.?serviceAccount.orValue('default'))"
 
 _VALIDATIONS: list[dict[str, Any]] = [
     {
@@ -56,6 +74,39 @@ _VALIDATIONS: list[dict[str, Any]] = [
             f"request.operation != 'UPDATE' || ({_LABELS}[?{_LABEL}] == {_OLD_LABELS}[?{_LABEL}])"
         ),
         "message": f"label {LABEL_USER} cannot be changed: it names the user the job is charged to",
+        "reason": "Forbidden",
+    },
+    {
+        "expression": (
+            "request.operation != 'UPDATE' || "
+            "object.?spec.orValue({}) == oldObject.?spec.orValue({}) || "
+            f"{_OLD_LABELS}[?{_LABEL}] == optional.of(request.userInfo.username) || "
+            f"'{ADMIN_GROUP}' in request.userInfo.groups"
+        ),
+        "messageExpression": (
+            "'only the owner of the job (' + "
+            f"{_OLD_LABELS}[?{_LABEL}].orValue('nobody') + "
+            f"') or a member of group {ADMIN_GROUP} may change its spec; you are ' + "
+            "request.userInfo.username"
+        ),
+        "reason": "Forbidden",
+    },
+    {
+        # The controller creates the workers, so a job could otherwise run pods under
+        # a service account its submitter could never have used: only someone who
+        # may create pods in the namespace may name one.
+        "expression": (
+            "(request.operation == 'UPDATE' && "
+            "object.?spec.orValue({}) == oldObject.?spec.orValue({})) || "
+            f"{_POD_SA} == 'default' || "
+            "authorizer.group('').resource('pods').namespace(request.namespace)"
+            ".check('create').allowed()"
+        ),
+        "messageExpression": (
+            f"'the workers may run as service account \"' + {_POD_SA} + "
+            "'\" only if you may create pods in namespace ' + request.namespace + "
+            "' yourself; remove serviceAccountName (the workers then run as default)'"
+        ),
         "reason": "Forbidden",
     },
 ]

@@ -5,7 +5,9 @@ same objects in the same order, so plans are stable and a reconcile with
 nothing to change writes nothing. What it produces, per the README:
 
 - a PriorityClass per tier;
-- per project namespace, a Namespace (labelled with its project) and a
+- per project namespace, a Namespace (labelled with its project and with the
+  project's Pod Security level, `podSecurity`, default baseline, so pods the
+  controller creates for a tenant are held to it like the tenant's own) and a
   ResourceQuota whose `hard` is the project's `max`, split evenly across the
   project's namespaces (remainders go to the namespaces listed first), so
   the API server enforces the ceiling even when the scheduler is down;
@@ -28,6 +30,7 @@ __all__ = [
     "ANNOTATION_SOURCE",
     "APPLY_ORDER",
     "LABEL_MANAGED_BY",
+    "LABEL_POD_SECURITY",
     "LABEL_PROJECT",
     "POLICY_CONFIGMAP",
     "POLICY_KEY",
@@ -40,6 +43,8 @@ __all__ = [
 
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 LABEL_PROJECT = "gangops.ai/project"
+LABEL_POD_SECURITY = "pod-security.kubernetes.io/enforce"
+"""Pod Security Admission's enforce label (its `-version` label is set beside it)."""
 LABEL_TIER_PREEMPTIBLE = "gangops.ai/preemptible"
 ANNOTATION_SOURCE = "gangops.ai/source-file"
 ANNOTATION_REVISION = "gangops.ai/revision"
@@ -132,10 +137,15 @@ def _priority_class(tier: PriorityTier, revision: str) -> dict[str, Any]:
 
 
 def _namespace(project: Project, ns: str, revision: str) -> dict[str, Any]:
+    labels = {
+        LABEL_PROJECT: project.name,
+        LABEL_POD_SECURITY: project.pod_security,
+        f"{LABEL_POD_SECURITY}-version": "latest",
+    }
     return {
         "apiVersion": "v1",
         "kind": "Namespace",
-        "metadata": _metadata(ns, project.doc.file, revision, **{LABEL_PROJECT: project.name}),
+        "metadata": _metadata(ns, project.doc.file, revision, **labels),
     }
 
 

@@ -137,6 +137,8 @@ class Project:
     tiers: tuple[str, ...] | None
     """`None` means "every tier"."""
     default_tier: str | None
+    pod_security: str
+    """The Pod Security Standard enforced in the project's namespaces (default baseline)."""
     doc: Document = field(compare=False, repr=False)
 
 
@@ -252,5 +254,6 @@ def build_project(doc: Document) -> Project:
         job_max_gpu=_get(spec, "jobs", "maxGPU"),
         tiers=None if tiers is None else tuple(tiers),
         default_tier=_get(spec, "jobs", "defaultTier"),
+        pod_security=spec.get("podSecurity", "baseline"),
         doc=doc,
     )

@@ -22,6 +22,7 @@ from controller.policy.compiler import (
     ANNOTATION_REVISION,
     ANNOTATION_SOURCE,
     LABEL_MANAGED_BY,
+    LABEL_POD_SECURITY,
     LABEL_PROJECT,
     POLICY_CONFIGMAP,
     POLICY_KEY,
@@ -223,6 +224,20 @@ def test_shares_add_up_to_the_max_exactly(resource: str, amount: str, parts: int
     )
     total = sum((parse_quantity(hard[ns][key]) for ns in namespaces), Fraction(0))
     assert total == parse_quantity(amount)
+
+
+@pytest.mark.parametrize(("level", "expected"), [(None, "baseline"), ("restricted", "restricted")])
+def test_project_namespaces_enforce_a_pod_security_level(level: str | None, expected: str) -> None:
+    """Pods the controller creates for a tenant are held to the namespace's Pod
+    Security level like the tenant's own; baseline unless the project says."""
+    doc = project("p").namespaces("p", "q").build()
+    if level is not None:
+        doc["spec"]["podSecurity"] = level
+    namespaces = [o for o in compiled(policy_files(doc)) if o["kind"] == "Namespace"]
+    assert [n["metadata"]["name"] for n in namespaces] == ["p", "q"]
+    for n in namespaces:
+        assert n["metadata"]["labels"][LABEL_POD_SECURITY] == expected
+        assert n["metadata"]["labels"][f"{LABEL_POD_SECURITY}-version"] == "latest"
 
 
 def test_a_project_without_a_max_gets_no_quota() -> None:
