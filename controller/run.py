@@ -33,7 +33,7 @@ from controller.kube.clock import SystemClock
 from controller.kube.leader import ElectionSettings, LeaseElector
 from controller.reconciler.controller import Reconciler, ReconcilerSettings
 from controller.reconciler.metrics import ReconcilerMetrics
-from controller.reconciler.webhook import PATH_PREFIX, handle_push
+from controller.reconciler.webhook import PATH_PREFIX, Deliveries, handle_push
 from controller.scheduler.cycle import GROW_INTERVAL_S
 
 __all__ = ["add_subcommand"]
@@ -132,6 +132,8 @@ def _run(args: argparse.Namespace) -> int:
     def scrape(request: Request) -> Response:
         return 200, CONTENT_TYPE_LATEST, generate_latest(metrics.registry)
 
+    deliveries = Deliveries()
+
     def hook(request: Request) -> Response:
         if request.method != "POST":
             return text(405, "POST a push event")
@@ -142,6 +144,7 @@ def _run(args: argparse.Namespace) -> int:
             body=request.body,
             secret=secret,
             clock=clock,
+            deliveries=deliveries,
         )
         metrics.webhooks.labels(r.result).inc()
         return text(r.status, r.message)

@@ -9,6 +9,18 @@ the body with the shared secret, compared in constant time) or GitLab's
 thing a person does by hand; whichever replica holds the leader Lease sees it
 through its watch and fetches at once. So any replica may take the webhook,
 and the annotation leaves a trace of the request on the object.
+
+The signature covers the body, not the URL, so the body must name what is
+authorised: a push is accepted for `/hook/<name>` only when the repository
+the signed payload names (GitHub's `repository.clone_url` and siblings,
+GitLab's `project.git_http_url` and siblings) is the PolicySource's
+`spec.url`. One signed delivery cannot trigger every source, and the name is
+checked to be an object name before it reaches the API server. Deliveries
+carry an id (`X-GitHub-Delivery`, `X-Gitlab-Event-UUID`); an id already
+accepted by this replica is not acted on again (`Deliveries`). A GitLab
+token is the secret itself, not a signature: anyone who sees one request can
+forge others, so prefer GitHub-style signatures where the forge offers them
+(docs/security.md).
 """
 
 from __future__ import annotations
@@ -17,19 +29,87 @@ import hashlib
 import hmac
 import json
 import logging
-from collections.abc import Mapping
+import re
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from controller.kube.client import RESOURCES, ApiError, Kube
 from controller.kube.clock import Clock
 from controller.reconciler.spec import ANNOTATION_REQUESTED
 
-__all__ = ["PATH_PREFIX", "WebhookResponse", "handle_push", "verify"]
+__all__ = [
+    "PATH_PREFIX",
+    "Deliveries",
+    "WebhookResponse",
+    "handle_push",
+    "repository_key",
+    "verify",
+]
 
 log = logging.getLogger(__name__)
 
 PATH_PREFIX = "/hook/"
 _SOURCE = RESOURCES["PolicySource"]
+_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+"""An object name (DNS-1123 subdomain), at most 253 characters."""
+_URL_FIELDS = {
+    "repository": ("clone_url", "ssh_url", "git_url", "html_url", "url", "git_http_url",
+                   "git_ssh_url", "homepage"),
+    "project": ("git_http_url", "git_ssh_url", "http_url", "ssh_url", "web_url"),
+}  # fmt: skip
+"""Where GitHub and GitLab push payloads name the repository."""
+
+
+class Deliveries:
+    """Ids of the deliveries this replica accepted, the latest `size` of them."""
+
+    def __init__(self, size: int = 10_000) -> None:
+        self._size = size
+        self._ids: OrderedDict[str, None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def seen(self, delivery: str) -> bool:
+        with self._lock:
+            return delivery in self._ids
+
+    def add(self, delivery: str) -> None:
+        with self._lock:
+            self._ids[delivery] = None
+            while len(self._ids) > self._size:
+                self._ids.popitem(last=False)
+
+
+def repository_key(url: str) -> str:
+    """A repository URL reduced to what identifies it, so that the https, ssh and
+    scp-like spellings of one repository compare equal: `host/path` without
+    user, port, trailing slash or `.git`, in lower case (file:// keeps its path)."""
+    u = url.strip().lower()
+    scheme = re.match(r"^[a-z][a-z0-9+.-]*://", u)
+    if scheme is not None and scheme.group(0) == "file://":
+        return u[len("file://") :].rstrip("/").removesuffix(".git")
+    if scheme is not None:
+        authority, _, path = u[scheme.end() :].partition("/")
+        host = authority.rpartition("@")[2]
+        host = host if host.startswith("[") else host.partition(":")[0]
+    else:
+        authority, _, path = u.partition(":")
+        host = authority.rpartition("@")[2]
+    return f"{host}/{path.strip('/').removesuffix('.git').rstrip('/')}"
+
+
+def _named_repositories(payload: Any) -> Iterator[str]:
+    if not isinstance(payload, dict):
+        return
+    for key, fields in _URL_FIELDS.items():
+        section = payload.get(key)
+        if isinstance(section, dict):
+            for f in fields:
+                value = section.get(f)
+                if isinstance(value, str) and value:
+                    yield value
 
 
 @dataclass(frozen=True)
@@ -76,19 +156,45 @@ def handle_push(
     body: bytes,
     secret: bytes,
     clock: Clock,
+    deliveries: Deliveries,
 ) -> WebhookResponse:
-    """Authenticate a webhook for `/hook/<name>` and request a reconcile of `<name>`."""
-    name = path.removeprefix(PATH_PREFIX).strip("/")
+    """Authenticate a webhook for `/hook/<name>` and request a reconcile of `<name>`
+    if the signed payload is a push to that PolicySource's repository."""
+    name = path.removeprefix(PATH_PREFIX)
+    if len(name) > 253 or not _NAME.match(name):
+        return WebhookResponse(404, f"{name[:80]!r} is not a PolicySource name", "unknown_source")
     problem = verify(headers, body, secret)
     if problem is not None:
         log.warning("webhook rejected source=%s reason=%r", name, problem)
         return WebhookResponse(401, problem, "rejected")
     if not _is_push(headers):
         return WebhookResponse(200, "not a push event; nothing to do", "ignored")
+    h = {k.lower(): v for k, v in headers.items()}
+    delivery = h.get("x-github-delivery") or h.get("x-gitlab-event-uuid") or ""
+    if delivery and deliveries.seen(delivery):
+        return WebhookResponse(200, f"delivery {delivery[:80]} was already handled", "ignored")
     try:
-        json.loads(body or b"{}")
+        payload = json.loads(body or b"{}")
     except ValueError:
         return WebhookResponse(400, "the body is not JSON", "rejected")
+    try:
+        source = kube.get(_SOURCE, name)
+    except ApiError as e:
+        log.warning("webhook could not read source=%s error=%r", name, str(e))
+        return WebhookResponse(503, "could not read the PolicySource; retry", "failed")
+    if source is None:
+        return WebhookResponse(404, f"no PolicySource {name!r}", "unknown_source")
+    url = str((source.get("spec") or {}).get("url") or "")
+    named = list(_named_repositories(payload))
+    if not any(repository_key(u) == repository_key(url) for u in named):
+        log.warning("webhook rejected source=%s reason=repository pushed=%r", name, named[:1])
+        return WebhookResponse(
+            403,
+            f"the push is for {named[0][:200]!r}, not for PolicySource {name}'s repository"
+            if named
+            else "the payload names no repository (repository.clone_url or project.git_http_url)",
+            "rejected",
+        )
     stamp = clock.now().strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     try:
         kube.merge_patch(
@@ -102,5 +208,7 @@ def handle_push(
             return WebhookResponse(404, f"no PolicySource {name!r}", "unknown_source")
         log.warning("webhook could not annotate source=%s error=%r", name, str(e))
         return WebhookResponse(503, "could not request a reconcile; retry", "failed")
+    if delivery:
+        deliveries.add(delivery)
     log.info("webhook accepted source=%s requested_at=%s", name, stamp)
     return WebhookResponse(202, f"reconcile of {name} requested", "accepted")

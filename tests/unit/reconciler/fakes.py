@@ -56,6 +56,22 @@ class FakeKube:
             raise ApiError(409, "Conflict", "the object has been modified")
         return self._store(key, obj, "replace")
 
+    def merge_patch(
+        self,
+        res: Resource,
+        name: str,
+        patch: Obj,
+        *,
+        field_manager: str,
+        namespace: str | None = None,
+    ) -> Obj:
+        self._check()
+        key = self._key(res.kind, name, namespace)
+        have = self.objects.get(key)
+        if have is None:
+            raise ApiError(404, "NotFound", name)
+        return self._store(key, _merged(have, patch), "merge_patch")
+
     def _store(self, key: tuple[str, str, str], obj: Obj, verb: str) -> Obj:
         self.rv += 1
         stored = copy.deepcopy(obj)
@@ -80,3 +96,16 @@ class FakeKube:
         if isinstance(script, ApiError):
             raise script
         yield from script
+
+
+def _merged(target: Obj, patch: Obj) -> Obj:
+    """RFC 7386 JSON merge patch."""
+    out = copy.deepcopy(target)
+    for k, v in patch.items():
+        if v is None:
+            out.pop(k, None)
+        elif isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _merged(out[k], v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out

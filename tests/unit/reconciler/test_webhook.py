@@ -1,13 +1,20 @@
-"""Push webhook authentication: GitHub's HMAC signature and GitLab's token."""
+"""Push webhooks: GitHub's HMAC signature and GitLab's token, and what an
+authentic delivery may trigger."""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import json
+from typing import Any
 
 import pytest
 
-from controller.reconciler.webhook import verify
+from controller.kube.client import RESOURCES
+from controller.kube.clock import FakeClock
+from controller.reconciler.spec import ANNOTATION_REQUESTED
+from controller.reconciler.webhook import Deliveries, WebhookResponse, handle_push, verify
+from tests.unit.reconciler.fakes import FakeKube
 
 SECRET = b"topsecret"
 BODY = b'{"ref":"refs/heads/main"}'
@@ -37,3 +44,99 @@ def test_rejected(headers: dict[str, str], body: bytes, secret: bytes, why: str)
 
 def test_gitlab_token() -> None:
     assert verify({"X-Gitlab-Token": "topsecret"}, BODY, SECRET) is None
+
+
+# handle_push: what a signed delivery may trigger.
+
+_URL = "https://github.com/acme/policies.git"
+
+
+def _kube() -> FakeKube:
+    kube = FakeKube()
+    kube.create(
+        {
+            "apiVersion": "policy.ai.operator/v1",
+            "kind": "PolicySource",
+            "metadata": {"name": "main"},
+            "spec": {"url": _URL},
+        },
+        field_manager="t",
+    )
+    return kube
+
+
+def _push(kube: FakeKube, path: str, payload: dict[str, Any], **headers: str) -> WebhookResponse:
+    body = json.dumps(payload).encode()
+    sig = "sha256=" + hmac.new(SECRET, body, hashlib.sha256).hexdigest()
+    return handle_push(
+        kube,  # type: ignore[arg-type]
+        path=path,
+        headers={"X-GitHub-Event": "push", "X-Hub-Signature-256": sig, **headers},
+        body=body,
+        secret=SECRET,
+        clock=FakeClock(),
+        deliveries=_DELIVERIES,
+    )
+
+
+_DELIVERIES = Deliveries()
+
+
+def _requested(kube: FakeKube) -> bool:
+    obj = kube.get(RESOURCES["PolicySource"], "main") or {}
+    return ANNOTATION_REQUESTED in (obj["metadata"].get("annotations") or {})
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        _URL,
+        "git@github.com:acme/policies.git",
+        "ssh://git@github.com:22/acme/policies",
+        "https://github.com/Acme/Policies/",
+    ],
+)
+def test_a_push_to_the_sources_repository_requests_a_reconcile(url: str) -> None:
+    kube = _kube()
+    r = _push(kube, "/hook/main", {"repository": {"clone_url": url}})
+    assert (r.status, r.result) == (202, "accepted")
+    assert _requested(kube)
+
+
+def test_the_signed_body_must_name_the_sources_repository() -> None:
+    """The HMAC covers the body, not the path: a delivery signed for one repository
+    must not trigger a source of another."""
+    kube = _kube()
+    other = _push(kube, "/hook/main", {"repository": {"clone_url": "https://github.com/x/y"}})
+    assert (other.status, other.result) == (403, "rejected")
+    assert "not for PolicySource main's repository" in other.message
+    none = _push(kube, "/hook/main", {"ref": "refs/heads/main"})
+    assert none.status == 403 and "names no repository" in none.message
+    assert not _requested(kube)
+
+
+@pytest.mark.parametrize("path", ["/hook/main/status", "/hook/Main", "/hook/", "/hook/a..b"])
+def test_a_path_that_is_no_object_name_is_refused_before_the_api_server(path: str) -> None:
+    kube = _kube()
+    kube.down = True  # any API call would raise
+    r = _push(kube, path, {"repository": {"clone_url": _URL}})
+    assert (r.status, r.result) == (404, "unknown_source")
+    assert "is not a PolicySource name" in r.message
+
+
+def test_a_replayed_delivery_is_not_acted_on_twice() -> None:
+    kube = _kube()
+    payload = {"repository": {"clone_url": _URL}}
+    first = _push(kube, "/hook/main", payload, **{"X-GitHub-Delivery": "d-1"})
+    assert first.status == 202
+    writes = len(kube.writes)
+    again = _push(kube, "/hook/main", payload, **{"X-GitHub-Delivery": "d-1"})
+    assert (again.status, again.result) == (200, "ignored")
+    assert len(kube.writes) == writes
+
+
+def test_deliveries_remember_the_latest_ids_only() -> None:
+    d = Deliveries(size=2)
+    for i in "abc":
+        d.add(i)
+    assert [d.seen(i) for i in "abc"] == [False, True, True]

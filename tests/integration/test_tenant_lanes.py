@@ -1,0 +1,264 @@
+"""Tenants stay in their lane, as the dev cluster's ordinary users alice and bob.
+
+Each may manage TrainingJobs in the test's namespace (the Role the `alice`
+fixture creates; bob is bound to it here) and neither may create pods. The
+controller creates the workers, so what a job may ask for is decided at the
+front door: by the TrainingJob CRD's rules and the admission policy, enforced
+by the API server with no gangops process running, and by the Pod Security
+level of the project's namespaces.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from kubernetes import client, config
+
+from controller.devcluster import DevCluster
+from controller.jobs.admission import ADMIN_GROUP
+from controller.kube.client import RESOURCES, ApiError, Kube, connect
+from controller.policy.compiler import compile_policy_set
+from controller.policy.loader import Source
+from controller.policy.validate import validate_sources
+
+from .gang_helpers import GangEnv
+from .kube import wait_for
+
+pytest_plugins = ["tests.integration.gang_fixtures"]
+
+_JOB = RESOURCES["TrainingJob"]
+
+
+def _bind(api: object, namespace: str, user: str, role: str, rules: list[dict[str, Any]]) -> None:
+    rbac = client.RbacAuthorizationV1Api(api)
+    if rules:
+        rbac.create_namespaced_role(namespace, {"metadata": {"name": role}, "rules": rules})
+    rbac.create_namespaced_role_binding(
+        namespace,
+        {
+            "metadata": {"name": f"{role}-{user}"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
+            "subjects": [{"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"}],
+        },
+    )
+
+
+@pytest.fixture
+def bob(dev_cluster: DevCluster, gang_env: GangEnv, alice: Kube, api: object) -> Kube:
+    """Bob's client, with the same TrainingJob rights as alice (the role `tj`)."""
+    _bind(api, gang_env.namespace, "bob", "tj", [])
+    return connect(str(dev_cluster.user_kubeconfigs["bob"]))
+
+
+@pytest.fixture
+def job_admin(dev_cluster: DevCluster) -> Kube:
+    """Carol, a member of the documented admin group (the admin impersonating her)."""
+    api = config.new_client_from_config(config_file=str(dev_cluster.kubeconfig))
+    api.set_default_header("Impersonate-User", "carol")
+    api.set_default_header("Impersonate-Group", ADMIN_GROUP)
+    return Kube(api)
+
+
+def _refused(call: Callable[[], object]) -> ApiError:
+    with pytest.raises(ApiError) as e:
+        call()
+    return e.value
+
+
+def _create_once_policy_active(env: GangEnv, manifest: dict[str, Any], as_: Kube) -> None:
+    """Create `manifest` as `as_` once the admission policy is in force (a foreign
+    label is refused), which takes a moment after the session installed it."""
+    probe = env.job("probe", gang=1, user="somebody-else")
+
+    def active() -> bool:
+        try:
+            env.create(probe, as_=as_)
+        except ApiError as e:
+            return e.status == 403
+        env.kube.delete(_JOB, "probe", namespace=env.namespace)
+        return False
+
+    wait_for("the admission policy to be in force", active)
+    env.create(manifest, as_=as_)
+
+
+def test_only_the_owner_or_an_admin_may_change_a_jobs_spec(
+    gang_env: GangEnv, alice: Kube, bob: Kube, job_admin: Kube
+) -> None:
+    env = gang_env
+    _create_once_policy_active(env, env.job("bobs", gang=1, user="bob"), bob)
+
+    def patch(who: Kube, body: dict[str, Any]) -> dict[str, Any]:
+        return who.merge_patch(_JOB, "bobs", body, field_manager="t", namespace=env.namespace)
+
+    # Alice may not spend bob's quota: no size, range, priority or image of hers.
+    grow = {"spec": {"resourceProfile": {"minGPU": 1, "maxGPU": 32}}}
+    err = _refused(lambda: patch(alice, grow))
+    assert err.status == 403, err
+    assert (
+        f"only the owner of the job (bob) or a member of group {ADMIN_GROUP} may change its"
+        " spec; you are alice" in err.message
+    )
+    image = {
+        "spec": {
+            "template": {
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "trainer",
+                            "image": "alice/miner:latest",
+                            "resources": {"limits": {"nvidia.com/gpu": 1}},
+                        }
+                    ]
+                }
+            }
+        }
+    }
+    assert _refused(lambda: patch(alice, image)).status == 403
+    # A cluster admin outside the group is held to the same rule.
+    assert _refused(lambda: patch(env.kube, grow)).status == 403
+    job = env.kube.get(_JOB, "bobs", env.namespace)
+    assert job is not None and "resourceProfile" not in job["spec"]
+    assert job["spec"]["template"]["spec"]["containers"][0]["image"] != "alice/miner:latest"
+
+    # What is not spec stays open to anyone with edit rights; the owner and the
+    # admin group may change the spec.
+    patch(alice, {"metadata": {"annotations": {"note": "seen by alice"}}})
+    assert patch(bob, grow)["spec"]["resourceProfile"]["maxGPU"] == 32
+    assert (
+        patch(job_admin, {"spec": {"resourceProfile": {"maxGPU": 2}}})["spec"]["resourceProfile"][
+            "maxGPU"
+        ]
+        == 2
+    )
+
+
+def _pod(**spec: Any) -> dict[str, Any]:
+    container = {"name": "trainer", "image": "x", "resources": {"limits": {"nvidia.com/gpu": 1}}}
+    container.update(spec.pop("container", {}))
+    return {"containers": [container], **spec}
+
+
+_PRIVILEGED = {"securityContext": {"privileged": True}}
+
+
+@pytest.mark.parametrize(
+    ("pod", "message"),
+    [
+        (_pod(hostNetwork=True), "hostNetwork is not allowed"),
+        (_pod(hostPID=True), "hostPID is not allowed"),
+        (_pod(hostIPC=True), "hostIPC is not allowed"),
+        (
+            _pod(
+                volumes=[{"name": "root", "hostPath": {"path": "/"}}],
+                container={"volumeMounts": [{"name": "root", "mountPath": "/host"}]},
+            ),
+            "hostPath volumes are not allowed",
+        ),
+        (_pod(container={"securityContext": {"privileged": True}}), "privileged containers"),
+        (
+            _pod(container={"securityContext": {"capabilities": {"add": ["SYS_ADMIN"]}}}),
+            "capabilities.add may only name",
+        ),
+        (_pod(container={"ports": [{"containerPort": 22, "hostPort": 22}]}), "hostPort"),
+        (
+            _pod(initContainers=[{"name": "i", "image": "x", **_PRIVILEGED}]),
+            "privileged containers",
+        ),
+        (_pod(serviceAccountName="builder"), 'service account "builder" only if you may create'),
+    ],
+    ids=["hostNetwork", "hostPID", "hostIPC", "hostPath", "privileged", "SYS_ADMIN", "hostPort",
+         "privileged-init", "serviceAccount"],
+)  # fmt: skip
+def test_a_trainingjob_cannot_ask_for_what_its_submitter_could_not_run(
+    gang_env: GangEnv, alice: Kube, pod: dict[str, Any], message: str
+) -> None:
+    env = gang_env
+    assert not _can_create_pods(alice, env.namespace), "alice must not be able to create pods"
+    ok = env.job("fine", gang=1, user="alice")
+    _create_once_policy_active(env, ok, alice)
+    manifest = env.job("root", gang=1, user="alice")
+    manifest["spec"]["template"]["spec"] = pod
+    err = _refused(lambda: env.create(manifest, as_=alice))
+    assert err.status in (403, 422), err
+    assert message in err.message, err.message
+    assert env.kube.get(_JOB, "root", env.namespace) is None
+
+
+def test_a_service_account_is_for_submitters_who_may_create_pods(
+    gang_env: GangEnv, alice: Kube, bob: Kube, api: object
+) -> None:
+    env = gang_env
+    pods = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["create"]}]
+    _bind(api, env.namespace, "bob", "pods", pods)
+    manifest = env.job("with-sa", gang=1, user="bob")
+    manifest["spec"]["template"]["spec"]["serviceAccountName"] = "builder"
+    _create_once_policy_active(env, manifest, bob)
+    assert env.kube.get(_JOB, "with-sa", env.namespace) is not None
+    # Alice may not edit bob's job into something else, nor submit one naming it.
+    mine = env.job("mine", gang=1, user="alice")
+    mine["spec"]["template"]["spec"]["serviceAccount"] = "builder"
+    assert _refused(lambda: env.create(mine, as_=alice)).status == 403
+
+
+def _can_create_pods(kube: Kube, namespace: str) -> bool:
+    review = {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SelfSubjectAccessReview",
+        "spec": {
+            "resourceAttributes": {"namespace": namespace, "verb": "create", "resource": "pods"}
+        },
+    }
+    out = kube.create(review, field_manager="t")
+    return bool(out["status"]["allowed"])
+
+
+_PROJECT = """\
+apiVersion: policy.ai.operator/v1
+kind: Project
+metadata: {{name: {name}}}
+spec:
+  namespaces: [{name}]
+  quota: {{max: {{gpu: 8}}}}
+"""
+_CLUSTER = """\
+apiVersion: policy.ai.operator/v1
+kind: ClusterPolicy
+metadata: {name: c}
+spec: {capacity: {gpu: 16}}
+"""
+
+
+def _source(path: str, text: str) -> Source:
+    data = text.encode()
+    return Source(path, len(data), lambda: data)
+
+
+def test_compiled_project_namespaces_refuse_pods_beyond_baseline(gang_env: GangEnv) -> None:
+    """Whoever creates the pod, the controller included: Pod Security Admission
+    checks the pod, not the requester."""
+    env = gang_env
+    name = f"psa-{secrets.token_hex(4)}"
+    sources = [
+        _source("cluster.yaml", _CLUSTER),
+        _source("project.yaml", _PROJECT.format(name=name)),
+    ]
+    result = validate_sources(sources, root=".", resolve=lambda ref: None)
+    assert result.policy_set is not None, result.diagnostics
+    objects = compile_policy_set(result.policy_set, revision="r", source_root=".")
+    namespace = next(o for o in objects if o["kind"] == "Namespace")
+    env.kube.create(namespace, field_manager="t")
+    try:
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "root", "namespace": name},
+            "spec": _pod(hostNetwork=True),
+        }
+        err = _refused(lambda: env.kube.create(pod, field_manager="gangops"))
+        assert err.status == 403 and 'violates PodSecurity "baseline:latest"' in err.message
+    finally:
+        env.kube.delete(RESOURCES["Namespace"], name)
