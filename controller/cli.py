@@ -174,8 +174,9 @@ def _limits(args: argparse.Namespace) -> Any:
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from controller.policy.loader import Source, sources_from_paths
+    from controller.policy.loader import sources_from_paths
     from controller.policy.report import format_diagnostics, github_step_summary
+    from controller.policy.sources import repository_resolver
     from controller.policy.validate import validate_sources
 
     try:
@@ -183,15 +184,7 @@ def _validate(args: argparse.Namespace) -> int:
     except FileNotFoundError as e:
         print(f"gangops validate: {e}", file=sys.stderr)
         return EXIT_USAGE
-    roots = [Path(p) for p in args.paths]
-
-    def resolve(ref: str) -> Source | None:
-        for root in roots:
-            p = (root if root.is_dir() else root.parent) / ref
-            if p.is_file():
-                return Source(path=p.as_posix(), size=p.stat().st_size, read=p.read_bytes)
-        return None
-
+    resolve = repository_resolver([Path(p) for p in args.paths])
     result = validate_sources(
         sources, root=" ".join(args.paths), resolve=resolve, limits=_limits(args)
     )

@@ -28,6 +28,9 @@ __all__ = [
     "LABEL_POOL",
     "LABEL_RACK",
     "LABEL_ZONE",
+    "MAX_GPUS",
+    "MAX_GPUS_PER_NODE",
+    "MAX_NODES_PER_POOL",
     "ClusterSpec",
     "ClusterSpecError",
     "NodeSpec",
@@ -134,10 +137,23 @@ _POOL_KEYS = {
 }  # fmt: skip
 
 
-def _int(where: str, value: Any, *, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ClusterSpecError(f"{where}: expected an integer >= {minimum}, found {value!r}")
+MAX_NODES_PER_POOL = 100_000
+MAX_GPUS_PER_NODE = 1024
+MAX_GPUS = 1_000_000
+"""A cluster description may declare at most this many GPUs: `capacity.gpu`'s own maximum."""
+
+
+def _int(where: str, value: Any, *, minimum: int, maximum: int = 10**9) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+        raise ClusterSpecError(
+            f"{where}: expected an integer from {minimum} to {maximum:,}, found {_short(value)}"
+        )
     return value
+
+
+def _short(value: Any) -> str:
+    text = repr(value) if not isinstance(value, int) or abs(value) < 10**15 else f"{value:.3e}"
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _qty(where: str, value: Any) -> Fraction:
@@ -178,8 +194,13 @@ def parse_cluster(doc: Any, *, source: str = "<cluster>") -> ClusterSpec:
         pools.append(
             PoolSpec(
                 name=name,
-                count=_int(f"{where}.count", p.get("count"), minimum=0),
-                gpus_per_node=_int(f"{where}.gpusPerNode", p.get("gpusPerNode"), minimum=0),
+                count=_int(f"{where}.count", p.get("count"), minimum=0, maximum=MAX_NODES_PER_POOL),
+                gpus_per_node=_int(
+                    f"{where}.gpusPerNode",
+                    p.get("gpusPerNode"),
+                    minimum=0,
+                    maximum=MAX_GPUS_PER_NODE,
+                ),
                 gpu_model=str(p.get("gpuModel", "unknown")),
                 gpu_memory_mib=_int(f"{where}.gpuMemoryMiB", p.get("gpuMemoryMiB", 0), minimum=0),
                 cpu_milli=int(_qty(f"{where}.cpu", p.get("cpu", "64")) * 1000),
@@ -195,7 +216,12 @@ def parse_cluster(doc: Any, *, source: str = "<cluster>") -> ClusterSpec:
         )
     meta = doc.get("metadata")
     name = meta.get("name") if isinstance(meta, Mapping) else None
-    return ClusterSpec(name=str(name or "cluster"), pools=tuple(pools))
+    cluster = ClusterSpec(name=str(name or "cluster"), pools=tuple(pools))
+    if cluster.total_gpus > MAX_GPUS:
+        raise ClusterSpecError(
+            f"{source}: the pools declare {cluster.total_gpus:,} GPUs, more than {MAX_GPUS:,}"
+        )
+    return cluster
 
 
 def load_cluster(path: str | Path) -> ClusterSpec:

@@ -10,15 +10,23 @@ from __future__ import annotations
 
 import os
 import posixpath
-from collections.abc import Callable
+import stat
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import git
 
 from controller.policy.loader import YAML_SUFFIXES, Source, sources_from_paths
-from controller.policy.validate import Resolver
+from controller.policy.validate import OutsideRepository, Resolver
 
-__all__ = ["GitRefError", "git_tree", "tree_sources", "working_revision", "working_tree"]
+__all__ = [
+    "GitRefError",
+    "git_tree",
+    "repository_resolver",
+    "tree_sources",
+    "working_revision",
+    "working_tree",
+]
 
 
 class GitRefError(Exception):
@@ -26,16 +34,42 @@ class GitRefError(Exception):
 
 
 def working_tree(root: Path) -> tuple[list[Source], Resolver]:
-    """The YAML files under `root` on disk, and a resolver relative to `root`."""
-    sources = sources_from_paths([root])
+    """The YAML files under `root` on disk, and a resolver relative to `root` (see
+    `repository_resolver`)."""
+    return sources_from_paths([root]), repository_resolver([root])
+
+
+def repository_resolver(roots: Sequence[Path]) -> Resolver:
+    """A resolver of paths relative to each of `roots` in turn that never leaves the
+    repository: the Git working tree a root is in, else the root itself. Symbolic
+    links are followed only while they stay inside; only regular files are read."""
+    bases = []
+    for root in roots:
+        base = root if root.is_dir() else root.parent
+        try:
+            top = Path(str(_repo(base).working_tree_dir))
+        except GitRefError:
+            top = base
+        bases.append((base, top.resolve()))
 
     def resolve(ref: str) -> Source | None:
-        p = (root if root.is_dir() else root.parent) / ref
-        if not p.is_file():
-            return None
-        return Source(path=p.as_posix(), size=p.stat().st_size, read=p.read_bytes)
+        for base, top in bases:
+            p = base / ref
+            try:
+                real = p.resolve()
+            except (OSError, RuntimeError):  # a symlink loop
+                continue
+            if not real.is_relative_to(top):
+                raise OutsideRepository(f"{ref!r} is outside the repository ({top})")
+            try:
+                st = real.stat()
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                return Source(path=p.as_posix(), size=st.st_size, read=real.read_bytes)
+        return None
 
-    return sources, resolve
+    return resolve
 
 
 def _repo(root: Path) -> git.Repo:
@@ -83,8 +117,8 @@ def tree_sources(
 
     def resolve(ref: str) -> Source | None:
         target = posixpath.normpath(posixpath.join(base, ref))
-        if target.startswith(".."):
-            return None
+        if target.startswith(("..", "/")):
+            raise OutsideRepository(f"{ref!r} is outside the repository")
         try:
             blob = commit.tree / target
         except KeyError:

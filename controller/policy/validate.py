@@ -42,10 +42,17 @@ from controller.policy.model import (
 )
 from controller.quantity import QuantityError, parse_quantity
 
-__all__ = ["ValidationResult", "schema_dir", "validate_sources"]
+__all__ = ["OutsideRepository", "ValidationResult", "schema_dir", "validate_sources"]
 
 Resolver = Callable[[str], Source | None]
-"""Finds a file by its path relative to the policy root (for `capacityFrom`)."""
+"""Finds a file by its path relative to the policy root (for `capacityFrom`); None
+when there is none, `OutsideRepository` when the path leads out of the repository."""
+
+
+class OutsideRepository(Exception):
+    """A `capacityFrom` path that leads out of the policy repository (by `..`, an
+    absolute path or a symbolic link): policies describe the repository, never
+    the host that happens to validate or apply them."""
 
 
 @dataclass
@@ -153,7 +160,13 @@ def _capacity_from(
             return None, []
         msg = "set capacity.gpu, or capacityFrom naming a cluster description"
         return None, [Diagnostic("GP317", msg, doc.file, line, col)]
-    src = resolve(ref)
+    if ref.startswith(("/", "\\", "~")) or (len(ref) > 1 and ref[1] == ":"):
+        msg = f"capacityFrom: {ref!r} must be a path relative to the policy root"
+        return None, [Diagnostic("GP317", msg, doc.file, line, col)]
+    try:
+        src = resolve(ref)
+    except OutsideRepository as e:
+        return None, [Diagnostic("GP317", f"capacityFrom: {e}", doc.file, line, col)]
     if src is None:
         return None, [Diagnostic("GP317", f"capacityFrom: {ref!r} not found", doc.file, line, col)]
     if src.size > limits.max_file_bytes:

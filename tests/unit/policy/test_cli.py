@@ -247,3 +247,49 @@ def test_the_installed_console_script() -> None:
     )  # fmt: skip
     assert missing.returncode == 2
     assert missing.stderr.strip() == "gangops validate: nowhere: no such file or directory"
+
+
+_A_CLUSTER = "kind: Cluster\nspec:\n  pools: [{name: a, count: 8, gpusPerNode: 8}]\n"
+
+
+@pytest.mark.parametrize("how", ["dot-dot", "symlink"])
+def test_capacity_from_never_reads_outside_the_repository(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], how: str
+) -> None:
+    """Outside a Git repository the policy root is the repository; `..` and a
+    symbolic link leading out of it are refused as the Git reader refuses them."""
+    (tmp_path / "host.yaml").write_text(_A_CLUSTER)
+    ref = "../host.yaml" if how == "dot-dot" else "data/link.cl"
+    files = policy_files(
+        project("a").build(), cluster_doc={**_cluster_doc(), "spec": {"capacityFrom": ref}}
+    )
+    root = _write(tmp_path / "pol", files)
+    if how == "symlink":
+        (root / "data").mkdir()
+        (root / "data" / "link.cl").symlink_to(tmp_path / "host.yaml")
+    monkeypatch.chdir(tmp_path)
+    assert main(["validate", "pol"]) == 1
+    out = capsys.readouterr().out
+    assert f"error GP317: capacityFrom: '{ref}' is outside the repository" in out, out
+
+
+def test_capacity_from_may_name_any_file_of_the_repository(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    _write(tmp_path, {"clusters/c.yaml": _A_CLUSTER})
+    files = policy_files(
+        project("a").build(),
+        cluster_doc={**_cluster_doc(), "spec": {"capacityFrom": "../clusters/c.yaml"}},
+    )
+    _write(tmp_path / "pol", files)
+    monkeypatch.chdir(tmp_path)
+    assert main(["validate", "pol"]) == 0, capsys.readouterr().out
+
+
+def _cluster_doc() -> dict[str, Any]:
+    return {
+        "apiVersion": "policy.ai.operator/v1",
+        "kind": "ClusterPolicy",
+        "metadata": {"name": "c"},
+    }

@@ -422,6 +422,32 @@ CASES = [
         extra={"c/cluster.yaml": "kind: Cluster\n" + "#" * 1_100_000},
     ),
     Case(
+        "GP317 capacityFrom names an absolute path",
+        {"cluster.yaml": CLUSTER.replace("capacity: {gpu: 64}", "capacityFrom: /etc/passwd")},
+        [("GP317", "cluster.yaml", 5)],
+        says=("'/etc/passwd' must be a path relative to the policy root",),
+    ),
+    Case(
+        "GP317 capacityFrom declares an impossible pool",
+        {"cluster.yaml": CLUSTER.replace("capacity: {gpu: 64}", "capacityFrom: c/cluster.yaml")},
+        [("GP317", "cluster.yaml", 5)],
+        says=("spec.pools[0].count: expected an integer from 0 to 100,000, found 1.000e+30",),
+        extra={
+            "c/cluster.yaml": "kind: Cluster\nspec:\n"
+            "  pools: [{name: a, count: 1000000000000000000000000000000, gpusPerNode: 8}]\n"
+        },
+    ),
+    Case(
+        "GP317 capacityFrom declares more GPUs than capacity.gpu may",
+        {"cluster.yaml": CLUSTER.replace("capacity: {gpu: 64}", "capacityFrom: c/cluster.yaml")},
+        [("GP317", "cluster.yaml", 5)],
+        says=("the pools declare 1,600,000 GPUs, more than 1,000,000",),
+        extra={
+            "c/cluster.yaml": "kind: Cluster\nspec:\n"
+            "  pools: [{name: a, count: 100000, gpusPerNode: 16}]\n"
+        },
+    ),
+    Case(
         "capacityFrom: the capacity is the cluster's GPU count",
         {
             "cluster.yaml": CLUSTER.replace("capacity: {gpu: 64}", "capacityFrom: c/cluster.yaml"),
