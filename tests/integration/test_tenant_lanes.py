@@ -54,8 +54,20 @@ def bob(dev_cluster: DevCluster, gang_env: GangEnv, alice: Kube, api: object) ->
 
 
 @pytest.fixture
-def job_admin(dev_cluster: DevCluster) -> Kube:
-    """Carol, a member of the documented admin group (the admin impersonating her)."""
+def job_admin(dev_cluster: DevCluster, gang_env: GangEnv, alice: Kube, api: object) -> Kube:
+    """Carol, a member of the documented admin group (the admin impersonating her),
+    which RBAC lets edit TrainingJobs as it would any job administrator."""
+    rbac = client.RbacAuthorizationV1Api(api)
+    rbac.create_namespaced_role_binding(
+        gang_env.namespace,
+        {
+            "metadata": {"name": "tj-admins"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "tj"},
+            "subjects": [
+                {"kind": "Group", "name": ADMIN_GROUP, "apiGroup": "rbac.authorization.k8s.io"}
+            ],
+        },
+    )
     api = config.new_client_from_config(config_file=str(dev_cluster.kubeconfig))
     api.set_default_header("Impersonate-User", "carol")
     api.set_default_header("Impersonate-Group", ADMIN_GROUP)
@@ -174,10 +186,14 @@ _PRIVILEGED = {"securityContext": {"privileged": True}}
          "privileged-init", "serviceAccount"],
 )  # fmt: skip
 def test_a_trainingjob_cannot_ask_for_what_its_submitter_could_not_run(
-    gang_env: GangEnv, alice: Kube, pod: dict[str, Any], message: str
+    gang_env: GangEnv,
+    alice: Kube,
+    user_api: Callable[[str], client.ApiClient],
+    pod: dict[str, Any],
+    message: str,
 ) -> None:
     env = gang_env
-    assert not _can_create_pods(alice, env.namespace), "alice must not be able to create pods"
+    assert not _can_create_pods(user_api("alice"), env.namespace), "alice may not create pods"
     ok = env.job("fine", gang=1, user="alice")
     _create_once_policy_active(env, ok, alice)
     manifest = env.job("root", gang=1, user="alice")
@@ -204,16 +220,11 @@ def test_a_service_account_is_for_submitters_who_may_create_pods(
     assert _refused(lambda: env.create(mine, as_=alice)).status == 403
 
 
-def _can_create_pods(kube: Kube, namespace: str) -> bool:
-    review = {
-        "apiVersion": "authorization.k8s.io/v1",
-        "kind": "SelfSubjectAccessReview",
-        "spec": {
-            "resourceAttributes": {"namespace": namespace, "verb": "create", "resource": "pods"}
-        },
-    }
-    out = kube.create(review, field_manager="t")
-    return bool(out["status"]["allowed"])
+def _can_create_pods(api: client.ApiClient, namespace: str) -> bool:
+    attributes = {"namespace": namespace, "verb": "create", "resource": "pods"}
+    review = {"spec": {"resourceAttributes": attributes}}
+    out = client.AuthorizationV1Api(api).create_self_subject_access_review(review)
+    return bool(out.status.allowed)
 
 
 _PROJECT = """\
