@@ -10,6 +10,7 @@ pull-request comment kept under GitHub's 65,536-character limit) and `json`.
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
@@ -71,6 +72,52 @@ def format_diagnostics(diags: Sequence[Diagnostic], *, fmt: str, files: int) -> 
     raise ValueError(f"unknown format {fmt!r}")
 
 
+_UNPRINTABLE = re.compile(
+    r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u200b-\u200f\u202a-\u202e\u2066-\u2069]"
+)
+
+
+def _printable(s: str) -> str:
+    """`s` on one line as it is: control characters, line and paragraph
+    separators and bidirectional overrides become escapes (`\\n`, `\\x1b`,
+    `\\u202e`), so a file name or a value cannot start a line of its own, move
+    the cursor or reorder what a reader sees."""
+
+    def escape(m: re.Match[str]) -> str:
+        c = m.group()
+        named = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+        if c in named:
+            return named[c]
+        return f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}"
+
+    return _UNPRINTABLE.sub(escape, s)
+
+
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]<|~&])")
+_MD_BLOCK_START = re.compile(r"^(\s*|\s*\d+)([-+=#>]|(?<=\d)[.)])")
+
+
+def _md_code(s: str) -> str:
+    """`s` as a markdown code span that shows it literally: on one line, fenced by
+    a run of backticks longer than any inside (CommonMark), so nothing in it is
+    bold, a link, an image or a mention."""
+    s = _printable(s)
+    fence = "`" * (max((len(r) for r in re.findall(r"`+", s)), default=0) + 1)
+    pad = " " if s.startswith(("`", " ")) or s.endswith(("`", " ")) else ""
+    return f"{fence}{pad}{s}{pad}{fence}"
+
+
+def _md_text(s: str) -> str:
+    """`s` as markdown text that renders literally: on one line, the characters
+    that make emphasis, code, links, images, HTML and tables backslash-escaped,
+    nothing at its start that opens a block, no autolink and no mention."""
+    t = _MD_SPECIAL.sub(r"\\\1", _printable(s))
+    t = _MD_BLOCK_START.sub(r"\1\\\2", t)
+    t = re.sub(r"://", r"\\://", t)
+    t = re.sub(r"(?i)\b(www)\.", r"\1\\.", t)
+    return t.replace("@", "@\u200b")
+
+
 def _where(d: Diagnostic) -> str:
     if d.line:
         return f"{d.file}:{d.line}:{d.column}"
@@ -78,7 +125,7 @@ def _where(d: Diagnostic) -> str:
 
 
 def _text(d: Diagnostic) -> str:
-    return f"{_where(d)}: {d.level.value} {d.code}: {d.message}"
+    return _printable(f"{_where(d)}: {d.level.value} {d.code}: {d.message}")
 
 
 def _json(d: Diagnostic) -> dict[str, Any]:
@@ -116,8 +163,8 @@ def github_step_summary(diags: Sequence[Diagnostic], files: int) -> str:
     if diags:
         out += ["| Severity | Code | Location | Message |", "|---|---|---|---|"]
         for d in diags:
-            msg = d.message.replace("|", "\\|").replace("\n", " ")
-            out.append(f"| {d.level.value} | {d.code} | `{_where(d)}` | {msg} |")
+            where = _md_code(_where(d)).replace("|", "\\|")
+            out.append(f"| {d.level.value} | {d.code} | {where} | {_md_text(d.message)} |")
     return "\n".join(out) + "\n"
 
 
@@ -217,6 +264,10 @@ def _plan_json(plan: Plan, base: str, head: str) -> dict[str, Any]:
 
 
 def _plan_text(plan: Plan, base: str, head: str) -> str:
+    return "\n".join(_printable(line) for line in _plan_lines(plan, base, head)) + "\n"
+
+
+def _plan_lines(plan: Plan, base: str, head: str) -> list[str]:
     out = [f"Plan {base} -> {head}: {_counts(plan)}"]
     if not plan.changes and not plan.warnings:
         out.append("No changes. The cluster already matches the policies.")
@@ -229,14 +280,17 @@ def _plan_text(plan: Plan, base: str, head: str) -> str:
             out.append(f"      {f.path}: {_value(f.old)} -> {_value(f.new)}")
         for n in c.notes:
             out.append(f"      note: {n}")
-    return "\n".join(out) + "\n"
+    return out
 
 
 def _change_md(c: Change) -> list[str]:
     flag = " :warning: **destructive**" if c.destructive else ""
-    lines = [f"- **{c.action}** `{c.id}`{flag}"]
-    lines += [f"  - `{f.path}`: `{_value(f.old)}` → `{_value(f.new)}`" for f in c.fields]
-    lines += [f"  - {n}" for n in c.notes]
+    lines = [f"- **{c.action}** {_md_code(c.id)}{flag}"]
+    lines += [
+        f"  - {_md_code(f.path)}: {_md_code(_value(f.old))} → {_md_code(_value(f.new))}"
+        for f in c.fields
+    ]
+    lines += [f"  - {_md_text(n)}" for n in c.notes]
     return lines
 
 
@@ -244,18 +298,21 @@ def _plan_markdown(plan: Plan, base: str, head: str) -> str:
     head_lines = [
         "### gangops plan",
         "",
-        f"`{base}` → `{head}`: **{_counts(plan)}**",
+        f"{_md_code(base)} → {_md_code(head)}: **{_counts(plan)}**",
         "",
     ]
     body: list[str] = []
     if plan.destructive:
-        steps = [*plan.warnings, *(f"{c.action} `{c.id}`" for c in plan.changes if c.destructive)]
+        steps = [
+            *(_md_text(w) for w in plan.warnings),
+            *(f"{c.action} {_md_code(c.id)}" for c in plan.changes if c.destructive),
+        ]
         head_lines += ["> [!CAUTION]", "> This change has destructive steps:"]
         head_lines += [f"> - {step}" for step in steps[:_CAUTION_STEPS]]
         if len(steps) > _CAUTION_STEPS:
             head_lines.append(f"> - …and {len(steps) - _CAUTION_STEPS} more, listed below")
             # The changes below are flagged themselves; the warnings are not.
-            body += [f"- :warning: {w}" for w in plan.warnings[_CAUTION_STEPS:]]
+            body += [f"- :warning: {_md_text(w)}" for w in plan.warnings[_CAUTION_STEPS:]]
         head_lines.append("")
     if not plan.changes and not plan.warnings:
         head_lines.append("No changes.")

@@ -85,7 +85,8 @@ def test_github_step_summary_table() -> None:
     assert github_step_summary([d], 1) == (
         "## gangops validate\n\n1 error, 0 warnings in 1 file\n\n"
         "| Severity | Code | Location | Message |\n|---|---|---|---|\n"
-        "| error | GP101 | `x.yaml:3:1` | a \\| b c |\n"
+        # The newline shows as \n (an escaped backslash in markdown), on the one row.
+        "| error | GP101 | `x.yaml:3:1` | a \\| b\\\\nc |\n"
     )
 
 
