@@ -82,14 +82,15 @@ def _refused(call: Callable[[], object]) -> ApiError:
 
 def _create_once_policy_active(env: GangEnv, manifest: dict[str, Any], as_: Kube) -> None:
     """Create `manifest` as `as_` once the admission policy is in force (a foreign
-    label is refused), which takes a moment after the session installed it."""
+    label is refused by it) and the test's RBAC too, each of which takes a moment."""
     probe = env.job("probe", gang=1, user="somebody-else")
 
     def active() -> bool:
         try:
             env.create(probe, as_=as_)
         except ApiError as e:
-            return e.status == 403
+            # Not yet RBAC's refusal: a new Role takes a moment to apply too.
+            return e.status == 403 and "must name the user creating the job" in e.message
         env.kube.delete(_JOB, "probe", namespace=env.namespace)
         return False
 
@@ -106,6 +107,20 @@ def test_only_the_owner_or_an_admin_may_change_a_jobs_spec(
     def patch(who: Kube, body: dict[str, Any]) -> dict[str, Any]:
         return who.merge_patch(_JOB, "bobs", body, field_manager="t", namespace=env.namespace)
 
+    def once_authorised(who: Kube, body: dict[str, Any]) -> dict[str, Any]:
+        """`patch`, waiting out the moment a new RoleBinding takes to apply."""
+
+        def attempt() -> dict[str, Any] | None:
+            try:
+                return patch(who, body)
+            except ApiError as e:
+                assert e.status == 403 and "cannot patch resource" in e.message, e
+                return None
+
+        return wait_for("RBAC to allow the patch", attempt)
+
+    # What is not spec stays open to anyone with edit rights on TrainingJobs.
+    once_authorised(alice, {"metadata": {"annotations": {"note": "seen by alice"}}})
     # Alice may not spend bob's quota: no size, range, priority or image of hers.
     grow = {"spec": {"resourceProfile": {"minGPU": 1, "maxGPU": 32}}}
     err = _refused(lambda: patch(alice, grow))
@@ -136,16 +151,10 @@ def test_only_the_owner_or_an_admin_may_change_a_jobs_spec(
     assert job is not None and "resourceProfile" not in job["spec"]
     assert job["spec"]["template"]["spec"]["containers"][0]["image"] != "alice/miner:latest"
 
-    # What is not spec stays open to anyone with edit rights; the owner and the
-    # admin group may change the spec.
-    patch(alice, {"metadata": {"annotations": {"note": "seen by alice"}}})
+    # The owner and the admin group may change the spec.
     assert patch(bob, grow)["spec"]["resourceProfile"]["maxGPU"] == 32
-    assert (
-        patch(job_admin, {"spec": {"resourceProfile": {"maxGPU": 2}}})["spec"]["resourceProfile"][
-            "maxGPU"
-        ]
-        == 2
-    )
+    shrunk = once_authorised(job_admin, {"spec": {"resourceProfile": {"maxGPU": 2}}})
+    assert shrunk["spec"]["resourceProfile"]["maxGPU"] == 2
 
 
 def _pod(**spec: Any) -> dict[str, Any]:
@@ -212,9 +221,18 @@ def test_a_service_account_is_for_submitters_who_may_create_pods(
     _bind(api, env.namespace, "bob", "pods", pods)
     manifest = env.job("with-sa", gang=1, user="bob")
     manifest["spec"]["template"]["spec"]["serviceAccountName"] = "builder"
-    _create_once_policy_active(env, manifest, bob)
-    assert env.kube.get(_JOB, "with-sa", env.namespace) is not None
-    # Alice may not edit bob's job into something else, nor submit one naming it.
+    _create_once_policy_active(env, env.job("plain", gang=1, user="bob"), bob)
+
+    def created() -> bool:
+        try:
+            env.create(manifest, as_=bob)
+        except ApiError as e:  # until the authorizer sees bob's new Role
+            assert e.status == 403 and "only if you may create pods" in e.message, e
+            return False
+        return True
+
+    wait_for("bob's job naming a service account to be admitted", created)
+    # Alice, who may not create pods, may not submit one naming it.
     mine = env.job("mine", gang=1, user="alice")
     mine["spec"]["template"]["spec"]["serviceAccount"] = "builder"
     assert _refused(lambda: env.create(mine, as_=alice)).status == 403
