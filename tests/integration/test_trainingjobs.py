@@ -290,6 +290,7 @@ def test_install_crds_applies_both_admission_policies(dev_cluster: DevCluster) -
         [*cmd, str(dev_cluster.kubeconfig)], capture_output=True, text=True, timeout=120
     )
     assert out.returncode == 0, out.stderr
+    assert "namespace/gangops-system applied" in out.stdout
     assert "validatingadmissionpolicy/trainingjobs.ai.operator-user applied" in out.stdout
     assert "mutatingadmissionpolicy/trainingjobs.ai.operator-user applied" in out.stdout
     assert "mutatingadmissionpolicybinding/trainingjobs.ai.operator-user applied" in out.stdout
