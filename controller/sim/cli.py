@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -71,21 +70,6 @@ def _resolve(value: str, what: str) -> Path:
     )
 
 
-def _progress(enabled: bool) -> Any:
-    last: dict[str, float] = {}
-
-    def show(name: str, fraction: float) -> None:
-        now = time.monotonic()
-        if now - last.get(name, 0.0) < 0.5 and fraction < 1:
-            return
-        last[name] = now
-        filled = int(30 * min(1.0, fraction))
-        sys.stderr.write(f"\r{name:>12} [{'#' * filled}{'.' * (30 - filled)}] {fraction:4.0%}")
-        sys.stderr.flush()
-
-    return show if enabled else None
-
-
 def _simulate(args: argparse.Namespace) -> int:
     unknown = [s for s in args.scheduler if s not in SCHEDULERS]
     if unknown:
@@ -96,7 +80,6 @@ def _simulate(args: argparse.Namespace) -> int:
         print("gangops simulate: give exactly one of --trace FILE and --generate N",
               file=sys.stderr)  # fmt: skip
         return 2
-    progress = _progress(args.progress if args.progress is not None else sys.stderr.isatty())
     try:
         exp = Experiment(
             cluster=_resolve(args.cluster, "cluster"),
@@ -130,7 +113,7 @@ def _simulate(args: argparse.Namespace) -> int:
             )
             if args.save_trace:
                 Path(args.save_trace).write_text(to_csv(jobs), encoding="utf-8")
-            runs = run_jobs(exp, nodes, jobs, doc, progress=progress)
+            runs = run_jobs(exp, nodes, jobs, doc, show_progress=args.progress)
             inputs: dict[str, Any] = {
                 "cluster": str(exp.cluster),
                 "nodes": len(nodes),
@@ -140,12 +123,10 @@ def _simulate(args: argparse.Namespace) -> int:
                 "mode": "departures",
             }
         else:
-            runs, inputs = run(exp, progress=progress)
+            runs, inputs = run(exp, show_progress=args.progress)
     except (TraceError, PolicyError, ClusterSpecError) as e:
         print(f"gangops simulate: {e}", file=sys.stderr)
         return 1
-    if progress:
-        sys.stderr.write("\n")
     results = {r.name: figures(r) for r in runs}
     print(f"{inputs['mode']}: {inputs['jobs']} jobs on {inputs['nodes']} nodes "
           f"({inputs['gpus']} GPUs), {inputs['trace']}")  # fmt: skip
@@ -228,7 +209,7 @@ def add_subcommand(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
     p.add_argument(
         "--progress",
         action=argparse.BooleanOptionalAction,
-        default=None,
-        help="progress bar on stderr (default: when stderr is a terminal)",
+        default=True,
+        help="progress on stderr: a bar on a terminal, a line now and then otherwise (default on)",
     )
     p.set_defaults(func=_simulate)

@@ -148,9 +148,10 @@ def simulate_arrivals(
     *,
     capacity_milli: int,
     shapes: Sequence[PodShape],
-    progress: Callable[[float], None] | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> RunResult:
-    """Jobs arrive in the given order and never leave."""
+    """Jobs arrive in the given order and never leave; `progress` is told how
+    many have arrived (and been placed or dropped)."""
     result = RunResult(scheduler.name, capacity_milli, len(jobs))
     arrived = used = 0
     curve: list[tuple[float, float]] = []
@@ -173,7 +174,9 @@ def simulate_arrivals(
             result.fragmentation = frag / free if free else 0.0
             frag_done = True
         if progress and i % 200 == 0:
-            progress(i / len(jobs))
+            progress(i + 1)
+    if progress:
+        progress(len(jobs))
     if not frag_done:
         frag, free = _fragmented(scheduler.node_states(), shapes)
         result.fragmentation = frag / free if free else 0.0
@@ -206,17 +209,17 @@ def simulate(
     *,
     capacity_milli: int,
     tick: float = 10.0,
-    progress: Callable[[float], None] | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> RunResult:
     """Arrivals, starts, completions and preemptions until the queue drains
-    or nothing more can happen."""
+    or nothing more can happen; `progress` is told after each cycle how many
+    jobs have started or been rejected."""
     result = RunResult(scheduler.name, capacity_milli, len(jobs))
     state = {j.id: _Job(gang_of(j, policy), j.duration) for j in jobs}
     events: list[tuple[float, int, int, str, int]] = []
     """(time, kind 0=finish 1=arrival 2=wake-up, order, job, run). A wake-up only
     makes a cycle happen: an elastic job may grow once `GROW_INTERVAL_S` has
     passed since it (re)started, even if nothing else happens then."""
-    ids = [j.id for j in jobs]
     for n, j in enumerate(jobs):
         heapq.heappush(events, (j.submit, 1, n, j.id, 0))
     pending: dict[JobId, _Job] = {}
@@ -230,7 +233,6 @@ def simulate(
     start_time = jobs[0].submit if jobs else 0.0
     last = start_time
     partial_milli = 0
-    arrived = 0
     timeout = policy.gang_timeout_seconds
     span = (jobs[-1].submit - start_time) if jobs else 0.0
     arrivals_end = start_time + span
@@ -276,7 +278,6 @@ def simulate(
             job = state[JobId(jid)]
             if kind == 1:
                 pending[job.gang.id] = job
-                arrived += 1
             elif kind == 2:
                 pass
             elif run == job.run and job.gang.id in running:
@@ -362,7 +363,7 @@ def simulate(
                     frag_samples.append(frag / free)
             series.append((now - start_time, (used + partial_milli) / capacity_milli))
         if progress:
-            progress(arrived / max(1, len(ids)))
+            progress(len(result.delays) + result.rejected)
     end = last
     result.makespan = end - start_time
     if result.makespan > 0:

@@ -73,6 +73,20 @@ def test_simulate_generated_workload_writes_report(
         _check_png((out / png).read_bytes())
 
 
+def test_progress_lines_when_stderr_is_not_a_terminal(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(
+        [
+            "simulate", "--cluster", "clusters/local/cluster.yaml", "--policies", "policies",
+            "--generate", "40", "--scheduler", "gangops", "static",
+        ]
+    )  # fmt: skip
+    assert code == 0
+    err = capsys.readouterr().err
+    assert err == "simulate gangops: 100% (40/40 jobs)\nsimulate static: 100% (40/40 jobs)\n"
+
+
 def test_missing_trace_says_how_to_get_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
