@@ -16,6 +16,7 @@ from typing import Any
 from controller.clusterspec import ClusterSpecError
 from controller.scheduler.policy import SchedulingPolicy
 from controller.sim.generator import generate, to_csv
+from controller.sim.plot import PlotUnavailable, write_figures
 from controller.sim.report import figures, format_table, write_report
 from controller.sim.run import Experiment, run, run_jobs
 from controller.sim.schedulers import SCHEDULERS
@@ -132,8 +133,12 @@ def _simulate(args: argparse.Namespace) -> int:
           f"({inputs['gpus']} GPUs), {inputs['trace']}")  # fmt: skip
     sys.stdout.write(format_table(results, arrivals_only=exp.arrivals_only))
     if args.report:
-        for p in write_report(Path(args.report), runs, results, inputs):
-            print(f"wrote {p}")
+        print(f"wrote {write_report(Path(args.report), results, inputs)}")
+        try:
+            for p in write_figures(Path(args.report), runs, results):
+                print(f"wrote {p}")
+        except PlotUnavailable as e:
+            print(f"gangops simulate: no figures: {e}", file=sys.stderr)
     if args.json:
         print(json.dumps(results, indent=2, sort_keys=True))
     return 0
@@ -160,7 +165,11 @@ def add_subcommand(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
         metavar="NAME",
         help=f"schedulers to compare (default all: {' '.join(SCHEDULERS)})",
     )
-    p.add_argument("--report", metavar="DIR", help="write report.json and PNG plots here")
+    p.add_argument(
+        "--report",
+        metavar="DIR",
+        help="write report.json and PNG figures here (figures need matplotlib: gangops[plot])",
+    )
     p.add_argument("--json", action="store_true", help="also print the figures as JSON")
     p.add_argument("--arrivals-only", action="store_true", help="FGD's experiment: never leave")
     p.add_argument("--seed", type=int, default=42, help="first random seed (default 42)")

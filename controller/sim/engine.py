@@ -23,6 +23,7 @@ import heapq
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from controller.scheduler.cycle import GROW_INTERVAL_S
 from controller.scheduler.policy import SchedulingPolicy
@@ -35,6 +36,7 @@ __all__ = ["RunResult", "gang_of", "simulate", "simulate_arrivals"]
 
 SERIES_POINTS = 600
 """Utilisation samples kept for the plots."""
+_T = TypeVar("_T")
 FRAG_SHAPES = 16
 """Distinct pending request shapes checked when measuring fragmentation."""
 
@@ -79,6 +81,14 @@ class RunResult:
     fairness: float | None = None
     """Jain's index of each project's GPU-time share relative to its guarantee share."""
     util_series: list[tuple[float, float]] = field(default_factory=list)
+    """(seconds since the first arrival, share of capacity allocated), sampled
+    about `SERIES_POINTS` times over the run."""
+    project_series: list[tuple[float, dict[str, float]]] = field(default_factory=list)
+    """(seconds since the first arrival, project -> share of capacity its
+    running jobs hold), at the moments of `util_series` (half-placed gangs,
+    which `util_series` counts, are in no project's share)."""
+    guarantees: dict[str, float] = field(default_factory=dict)
+    """Each project's guaranteed share of capacity, by the policy."""
     alloc_curve: list[tuple[float, float]] = field(default_factory=list)
     """Arrivals-only: (arrived demand, allocated) as shares of capacity."""
     allocation_at_full: float | None = None
@@ -124,7 +134,7 @@ def _fragmented(nodes: Iterable[NodeState], shapes: Sequence[PodShape]) -> tuple
     return frag, free
 
 
-def _thin(series: list[tuple[float, float]], points: int) -> list[tuple[float, float]]:
+def _thin(series: list[_T], points: int) -> list[_T]:
     if len(series) <= points:
         return series
     step = len(series) / points
@@ -230,6 +240,7 @@ def simulate(
     preempted_at: list[float] = []
     frag_samples: list[float] = []
     series: list[tuple[float, float]] = []
+    project_series: list[tuple[float, dict[str, float]]] = []
     start_time = jobs[0].submit if jobs else 0.0
     last = start_time
     partial_milli = 0
@@ -362,6 +373,9 @@ def simulate(
                 if free:
                     frag_samples.append(frag / free)
             series.append((now - start_time, (used + partial_milli) / capacity_milli))
+            project_series.append(
+                (now - start_time, {p: u / capacity_milli for p, u in project_used.items()})
+            )
         if progress:
             progress(len(result.delays) + result.rejected)
     end = last
@@ -377,4 +391,8 @@ def simulate(
     result.fragmentation = sum(frag_samples) / len(frag_samples) if frag_samples else 0.0
     result.fairness = _jain(policy, usage)
     result.util_series = _thin(series, SERIES_POINTS)
+    result.project_series = _thin(project_series, SERIES_POINTS)
+    result.guarantees = {
+        p.name: p.guaranteed / capacity_milli for p in policy.projects.values() if p.guaranteed
+    }
     return result
