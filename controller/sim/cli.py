@@ -121,7 +121,7 @@ def _simulate(args: argparse.Namespace) -> int:
                 "gpus": gpus,
                 "trace": f"generated ({args.generate} jobs, seed {args.seed}, load {load})",
                 "jobs": len(jobs),
-                "mode": "departures",
+                "mode": "arrivals-only" if exp.arrivals_only else "departures",
             }
         else:
             runs, inputs = run(exp, show_progress=args.progress)

@@ -62,7 +62,7 @@ def test_simulate_generated_workload_writes_report_and_figures(
         assert f"wrote {out / png}" in captured.out
 
 
-def test_arrivals_only_figures(tmp_path: Path) -> None:
+def test_arrivals_only_figures(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("matplotlib", reason="the figures need matplotlib: gangops[plot]")
     out = tmp_path / "report"
     code = main(
@@ -72,6 +72,7 @@ def test_arrivals_only_figures(tmp_path: Path) -> None:
         ]
     )  # fmt: skip
     assert code == 0
+    assert capsys.readouterr().out.startswith("arrivals-only: ")
     sizes = {p.name: _not_blank(p) for p in out.glob("*.png")}
     assert sizes == {"allocation.png": (900, 500), "comparison.png": (1200, 500)}
 
