@@ -70,8 +70,10 @@ DEFAULT_CLUSTER_FILE = CLUSTERS_LOCAL / "cluster.yaml"
 BIN_DIR_ENV = "GANGOPS_K8S_BIN_DIR"
 """Use the binaries in this directory instead of building them (e.g. a CI cache)."""
 
-USERS = ("alice", "bob")
-"""Ordinary users: authenticated, in no group but system:authenticated, allowed nothing by RBAC."""
+USERS = ("alice", "bob", "carol", "frank")
+"""Ordinary users: authenticated, in no group but system:authenticated, allowed nothing by RBAC.
+They are members of the example policies' projects (alice and bob: nlp, carol: vision,
+frank: research), so the demo submits jobs as each of them."""
 
 SERVICE_CIDR = "10.0.0.0/24"
 SERVICE_IP = "10.0.0.1"  # the `kubernetes` Service: first address of SERVICE_CIDR

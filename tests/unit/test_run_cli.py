@@ -28,7 +28,9 @@ def test_verbose_turns_on_debug_logging(
     missing = tmp_path / "no-such.kubeconfig"
     assert main(["run", *flags, "--kubeconfig", str(missing)]) == 2
     assert logging.getLogger().getEffectiveLevel() == level
-    assert f"gangops run: 0 BadConfig: no usable credentials in {missing}" in capsys.readouterr().err
+    assert (
+        f"gangops run: 0 BadConfig: no usable credentials in {missing}" in capsys.readouterr().err
+    )
 
 
 def test_help_says_what_run_starts(capsys: pytest.CaptureFixture[str]) -> None:
