@@ -280,6 +280,7 @@ def _summary(cluster: DevCluster, *, detach: bool) -> None:
         f"  server      {cluster.server}\n"
         f"  kubeconfig  {cluster.kubeconfig}\n"
         f"  users       {users}\n"
+        f"  kubectl     {cluster.options.bin_dir / 'kubectl'} (the cluster's own version)\n"
         f"  logs        {cluster.log_dir}\n"
         f"{how}",
         file=sys.stderr,

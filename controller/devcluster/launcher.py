@@ -131,7 +131,14 @@ WATCH_CACHE_DISABLED = "podtemplates"
 """A built-in resource whose watches the API server serves straight from etcd instead of
 its watch cache, so a test can show a real etcd compaction turning into 410 Gone."""
 
-_BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "fake-kubelet")
+_BINARIES = (
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "fake-kubelet",
+    "kubectl",
+)
 _STATE_VERSION = 1
 
 
