@@ -6,20 +6,30 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: venv demo test unit integration lint bench e2e clean
+.PHONY: venv control-plane demo demo-pr test unit integration lint bench e2e clean
 
 venv: $(STAMP)
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test,lint]'
+	$(BIN)/pip install --quiet -e '.[test,lint,plot]'
 	@rm -f $(VENV)/.installed-* && touch $@
 
-demo: venv
+# The local control plane (clusters/local), built from Go modules once and cached
+# under ~/.cache/gangops: minutes the first time, with progress; instant after.
+control-plane:
+	@bash clusters/local/build.sh >/dev/null
+
+# The main job: gangops running on the local control plane, narrated (scripts/demo.sh).
+demo: venv control-plane
 	@bash scripts/demo.sh
 
-test: venv
+# The offline pull-request workflow: validate, render, plan, simulate (no cluster).
+demo-pr: venv
+	@bash scripts/demo-pr.sh
+
+test: venv control-plane
 	@bash scripts/debian-deps.sh
 	$(BIN)/pytest tests/unit tests/integration
 

@@ -308,9 +308,6 @@ def _plan_live(args: argparse.Namespace, root: Path) -> int:
     except (ApiError, LivePlanError, OSError) as e:
         print(f"gangops plan: {e}", file=sys.stderr)
         return EXIT_USAGE
-    except Exception as e:  # the kubernetes client's config errors share no base class
-        print(f"gangops plan: cannot reach the cluster: {e}", file=sys.stderr)
-        return EXIT_USAGE
     base = f"cluster {kube.server}"
     sys.stdout.write(format_plan(plan, fmt=args.format, base=base, head="working tree"))
     return EXIT_OK
@@ -320,11 +317,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the `gangops` command; returns the exit code."""
     parser = _parser()
     args = parser.parse_args(argv)
+    # Logging is configured here, once (a second basicConfig would be a no-op); a
+    # subcommand's -v/--verbose turns on debug.
     logging.basicConfig(
-        level=logging.INFO,
         stream=sys.stderr,
-        format="%(asctime)s level=%(levelname)s logger=%(name)s %(message)s",
+        format="time=%(asctime)s level=%(levelname)s logger=%(name)s %(message)s",
     )
+    logging.getLogger().setLevel(logging.DEBUG if getattr(args, "verbose", False) else logging.INFO)
     code: int = args.func(args)
     return code
 

@@ -1,14 +1,26 @@
 """`gangops run`: the controller process.
 
-One process holds every long-running part: the policy reconciler (and, as they
-land, the job controller and scheduler), the webhook server (Git pushes) and
-the metrics/health server (`/metrics`, `/healthz`, `/readyz`). Replicas elect
-a leader through a `coordination.k8s.io` Lease; only the leader reconciles,
-and its client is fenced by the elector, so a replica whose Lease lapsed
-cannot write even from a thread still in flight. A leader that loses the
-Lease exits (status 1), as controller-runtime's managers do: the restart
-rejoins the election as a candidate with clean state. Every replica serves
-webhooks (they only annotate the PolicySource) and metrics.
+One process holds every long-running part:
+
+- the policy reconciler: every PolicySource (a Git repository, or the policy
+  kinds as custom resources) compiled and applied as PriorityClasses,
+  Namespaces, ResourceQuotas and the scheduling-policy ConfigMap;
+- the TrainingJob controller and gang scheduler (unless `--no-scheduler`):
+  it places each TrainingJob's workers all or nothing, and restarts, resizes,
+  preempts and rolls back gangs;
+- the webhook server (Git pushes: `POST /hook/<policysource>`);
+- the metrics and health server (`/metrics`, `/healthz`, `/readyz`).
+
+Before any of it starts, `run` checks that the API server answers and that
+the system namespace and the CRDs are there (`gangops install-crds` puts them
+there), and exits with status 2 and what to do if not, instead of waiting
+silently. Replicas elect a leader through a `coordination.k8s.io` Lease; only
+the leader reconciles and schedules, and its client is fenced by the elector,
+so a replica whose Lease lapsed cannot write even from a thread still in
+flight. A leader that loses the Lease exits (status 1), as
+controller-runtime's managers do: the restart rejoins the election as a
+candidate with clean state. Every replica serves webhooks (they only annotate
+the PolicySource) and metrics.
 """
 
 from __future__ import annotations
@@ -18,6 +30,7 @@ import logging
 import os
 import signal
 import socket
+import sys
 import threading
 import uuid
 from pathlib import Path
@@ -28,7 +41,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from controller.gang.controller import GangController, GangSettings
 from controller.gang.metrics import GangMetrics
 from controller.httpserver import HttpServer, Limits, Request, Response, ServerError, text
-from controller.kube.client import connect
+from controller.kube.client import RESOURCES, ApiError, Kube, connect
 from controller.kube.clock import SystemClock
 from controller.kube.leader import ElectionSettings, LeaseElector
 from controller.reconciler.controller import Reconciler, ReconcilerSettings
@@ -47,9 +60,15 @@ _METRICS_LIMITS = Limits(max_body_bytes=4096)
 """Scrapes and probes are GETs; no body is needed."""
 
 _DESCRIPTION = """\
-Run the controller: reconcile every PolicySource into the cluster, serve Git
-push webhooks and metrics. Credentials: --kubeconfig, else $KUBECONFIG, else the
-in-cluster service account, else ~/.kube/config.
+Run the controller: reconcile every PolicySource into the cluster (PriorityClasses,
+Namespaces, ResourceQuotas, the scheduling policy), run the TrainingJob controller
+and gang scheduler (--no-scheduler turns it off), serve Git push webhooks, metrics
+and health. Credentials: --kubeconfig, else $KUBECONFIG, else the in-cluster
+service account, else ~/.kube/config.
+
+Needs what `gangops install-crds` installs: the CRDs and the system namespace
+(--system-namespace). Without them, or without an API server, `run` exits at
+once with status 2 and says what is missing.
 
 endpoints:
   METRICS_ADDR  /metrics (Prometheus), /healthz, /readyz
@@ -61,13 +80,45 @@ writes, and a holder that loses it exits with status 1 to be restarted.
 """
 
 
+def _preflight(kube: Kube, *, system_namespace: str, scheduler: bool) -> str | None:
+    """Why the controller cannot work on this cluster, or None: the API server does not
+    answer, or the system namespace or a CRD `run` watches is missing. A check this
+    identity may not make (403) is passed over: RBAC is the installer's business."""
+    crds = ["policysources.policy.ai.operator"]
+    if scheduler:
+        crds.append("trainingjobs.ai.operator")
+    checks = [("Namespace", system_namespace), *(("CustomResourceDefinition", c) for c in crds)]
+    for kind, name in checks:
+        try:
+            found = kube.get(RESOURCES[kind], name)
+        except ApiError as e:
+            if e.status == 403:
+                log.warning("preflight skipped kind=%s name=%s reason=forbidden", kind, name)
+                continue
+            return f"the API server at {kube.server} did not answer: {e}"
+        if found is not None:
+            continue
+        if kind == "Namespace":
+            return (
+                f'the system namespace "{name}" does not exist: `gangops install-crds` creates'
+                f" it (or `kubectl create namespace {name}`), or pass --system-namespace"
+            )
+        return f"the CRD {name} is not installed: run `gangops install-crds` first"
+    return None
+
+
 def _run(args: argparse.Namespace) -> int:
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="time=%(asctime)s level=%(levelname)s logger=%(name)s %(message)s",
-    )
     clock = SystemClock()
-    kube = connect(args.kubeconfig)
+    try:
+        kube = connect(args.kubeconfig)
+    except ApiError as e:
+        print(f"gangops run: {e}", file=sys.stderr)
+        return 2
+    problem = _preflight(kube, system_namespace=args.system_namespace, scheduler=args.scheduler)
+    if problem:
+        log.error("cannot start: %s", problem)
+        print(f"gangops run: {problem}", file=sys.stderr)
+        return 2
     metrics = ReconcilerMetrics()
     secret = (
         Path(args.webhook_secret_file).read_bytes().strip() if args.webhook_secret_file else b""

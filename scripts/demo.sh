@@ -1,69 +1,273 @@
 #!/usr/bin/env bash
-# `make demo`: the pull-request workflow on the example policies in policies/:
-# validate, render, then plan a change against a Git base (in a scratch copy,
-# so the checkout is never touched).
+# `make demo`: gangops itself, on the local control plane, narrated step by step.
+#
+#   1. a real Kubernetes control plane (`gangops dev-cluster up`, the nodes of
+#      clusters/local/cluster.yaml) and the CRDs (`gangops install-crds`);
+#   2. a policy repository (a real Git repository holding policies/, served by
+#      `git daemon` on loopback), a PolicySource for it, and `gangops run`
+#      reconciling it: PriorityClasses, Namespaces, ResourceQuotas appear;
+#   3. TrainingJobs applied by their users (kubectl as alice, bob, carol, frank):
+#      gangs placed whole, an elastic job grown onto idle GPUs, a high-tier job
+#      preempting a batch job, a job waiting over its user's quota (and why);
+#   4. a policy pull request merged (a commit pushed, the push webhook): the
+#      new quota applied in seconds, the waiting job starts, the elastic job
+#      shrinks back to make room;
+#   5. a broken commit pushed: nothing of it applied, the PolicySource Stalled
+#      with file:line, the last good state kept.
+#
+# Everything lives in a temporary directory and is stopped and deleted at the
+# end, also on Ctrl-C. GANGOPS_DEMO_KEEP=1 leaves the cluster up for poking
+# around (the last lines say how to reach it and how to stop it).
+# The offline pull-request workflow (validate, render, plan) is `make demo-pr`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo="$PWD"
-gangops=("$repo/.venv/bin/gangops")
+demo="$repo/scripts/demo"
+gangops="$repo/.venv/bin/gangops"
+python="$repo/.venv/bin/python"
+started=$SECONDS
 
-step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+bold=$'\033[1m' dim=$'\033[2m' off=$'\033[0m'
+if [[ ! -t 1 ]]; then bold="" dim="" off=""; fi
+step() { printf '\n%s== %s%s  %s(%ds)%s\n' "$bold" "$*" "$off" "$dim" $((SECONDS - started)) "$off"; }
+say() { printf '%s\n' "$*" | fold -s -w 100; }
+# Show a command as a user would type it, then run it.
+# (The command line goes to stderr, so `show cmd | filter` filters only the output.)
+show() {
+  local line="$*"
+  line="${line//$kubectl_bin/kubectl}" line="${line//$gangops/gangops}"
+  line="${line//$work\//}" line="${line//$repo\//}"
+  printf '%s$ %s%s\n' "$dim" "$line" "$off" >&2
+  "$@"
+}
+fail() {
+  printf '\ndemo FAILED: %s\n' "$*" >&2
+  if [[ -f "${work:-}/gangops-run.log" ]]; then
+    printf -- '--- the last lines of gangops run:\n' >&2
+    tail -n 30 "$work/gangops-run.log" >&2
+  fi
+  exit 1
+}
+# wait_for "what" SECONDS command...: poll every 0.5 s until the command succeeds.
+wait_for() {
+  local what="$1" timeout="$2" t0=$SECONDS
+  shift 2
+  until "$@" >/dev/null 2>&1; do
+    (( SECONDS - t0 < timeout )) || fail "timed out after ${timeout}s waiting for $what"
+    sleep 0.5
+  done
+  printf '%s   ... %s (%ds)%s\n' "$dim" "$what" $((SECONDS - t0)) "$off"
+}
+free_port() { "$python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
-step "gangops validate policies/"
-"${gangops[@]}" validate policies/
+# ---------------------------------------------------------------- set-up and clean-up
+bin="$(bash clusters/local/build.sh 2>/dev/null)" || fail "the control plane could not be built: bash clusters/local/build.sh"
+kubectl_bin="$bin/kubectl"
+work="$(mktemp -d -t gangops-demo.XXXXXX)"
+state="$work/dev-cluster.json"
+say "${dim}(working directory $work)${off}"
+pids=()
+cleanup() {
+  local code=$?
+  trap - EXIT INT TERM
+  if [[ "${GANGOPS_DEMO_KEEP:-}" == 1 && $code -eq 0 ]]; then
+    say ""
+    say "Left running (GANGOPS_DEMO_KEEP=1): export KUBECONFIG=$work/admin.kubeconfig; kubectl is $kubectl_bin."
+    say "Stop everything with: kill ${pids[*]}; $gangops dev-cluster down --state $state; rm -rf $work"
+    return
+  fi
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  "$gangops" dev-cluster down --state "$state" >/dev/null 2>&1 || true
+  rm -rf "$work"
+  (( code == 0 )) && printf '\n%sdemo finished in %ds; everything it started is stopped and deleted%s\n' \
+    "$bold" $((SECONDS - started)) "$off"
+  exit "$code"
+}
+trap cleanup EXIT
+trap 'printf "\ninterrupted; cleaning up\n" >&2; exit 130' INT TERM
 
-step "gangops render policies/ (the first objects; $("${gangops[@]}" render policies/ | grep -c '^kind:') in all)"
-"${gangops[@]}" render policies/ | head -n 40
-echo "..."
+export KUBECACHEDIR="$work/kube-cache"  # kubectl's discovery cache: not in ~/.kube
+k() { "$kubectl_bin" --kubeconfig "$work/admin.kubeconfig" "$@"; }
+as() { local user="$1"; shift; "$kubectl_bin" --kubeconfig "$users_dir/$user.kubeconfig" "$@"; }
+phase() { k get tj -n "$1" "$2" -o jsonpath='{.status.phase}'; }
+is_phase() { [[ "$(phase "$1" "$2")" == "$3" ]]; }
+gpus_of() { k get tj -n "$1" "$2" -o jsonpath='{.status.gpus}'; }
+tj_table() { show "$kubectl_bin" get tj -A -L ai.operator/user --sort-by=.metadata.creationTimestamp; }
 
-scratch="$(mktemp -d)"
-trap 'rm -rf "$scratch"' EXIT
-cp -r policies "$scratch/policies"
-mkdir -p "$scratch/clusters/local" && cp clusters/local/cluster.yaml "$scratch/clusters/local/"
-cd "$scratch"
-git init -q -b main
-git add -A
-git -c user.name=demo -c user.email=demo@example.invalid commit -qm "policies as merged"
+# ---------------------------------------------------------------- 1. the cluster
+step "1. A Kubernetes control plane on this machine: gangops dev-cluster up"
+say "etcd, kube-apiserver and kube-controller-manager built from Go modules, plus fake GPU nodes"
+say "(clusters/local/cluster.yaml: 8 A100 and 4 H100 nodes of 8 GPUs, 4 tainted T4 nodes of 4)."
+printf '%s$ gangops dev-cluster up --detach%s\n' "$dim" "$off"
+env_line="$("$gangops" dev-cluster up --detach --no-progress --state "$state" 2>"$work/up.log")" \
+  || { cat "$work/up.log" >&2; fail "gangops dev-cluster up"; }
+kubeconfig="${env_line#export KUBECONFIG=}"
+users_dir="$(dirname "$kubeconfig")"
+cp "$kubeconfig" "$work/admin.kubeconfig"
+export KUBECONFIG="$work/admin.kubeconfig"
+show "$kubectl_bin" get nodes -L nvidia.com/gpu.product,nvidia.com/gpu.clique --no-headers | sed -n 1,4p
+echo "... ($(k get nodes --no-headers | wc -l) nodes)"
 
-step "A pull request: raise tier 'high', cut nlp's guarantee, add a project, drop a namespace"
-# tier values are immutable in Kubernetes: the plan must say delete+recreate
-sed -i 's/^  value: 100000$/  value: 150000/' policies/tiers.yaml
-sed -i 's/guaranteed: {gpu: 32, cpu: "256", memory: 2Ti}/guaranteed: {gpu: 24, cpu: "256", memory: 2Ti}/' policies/projects/nlp.yaml
-sed -i 's/namespaces: \[research, research-sandbox\]/namespaces: [research]/' policies/projects/research.yaml
-cat > policies/projects/robotics.yaml <<'YAML'
+step "gangops install-crds: the system namespace, the CRDs, the TrainingJob admission policies"
+show "$gangops" install-crds | sed 's/^/  /'
+wait_for "the TrainingJob API served" 30 k get trainingjobs.ai.operator -A
+
+# ---------------------------------------------------------------- 2. the policy repository
+step "2. The policy repository: policies/ in a Git repository, served by git daemon"
+git_root="$work/git"
+mkdir -p "$git_root"
+git init -q --bare -b main "$git_root/policies.git"
+checkout="$work/platform-team"
+git clone -q "$git_root/policies.git" "$checkout" 2>/dev/null
+cp -r policies "$checkout/policies"
+mkdir -p "$checkout/clusters/local" && cp clusters/local/cluster.yaml "$checkout/clusters/local/"
+# The example policy protects a job from preemption and growth for 10 minutes after it
+# starts; the demo's copy says 10 seconds, so those steps happen while you watch.
+sed -i 's/minRuntimeSeconds: 600/minRuntimeSeconds: 10/' "$checkout/policies/cluster-policy.yaml"
+say "policies/ as in this checkout (tiers, 5 projects, the cluster policy), except"
+say "preemption.minRuntimeSeconds 600 -> 10 so preemption and growth happen within the demo."
+gitc() { git -C "$checkout" -c user.name="platform team" -c user.email=platform@example.invalid "$@"; }
+gitc add -A && gitc commit -qm "policies: tiers, projects, cluster policy" && gitc push -q origin main
+git_port="$(free_port)"
+# git-daemon itself, not the `git daemon` wrapper: killing the wrapper would leave it.
+"$(git --exec-path)/git-daemon" --reuseaddr --listen=127.0.0.1 --port="$git_port" --base-path="$git_root" \
+  --export-all "$git_root" >"$work/git-daemon.log" 2>&1 &
+pids+=($!)
+url="git://127.0.0.1:$git_port/policies.git"
+wait_for "git daemon serves $url" 10 git ls-remote "$url"
+
+step "gangops run: the reconciler and the gang scheduler, with a PolicySource for the repository"
+secret="$work/webhook-secret"
+head -c 24 /dev/urandom | base64 >"$secret"
+metrics_port="$(free_port)" webhook_port="$(free_port)"
+run_args=(run --kubeconfig "$work/admin.kubeconfig" --metrics-addr "127.0.0.1:$metrics_port"
+  --webhook-addr "127.0.0.1:$webhook_port" --webhook-secret-file "$secret"
+  --cache-dir "$work/cache" --grow-interval 10
+  --node-selector nvidia.com/gpu.product=NVIDIA-A100-SXM4-80GB)
+printf '%s$ gangops %s%s\n' "$dim" "${run_args[*]/#$work\//}" "$off"
+say "(this gangops places on the 8 A100 nodes, 64 GPUs: --node-selector; elastic jobs may"
+say "grow every 10 s instead of every 10 minutes: --grow-interval)"
+"$gangops" "${run_args[@]}" >"$work/gangops-run.log" 2>&1 &
+pids+=($!)
+cat >"$work/policysource.yaml" <<YAML
 apiVersion: policy.ai.operator/v1
-kind: Project
+kind: PolicySource
 metadata:
-  name: robotics
+  name: platform-policies
 spec:
-  namespaces: [robotics]
-  quota:
-    guaranteed: {gpu: 4}
-    max: {gpu: 16}
-  jobs:
-    tiers: [normal, batch]
+  url: $url
+  ref: {branch: main}
+  path: policies
+  interval: 5m        # the push webhook makes changes immediate; polling is the fallback
 YAML
-git --no-pager diff --stat
+show "$kubectl_bin" apply -f "$work/policysource.yaml"
+wait_for "PolicySource platform-policies Ready" 60 \
+  k wait policysource/platform-policies --for=condition=Ready --timeout=1s
+show "$kubectl_bin" get policysource
+show "$kubectl_bin" get priorityclasses -l app.kubernetes.io/managed-by=gangops
+show "$kubectl_bin" get resourcequota -A -l app.kubernetes.io/managed-by=gangops
 
-step "gangops validate policies/ --format github"
-"${gangops[@]}" validate policies/ --format github
+# ---------------------------------------------------------------- 3. TrainingJobs
+step "3. TrainingJobs, applied by their users"
+show "$kubectl_bin" apply -f "$demo/rbac.yaml" | sed 's/^/  /'
+say "Tenants may create TrainingJobs in their project's namespaces, not pods: the ai.operator/user"
+say "label is filled in by admission (MutatingAdmissionPolicy) with who created the job."
 
-step "gangops plan policies/ --base main"
-"${gangops[@]}" plan policies/ --base main
+say ""
+say "frank (research) and carol (vision) start batch sweeps of 24 and 16 GPUs: tier batch is"
+say "preemptible, it soaks up idle GPUs and is the first to go."
+# A new CRD reaches the admission policies' type mapping a few seconds after it is
+# established; until then creates are refused with 503 ServiceUnavailable.
+wait_for "TrainingJob admission ready" 60 as frank create --dry-run=server -f "$demo/sweep.yaml"
+show as frank apply -f "$demo/sweep.yaml"
+show as carol apply -f "$demo/vit-sweep.yaml"
+wait_for "sweep Running" 60 is_phase research sweep Running
+wait_for "vit-sweep Running" 60 is_phase vision vit-sweep Running
 
-step "gangops plan policies/ --base main --format markdown (the pull-request comment)"
-"${gangops[@]}" plan policies/ --base main --format markdown
+say ""
+say "alice (nlp) applies the seed's bert-training: 8 GPUs (two workers of 4), tier high,"
+say "elastic between 4 and 16 GPUs."
+show as alice apply -f "$demo/bert-training.yaml"
+wait_for "bert-training Running" 60 is_phase nlp bert-training Running
+say "placed whole on the tightest domain that holds it (its workers and their nodes):"
+show "$kubectl_bin" get pods -n nlp -l ai.operator/job-name=bert-training -o wide --no-headers \
+  | awk '{print "  " $1, $7}'
+tj_table
 
-step "gangops simulate: the same scheduling core on a generated workload, gangops vs static islands"
-"${gangops[@]}" simulate --cluster "$repo/clusters/local/cluster.yaml" --policies "$repo/policies" \
-    --generate 400 --scheduler gangops static --report "$repo/out/demo-sim" --no-progress
-echo "(report.json and PNG plots in out/demo-sim/)"
+step "An elastic job grows onto idle GPUs"
+say "16 of the 64 A100 GPUs are idle, 8 of them the reserve kept for tier critical"
+say "(policies/cluster-policy.yaml). Nothing waits, so bert-training grows towards its maxGPU."
+grown() { [[ "$(gpus_of nlp bert-training)" == 16 ]]; }
+wait_for "bert-training grown to 16 GPUs" 60 grown
+tj_table
 
-step "A broken change is caught at file:line"
-sed -i 's/tiers: \[normal, batch\]/tiers: [normal, batchh]/' policies/projects/robotics.yaml
-set +e
-"${gangops[@]}" validate policies/
-rc=$?
-set -e
-echo "(exit status $rc)"
-[[ $rc -eq 1 ]]
+step "... and shrinks back when a job of its tier needs the GPUs"
+say "A resize restarts the job from its checkpoint, so grown workers are protected like a new"
+say "job for minRuntimeSeconds (10 s here) before anyone may take them back."
+sleep 10
+say "bob (nlp) applies gpt-pretrain, 8 GPUs, tier high. No GPU is free outside the reserve:"
+say "gangops takes back the workers bert-training grew by, instead of evicting anyone."
+show as bob apply -f "$demo/gpt-pretrain.yaml"
+wait_for "gpt-pretrain Running" 60 is_phase nlp gpt-pretrain Running
+shrunk() { [[ "$(gpus_of nlp bert-training)" == 8 ]]; }
+wait_for "bert-training back at 8 GPUs" 30 shrunk
+tj_table
+
+step "A job over its user's quota waits, and says why"
+say "alice applies llama-ft, 32 GPUs, tier high, in nlp-dev. alice may hold 32 GPUs in"
+say "project nlp (policies/projects/nlp.yaml), and bert-training holds 8 of them (it could"
+say "shrink to 4, still too many)."
+show as alice apply -f "$demo/llama-ft.yaml"
+waits() { [[ -n "$(k get tj -n nlp-dev llama-ft -o jsonpath='{.status.reason}')" ]]; }
+wait_for "llama-ft to say why it waits" 60 waits
+show as alice get tj -n nlp-dev -o wide
+show "$gangops" explain nlp-dev/llama-ft --kubeconfig "$work/admin.kubeconfig" | sed 's/^/  /'
+
+# ---------------------------------------------------------------- 4. a pull request merged
+step "4. A policy pull request merged: alice's max 32 -> 48 GPUs"
+sed -i 's/- {name: alice, guaranteed: {gpu: 8}, max: {gpu: 32}}/- {name: alice, guaranteed: {gpu: 8}, max: {gpu: 48}}/' \
+  "$checkout/policies/projects/nlp.yaml"
+show git -C "$checkout" --no-pager diff
+show "$gangops" validate "$checkout/policies"
+gitc commit -qam "nlp: alice may hold 48 GPUs (llama-ft)"
+show git -C "$checkout" push -q origin main
+revision="$(git -C "$checkout" rev-parse HEAD)"
+# The forge's push webhook, signed as GitHub signs it (HMAC-SHA256 of the body).
+push_hook() {
+  local body
+  body="$(printf '{"ref":"refs/heads/main","after":"%s","repository":{"clone_url":"%s"}}' "$revision" "$url")"
+  printf '%s$ curl -X POST .../hook/platform-policies (X-GitHub-Event: push, X-Hub-Signature-256)%s\n' "$dim" "$off"
+  curl -sS -X POST "http://127.0.0.1:$webhook_port/hook/platform-policies" \
+    -H "Content-Type: application/json" -H "X-GitHub-Event: push" \
+    -H "X-Hub-Signature-256: sha256=$(printf '%s' "$body" | openssl dgst -sha256 -hmac "$(cat "$secret")" -r | cut -d' ' -f1)" \
+    --data-binary "$body" | sed 's/^/  /'
+}
+t_push=$SECONDS
+push_hook
+applied() { [[ "$(k get policysource platform-policies -o jsonpath='{.status.lastAppliedRevision}')" == *"$revision"* ]]; }
+wait_for "revision ${revision:0:7} applied" 30 applied
+say "applied $((SECONDS - t_push)) s after the push. llama-ft now fits alice's quota, but the"
+say "A100s are full: as a high-tier job it preempts the preemptible batch sweeps (the smallest"
+say "set of lower-tier gangs that makes room), which wait in the queue for GPUs to free up."
+wait_for "llama-ft Running" 90 is_phase nlp-dev llama-ft Running
+tj_table
+show "$kubectl_bin" describe tj -n research sweep | sed -n '/^Events:/,$p'
+
+# ---------------------------------------------------------------- 5. a broken commit
+step "5. A broken commit pushed: nothing of it is applied"
+sed -i 's/tiers: \[high, normal, batch\]/tiers: [high, normal, bacth]/' "$checkout/policies/projects/nlp.yaml"
+sed -i 's/max: {gpu: 48}}/max: {gpu: 8}}/' "$checkout/policies/projects/nlp.yaml"
+gitc commit -qam "nlp: typo in a tier, and alice's max cut to 8"
+show git -C "$checkout" push -q origin main
+revision="$(git -C "$checkout" rev-parse HEAD)"
+push_hook
+stalled() { [[ "$(k get policysource platform-policies -o jsonpath='{.status.conditions[?(@.type=="Stalled")].status}')" == True ]]; }
+wait_for "PolicySource Stalled" 30 stalled
+show "$kubectl_bin" get policysource platform-policies \
+  -o jsonpath='{range .status.conditions[*]}{.type}={.status} {.reason}: {.message}{"\n"}{end}' | cut -c1-220
+say "The last good revision stays applied: alice's jobs keep running, her quota is still 48."
+show "$kubectl_bin" get configmap -n gangops-system gangops-scheduling-policy \
+  -o jsonpath='{.data.policy\.json}' | "$python" -c \
+  'import json,sys; p=json.load(sys.stdin); print("  alice max:", [m for q in p["projects"] if q["name"]=="nlp" for m in q["users"]["members"] if m["name"]=="alice"][0]["max"])'
+tj_table

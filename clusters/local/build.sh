@@ -35,10 +35,31 @@ for dir in "$here"/cmd/*/; do
     echo "build.sh: Go is required to build $name for the local control plane (https://go.dev/doc/install)" >&2
     exit 2
   }
-  echo "build.sh: building $name (Kubernetes ${version}, -p ${jobs}) ..." >&2
   t0=$(date +%s)
-  (cd "$here" && GOFLAGS=-mod=readonly CGO_ENABLED=0 go build -p "$jobs" -trimpath \
-      -ldflags "$ldflags" -o "$bin/$name.tmp" "./cmd/$name")
+  if [[ ! -f "$cache/.modules.key" || "$(cat "$cache/.modules.key")" != "$(sha256sum < "$here/go.sum")" ]]; then
+    echo "build.sh: downloading Go modules (once per go.sum) ..." >&2
+    (cd "$here" && GOFLAGS=-mod=readonly go mod download)
+    sha256sum < "$here/go.sum" > "$cache/.modules.key"
+  fi
+  total="$(cd "$here" && GOFLAGS=-mod=readonly go list -deps "./cmd/$name" | wc -l)"
+  echo "build.sh: building $name (Kubernetes ${version}, ${total} packages, -p ${jobs}) ..." >&2
+  # `go build -v` names each package as it compiles it: count them for a progress
+  # line every 15 s; anything else it prints (a compile error) passes through.
+  (cd "$here" && GOFLAGS=-mod=readonly CGO_ENABLED=0 go build -v -p "$jobs" -trimpath \
+      -ldflags "$ldflags" -o "$bin/$name.tmp" "./cmd/$name" 2>&1) | {
+    n=0 last=$SECONDS
+    while IFS= read -r line; do
+      if [[ "$line" =~ ^[A-Za-z0-9_./~-]+$ ]]; then
+        n=$((n + 1))
+        if (( SECONDS - last >= 15 )); then
+          last=$SECONDS
+          echo "build.sh: $name: $(( n < total ? n : total ))/${total} packages compiled ($(( $(date +%s) - t0 ))s)" >&2
+        fi
+      else
+        echo "$line" >&2
+      fi
+    done
+  }
   mv "$bin/$name.tmp" "$bin/$name"
   echo "$key" > "$bin/.$name.key"
   echo "build.sh: built $name in $(( $(date +%s) - t0 ))s" >&2

@@ -118,6 +118,13 @@ def add_subcommand(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
         help="give up if not ready after this long (default: 120; the build comes first"
         " and is not counted)",
     )
+    up.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="show on stderr what starting waits for and the nodes Ready as they come: a bar on"
+        " a terminal, a line now and then otherwise (default on)",
+    )
     _state_argument(up)
     up.set_defaults(func=_up)
 
@@ -214,6 +221,7 @@ def _up(args: argparse.Namespace) -> int:
         state_file=state_file,
         remove_data_dir=True,
         timeout_s=args.timeout,
+        progress=args.progress,
     )
     previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     signal.signal(signal.SIGTERM, _raise_stop)
@@ -272,6 +280,7 @@ def _summary(cluster: DevCluster, *, detach: bool) -> None:
         f"  server      {cluster.server}\n"
         f"  kubeconfig  {cluster.kubeconfig}\n"
         f"  users       {users}\n"
+        f"  kubectl     {cluster.options.bin_dir / 'kubectl'} (the cluster's own version)\n"
         f"  logs        {cluster.log_dir}\n"
         f"{how}",
         file=sys.stderr,

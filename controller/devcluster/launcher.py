@@ -41,6 +41,7 @@ from typing import Any, NamedTuple, TypedDict
 from controller.clusterspec import ClusterSpec
 from controller.devcluster.nodes import node_manifests
 from controller.devcluster.pki import Pki, PkiError, Subject, create_pki
+from controller.progress import Steps, progress, steps
 
 __all__ = [
     "ADMISSION_PLUGINS",
@@ -69,8 +70,10 @@ DEFAULT_CLUSTER_FILE = CLUSTERS_LOCAL / "cluster.yaml"
 BIN_DIR_ENV = "GANGOPS_K8S_BIN_DIR"
 """Use the binaries in this directory instead of building them (e.g. a CI cache)."""
 
-USERS = ("alice", "bob")
-"""Ordinary users: authenticated, in no group but system:authenticated, allowed nothing by RBAC."""
+USERS = ("alice", "bob", "carol", "frank")
+"""Ordinary users: authenticated, in no group but system:authenticated, allowed nothing by RBAC.
+They are members of the example policies' projects (alice and bob: nlp, carol: vision,
+frank: research), so the demo submits jobs as each of them."""
 
 SERVICE_CIDR = "10.0.0.0/24"
 SERVICE_IP = "10.0.0.1"  # the `kubernetes` Service: first address of SERVICE_CIDR
@@ -128,7 +131,14 @@ WATCH_CACHE_DISABLED = "podtemplates"
 """A built-in resource whose watches the API server serves straight from etcd instead of
 its watch cache, so a test can show a real etcd compaction turning into 410 Gone."""
 
-_BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "fake-kubelet")
+_BINARIES = (
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "fake-kubelet",
+    "kubectl",
+)
 _STATE_VERSION = 1
 
 
@@ -425,6 +435,9 @@ class Options:
     """Delete `data_dir` entirely on stop (otherwise logs are kept, etcd data removed)."""
     timeout_s: float = 120.0
     """Give up if the cluster is not ready after this many seconds."""
+    progress: bool = False
+    """Show on stderr what starting waits for, then the fake nodes Ready as they
+    come (`controller.progress`; `dev-cluster up` does, tests and benchmarks do not)."""
 
 
 @dataclass(frozen=True)
@@ -570,10 +583,11 @@ class DevCluster:
                 )
             time.sleep(period)
 
-    def _nodes_ready(self, ctx: ssl.SSLContext) -> bool:
+    def _nodes_ready(self, ctx: ssl.SSLContext) -> int | None:
+        """How many of the fake nodes are Ready and schedulable; None if the list failed."""
         code, body = self._get(f"{self.server}/api/v1/nodes", ctx)
         if code != 200:
-            return False
+            return None
         want = set(self.node_names)
         ready = 0
         for item in json.loads(body)["items"]:
@@ -583,7 +597,7 @@ class DevCluster:
             taints = {t["key"] for t in item["spec"].get("taints", [])}
             if conds.get("Ready") == "True" and "node.kubernetes.io/not-ready" not in taints:
                 ready += 1
-        return ready == len(want)
+        return ready
 
 
 def _kubeconfig(path: Path, *, server: str, ca: Path, user: str, cert: Path, key: Path) -> Path:
@@ -686,7 +700,8 @@ def _start(options: Options) -> DevCluster:
     if options.tie_to_process:
         atexit.register(cluster.stop)
     try:
-        _start_components(cluster, ports, t0, deadline)
+        with steps("dev-cluster up", enabled=options.progress) as phase:
+            _start_components(cluster, ports, t0, deadline, phase)
     except BaseException:
         cluster.stop(grace=3.0, keep_logs=True)
         raise
@@ -699,7 +714,12 @@ def _start_components(
     ports: _Ports,
     t0: float,
     deadline: float,
+    phase: Steps,
 ) -> None:
+    def wait(what: str, ready: Callable[[], bool], period: float) -> None:
+        phase.step(f"waiting for {what}")
+        cluster._wait(what, ready, deadline, period)
+
     data = cluster.data_dir
     pki = cluster.pki
     peer = f"http://127.0.0.1:{ports.etcd_peer}"
@@ -745,10 +765,9 @@ def _start_components(
         ],
     )
     ctx = cluster._ssl()
-    cluster._wait(
+    wait(
         "kube-apiserver /readyz",
         lambda: cluster._get(f"{cluster.server}/readyz", ctx)[0] == 200,
-        deadline,
         0.1,
     )
     control_plane_s = time.monotonic() - t0
@@ -798,16 +817,15 @@ def _start_components(
     insecure = ssl.create_default_context()
     insecure.check_hostname = False
     insecure.verify_mode = ssl.CERT_NONE  # a health probe of our own process on loopback
-    cluster._wait(
+    wait(
         "kube-controller-manager /healthz",
         lambda: (
             cluster._get(f"https://127.0.0.1:{ports.controller_manager}/healthz", insecure)[0]
             == 200
         ),
-        deadline,
         0.2,
     )
-    cluster._wait(
+    wait(
         "ServiceAccount default/default (the serviceaccount controller is running)",
         lambda: (
             cluster._get(
@@ -815,17 +833,27 @@ def _start_components(
             )[0]
             == 200
         ),
-        deadline,
         0.2,
     )
-    cluster._wait("the fake kubelet to register its nodes", ready_file.exists, deadline, 0.1)
-    cluster._wait(
-        f"{len(cluster.node_names)} fake nodes to be Ready and schedulable",
-        lambda: cluster._nodes_ready(ctx),
-        deadline,
-        # A node list is ~3 KiB per node: poll a big cluster less often.
-        max(0.25, len(cluster.node_names) / 1000),
-    )
+    nodes = len(cluster.node_names)
+    poll = max(0.25, nodes / 1000)  # a node list is ~3 KiB per node: poll a big cluster less often
+    show = cluster.options.progress
+    with progress(nodes, "fake nodes Ready", unit="nodes", enabled=show) as bar:
+
+        def all_ready() -> bool:
+            ready = cluster._nodes_ready(ctx)
+            if ready is not None:
+                bar.set(ready)
+            return ready == nodes
+
+        def registered() -> bool:
+            if show:
+                all_ready()  # registering is most of the wait on a big cluster: count it too
+            return ready_file.exists()
+
+        wait("the fake kubelet to register its nodes", registered, poll if show else 0.1)
+        what = f"{nodes} fake nodes to be Ready and schedulable"
+        cluster._wait(what, all_ready, deadline, poll)  # the bar shows this wait
     now = time.monotonic()
     cluster.timings = Timings(
         control_plane_s=control_plane_s, nodes_s=now - api_ready, ready_s=now - t0

@@ -42,6 +42,7 @@ from controller.jobs.spec import JobSpec
 from controller.jobs.status import Phase, job_status
 from controller.kube.client import RESOURCES, ApiError, Kube, NotLeaderError
 from controller.kube.clock import Clock, SystemClock
+from controller.kube.events import EventRecorder
 from controller.kube.informer import EventType, Informer
 from controller.policy.compiler import DEFAULT_SYSTEM_NAMESPACE, POLICY_CONFIGMAP, POLICY_KEY
 from controller.scheduler.cycle import GROW_INTERVAL_S, CycleResult
@@ -110,6 +111,8 @@ class GangController:
         self.settings = settings or GangSettings()
         self._clock = clock or SystemClock()
         self.metrics = metrics or GangMetrics()
+        self._events = EventRecorder(kube, component="gangops-scheduler", clock=self._clock)
+        """Each decision about a job, for `kubectl describe tj` and `kubectl events`."""
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -354,7 +357,8 @@ class GangController:
             allocation=allocation or None,
             restarts=int(extra.pop("restarts", status_number(status, "restarts"))),
             tier=v.gang.tier if v.gang is not None else None,
-            gpus=v.spec.gang_size if v.spec is not None else None,
+            # what the job holds (an elastic job's current size), else what it asks for
+            gpus=sum(allocation.values()) or (v.spec.gang_size if v.spec is not None else None),
         )
         if not allocation and status.get("allocation"):
             body["allocation"] = None
@@ -387,6 +391,7 @@ class GangController:
             notBefore=None,
         )
         log.info("admitted job=%s attempt=%d nodes=%s", v.id, adm.attempt, nodes)
+        self._events.record(obj, type="Normal", reason="Admitted", message=obj["status"]["message"])
         self.metrics.decisions.labels("admit").inc()
         self._launch(JobView(obj, v.id, v.spec, v.gang, v.error, adm, []), adm)
 
@@ -472,7 +477,7 @@ class GangController:
         """Record an elastic gang's new size as its next attempt. The old attempt's
         pods are deleted and the new ones created by the next steps (lifecycle
         `cleanup`, then `launch` once the old pods are gone), as after a crash."""
-        self._write(
+        obj = self._write(
             v,
             phase="Admitted",
             reason=reason,
@@ -482,6 +487,7 @@ class GangController:
             attempts=adm.attempt,
             **extra,
         )
+        self._events.record(obj, type="Normal", reason=reason, message=message)
         old = len(v.admission.placement.pods) if v.admission is not None else 0
         log.info(
             "resized job=%s attempt=%d workers=%d->%d",
@@ -493,7 +499,7 @@ class GangController:
         self.metrics.decisions.labels("resize").inc()
 
     def _nominate(self, v: JobView, adm: Admission, reason: str) -> None:
-        self._write(
+        obj = self._write(
             v,
             phase=_waiting_phase(v),
             reason="Preempting",
@@ -502,6 +508,9 @@ class GangController:
             admission=adm.to_dict(),
         )
         log.info("nominated job=%s victims=%s", v.id, ",".join(j for j, _ in adm.victims))
+        self._events.record(
+            obj, type="Normal", reason="Preempting", message=obj["status"]["message"]
+        )
         # The victims are evicted by the next steps (lifecycle `evict`), exactly as
         # after a crash here.
 
@@ -629,12 +638,13 @@ class GangController:
         """Clear the job's record (compare-and-swap) with its new status, count the
         decision, then delete `pods`: the record moves first, so a crash in between
         leaves pods no record names, which the next step cleans up."""
-        self._write(
+        obj = self._write(
             v, phase=phase, reason=reason, message=message, conditional=True, admission=None,
             **extra,
         )  # fmt: skip
         self.metrics.decisions.labels(decision).inc()
         log.info("%s job=%s reason=%r", decision, v.id, message)
+        self._events.record(obj, type="Warning", reason=reason, message=message)
         self._delete_pods(pods)
 
 

@@ -188,12 +188,16 @@ def connect(kubeconfig: str | None = None, *, pool_size: int = 32) -> Kube:
     """A client from, in order: `kubeconfig`, `$KUBECONFIG`, the in-cluster service
     account, `~/.kube/config` (controller-runtime's order)."""
     cfg = k8s.Configuration()
-    if kubeconfig is None and not os.environ.get("KUBECONFIG"):
-        if os.environ.get("KUBERNETES_SERVICE_HOST"):
-            k8s_config.load_incluster_config(client_configuration=cfg)
-            return Kube(_api_client(cfg, pool_size))
-        kubeconfig = str(Path.home() / ".kube" / "config")
-    k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
+    try:
+        if kubeconfig is None and not os.environ.get("KUBECONFIG"):
+            if os.environ.get("KUBERNETES_SERVICE_HOST"):
+                k8s_config.load_incluster_config(client_configuration=cfg)
+                return Kube(_api_client(cfg, pool_size))
+            kubeconfig = str(Path.home() / ".kube" / "config")
+        k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
+    except (k8s_config.ConfigException, OSError) as e:
+        where = kubeconfig or os.environ.get("KUBECONFIG") or "the in-cluster service account"
+        raise ApiError(0, "BadConfig", f"no usable credentials in {where}: {e}") from None
     return Kube(_api_client(cfg, pool_size))
 
 

@@ -193,7 +193,7 @@ def _crd(kind: str, schema: dict[str, Any]) -> dict[str, Any]:
 
 _JOB_COLUMNS: list[dict[str, Any]] = [
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
-    {"name": "GPUs", "type": "integer", "jsonPath": ".spec.gangSize"},
+    {"name": "GPUs", "type": "integer", "jsonPath": ".status.gpus"},
     {"name": "Tier", "type": "string", "jsonPath": ".status.tier"},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     {"name": "Reason", "type": "string", "jsonPath": ".status.reason"},

@@ -28,6 +28,11 @@ def _install_crds(args: argparse.Namespace) -> int:
     from controller.policy.validate import schema_dir
 
     crds = generate_crds(schema_dir())
+    namespace = {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": args.system_namespace},
+    }
     if args.output_dir is not None:
         out = Path(args.output_dir)
         out.mkdir(parents=True, exist_ok=True)
@@ -36,7 +41,7 @@ def _install_crds(args: argparse.Namespace) -> int:
             print(f"wrote {out / crd_file_name(crd)}")
         return 0
     if args.print:
-        docs = crds + admission_objects()
+        docs = [namespace, *crds, *admission_objects()]
         if args.mutating_policy == "on":
             docs += mutating_objects()
         sys.stdout.write("".join("---\n" + render_yaml(c) for c in docs))
@@ -44,6 +49,9 @@ def _install_crds(args: argparse.Namespace) -> int:
     applied = []
     try:
         kube = connect(args.kubeconfig)
+        # The controller's own namespace (its Lease, the policy ConfigMap, Git secrets):
+        # `gangops run` refuses to start without it.
+        kube.apply(namespace, field_manager="gangops")
         install(kube, crds, timeout_s=args.timeout)
         for obj in admission_objects():
             kube.apply(obj, field_manager="gangops")
@@ -67,6 +75,7 @@ def _install_crds(args: argparse.Namespace) -> int:
     except (ApiError, TimeoutError) as e:
         print(f"gangops install-crds: {e}", file=sys.stderr)
         return 1
+    print(f"namespace/{args.system_namespace} applied")
     for crd in crds:
         print(f"customresourcedefinition/{crd['metadata']['name']} established")
     for obj in applied:
@@ -78,9 +87,10 @@ def add_subcommand(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
     """Register `gangops install-crds`."""
     p = subparsers.add_parser(
         "install-crds",
-        help="install the gangops CRDs (PolicySource, the policy kinds, TrainingJob) "
-        "and the TrainingJob admission policy",
-        description="Generate the CustomResourceDefinitions from the JSON Schemas and apply "
+        help="install the gangops system namespace, CRDs (PolicySource, the policy kinds, "
+        "TrainingJob) and the TrainingJob admission policy",
+        description="Create the controller's namespace (--system-namespace), generate the "
+        "CustomResourceDefinitions from the JSON Schemas and apply "
         "them (server-side, field manager gangops), waiting until they are established, "
         "then the ValidatingAdmissionPolicy that charges a TrainingJob to its creator "
         "and, where the cluster serves it, the MutatingAdmissionPolicy that fills the "
@@ -96,6 +106,12 @@ def add_subcommand(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
         "with --print, only on prints it (default auto)",
     )
     p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, in-cluster, ...)")
+    p.add_argument(
+        "--system-namespace",
+        default="gangops-system",
+        help="the controller's namespace, created here (default %(default)s; give `gangops run`"
+        " the same)",
+    )
     p.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS")
     where = p.add_mutually_exclusive_group()
     where.add_argument(

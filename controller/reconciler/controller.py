@@ -219,6 +219,17 @@ def _cr_source(obj: Obj) -> Source:
     return Source(path=path, size=len(data), read=lambda: data)
 
 
+_BOOKKEEPING = frozenset(("resourceVersion", "managedFields", "generation"))
+
+
+def _drift_mark(obj: Obj) -> str:
+    """What a hand edit of a managed object can change: everything but its status and
+    the metadata the API server keeps for itself."""
+    meta = {k: v for k, v in obj["metadata"].items() if k not in _BOOKKEEPING}
+    rest = {k: v for k, v in obj.items() if k not in ("metadata", "status")}
+    return json.dumps([meta, rest], sort_keys=True, default=str)
+
+
 class Reconciler:
     """Reconciles every PolicySource in the cluster. `start`, then `stop`."""
 
@@ -241,6 +252,8 @@ class Reconciler:
         self._stop = threading.Event()
         self._states: dict[str, _State] = {}
         self._owners: dict[Ref, str] = {}
+        self._marks: dict[Ref, str] = {}
+        """Each managed object's content apart from status and bookkeeping, as last seen."""
         self._lock = threading.Lock()
         self.sources = Informer(
             kube,
@@ -318,8 +331,19 @@ class Reconciler:
             self._queue.add(name, fetch=True)
 
     def _on_managed(self, kind: EventType, obj: Obj) -> None:
+        ref = Ref.of(obj)
+        mark = _drift_mark(obj)
+        with self._lock:
+            # A change only to status or bookkeeping (a ResourceQuota's usage moves with
+            # every pod) cannot be drift: reconcile on what was applied changing only.
+            if kind == "DELETED":
+                self._marks.pop(ref, None)
+            elif self._marks.get(ref) == mark and kind == "MODIFIED":
+                return
+            else:
+                self._marks[ref] = mark
         labels = obj["metadata"].get("labels") or {}
-        owner = labels.get(LABEL_SOURCE) or self._owners.get(Ref.of(obj))
+        owner = labels.get(LABEL_SOURCE) or self._owners.get(ref)
         if owner:
             self._queue.add(owner)
 

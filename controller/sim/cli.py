@@ -10,13 +10,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 from controller.clusterspec import ClusterSpecError
 from controller.scheduler.policy import SchedulingPolicy
 from controller.sim.generator import generate, to_csv
+from controller.sim.plot import PlotUnavailable, write_figures
 from controller.sim.report import figures, format_table, write_report
 from controller.sim.run import Experiment, run, run_jobs
 from controller.sim.schedulers import SCHEDULERS
@@ -71,21 +71,6 @@ def _resolve(value: str, what: str) -> Path:
     )
 
 
-def _progress(enabled: bool) -> Any:
-    last: dict[str, float] = {}
-
-    def show(name: str, fraction: float) -> None:
-        now = time.monotonic()
-        if now - last.get(name, 0.0) < 0.5 and fraction < 1:
-            return
-        last[name] = now
-        filled = int(30 * min(1.0, fraction))
-        sys.stderr.write(f"\r{name:>12} [{'#' * filled}{'.' * (30 - filled)}] {fraction:4.0%}")
-        sys.stderr.flush()
-
-    return show if enabled else None
-
-
 def _simulate(args: argparse.Namespace) -> int:
     unknown = [s for s in args.scheduler if s not in SCHEDULERS]
     if unknown:
@@ -96,7 +81,6 @@ def _simulate(args: argparse.Namespace) -> int:
         print("gangops simulate: give exactly one of --trace FILE and --generate N",
               file=sys.stderr)  # fmt: skip
         return 2
-    progress = _progress(args.progress if args.progress is not None else sys.stderr.isatty())
     try:
         exp = Experiment(
             cluster=_resolve(args.cluster, "cluster"),
@@ -130,29 +114,31 @@ def _simulate(args: argparse.Namespace) -> int:
             )
             if args.save_trace:
                 Path(args.save_trace).write_text(to_csv(jobs), encoding="utf-8")
-            runs = run_jobs(exp, nodes, jobs, doc, progress=progress)
+            runs = run_jobs(exp, nodes, jobs, doc, show_progress=args.progress)
             inputs: dict[str, Any] = {
                 "cluster": str(exp.cluster),
                 "nodes": len(nodes),
                 "gpus": gpus,
                 "trace": f"generated ({args.generate} jobs, seed {args.seed}, load {load})",
                 "jobs": len(jobs),
-                "mode": "departures",
+                "mode": "arrivals-only" if exp.arrivals_only else "departures",
             }
         else:
-            runs, inputs = run(exp, progress=progress)
+            runs, inputs = run(exp, show_progress=args.progress)
     except (TraceError, PolicyError, ClusterSpecError) as e:
         print(f"gangops simulate: {e}", file=sys.stderr)
         return 1
-    if progress:
-        sys.stderr.write("\n")
     results = {r.name: figures(r) for r in runs}
     print(f"{inputs['mode']}: {inputs['jobs']} jobs on {inputs['nodes']} nodes "
           f"({inputs['gpus']} GPUs), {inputs['trace']}")  # fmt: skip
     sys.stdout.write(format_table(results, arrivals_only=exp.arrivals_only))
     if args.report:
-        for p in write_report(Path(args.report), runs, results, inputs):
-            print(f"wrote {p}")
+        print(f"wrote {write_report(Path(args.report), results, inputs)}")
+        try:
+            for p in write_figures(Path(args.report), runs, results):
+                print(f"wrote {p}")
+        except PlotUnavailable as e:
+            print(f"gangops simulate: no figures: {e}", file=sys.stderr)
     if args.json:
         print(json.dumps(results, indent=2, sort_keys=True))
     return 0
@@ -179,7 +165,11 @@ def add_subcommand(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
         metavar="NAME",
         help=f"schedulers to compare (default all: {' '.join(SCHEDULERS)})",
     )
-    p.add_argument("--report", metavar="DIR", help="write report.json and PNG plots here")
+    p.add_argument(
+        "--report",
+        metavar="DIR",
+        help="write report.json and PNG figures here (figures need matplotlib: gangops[plot])",
+    )
     p.add_argument("--json", action="store_true", help="also print the figures as JSON")
     p.add_argument("--arrivals-only", action="store_true", help="FGD's experiment: never leave")
     p.add_argument("--seed", type=int, default=42, help="first random seed (default 42)")
@@ -228,7 +218,7 @@ def add_subcommand(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
     p.add_argument(
         "--progress",
         action=argparse.BooleanOptionalAction,
-        default=None,
-        help="progress bar on stderr (default: when stderr is a terminal)",
+        default=True,
+        help="progress on stderr: a bar on a terminal, a line now and then otherwise (default on)",
     )
     p.set_defaults(func=_simulate)

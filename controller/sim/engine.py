@@ -23,6 +23,7 @@ import heapq
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from controller.scheduler.cycle import GROW_INTERVAL_S
 from controller.scheduler.policy import SchedulingPolicy
@@ -35,6 +36,7 @@ __all__ = ["RunResult", "gang_of", "simulate", "simulate_arrivals"]
 
 SERIES_POINTS = 600
 """Utilisation samples kept for the plots."""
+_T = TypeVar("_T")
 FRAG_SHAPES = 16
 """Distinct pending request shapes checked when measuring fragmentation."""
 
@@ -79,6 +81,14 @@ class RunResult:
     fairness: float | None = None
     """Jain's index of each project's GPU-time share relative to its guarantee share."""
     util_series: list[tuple[float, float]] = field(default_factory=list)
+    """(seconds since the first arrival, share of capacity allocated), sampled
+    about `SERIES_POINTS` times over the run."""
+    project_series: list[tuple[float, dict[str, float]]] = field(default_factory=list)
+    """(seconds since the first arrival, project -> share of capacity its
+    running jobs hold), at the moments of `util_series` (half-placed gangs,
+    which `util_series` counts, are in no project's share)."""
+    guarantees: dict[str, float] = field(default_factory=dict)
+    """Each project's guaranteed share of capacity, by the policy."""
     alloc_curve: list[tuple[float, float]] = field(default_factory=list)
     """Arrivals-only: (arrived demand, allocated) as shares of capacity."""
     allocation_at_full: float | None = None
@@ -124,7 +134,7 @@ def _fragmented(nodes: Iterable[NodeState], shapes: Sequence[PodShape]) -> tuple
     return frag, free
 
 
-def _thin(series: list[tuple[float, float]], points: int) -> list[tuple[float, float]]:
+def _thin(series: list[_T], points: int) -> list[_T]:
     if len(series) <= points:
         return series
     step = len(series) / points
@@ -148,9 +158,10 @@ def simulate_arrivals(
     *,
     capacity_milli: int,
     shapes: Sequence[PodShape],
-    progress: Callable[[float], None] | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> RunResult:
-    """Jobs arrive in the given order and never leave."""
+    """Jobs arrive in the given order and never leave; `progress` is told how
+    many have arrived (and been placed or dropped)."""
     result = RunResult(scheduler.name, capacity_milli, len(jobs))
     arrived = used = 0
     curve: list[tuple[float, float]] = []
@@ -173,7 +184,9 @@ def simulate_arrivals(
             result.fragmentation = frag / free if free else 0.0
             frag_done = True
         if progress and i % 200 == 0:
-            progress(i / len(jobs))
+            progress(i + 1)
+    if progress:
+        progress(len(jobs))
     if not frag_done:
         frag, free = _fragmented(scheduler.node_states(), shapes)
         result.fragmentation = frag / free if free else 0.0
@@ -206,17 +219,17 @@ def simulate(
     *,
     capacity_milli: int,
     tick: float = 10.0,
-    progress: Callable[[float], None] | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> RunResult:
     """Arrivals, starts, completions and preemptions until the queue drains
-    or nothing more can happen."""
+    or nothing more can happen; `progress` is told after each cycle how many
+    jobs have started or been rejected."""
     result = RunResult(scheduler.name, capacity_milli, len(jobs))
     state = {j.id: _Job(gang_of(j, policy), j.duration) for j in jobs}
     events: list[tuple[float, int, int, str, int]] = []
     """(time, kind 0=finish 1=arrival 2=wake-up, order, job, run). A wake-up only
     makes a cycle happen: an elastic job may grow once `GROW_INTERVAL_S` has
     passed since it (re)started, even if nothing else happens then."""
-    ids = [j.id for j in jobs]
     for n, j in enumerate(jobs):
         heapq.heappush(events, (j.submit, 1, n, j.id, 0))
     pending: dict[JobId, _Job] = {}
@@ -227,10 +240,10 @@ def simulate(
     preempted_at: list[float] = []
     frag_samples: list[float] = []
     series: list[tuple[float, float]] = []
+    project_series: list[tuple[float, dict[str, float]]] = []
     start_time = jobs[0].submit if jobs else 0.0
     last = start_time
     partial_milli = 0
-    arrived = 0
     timeout = policy.gang_timeout_seconds
     span = (jobs[-1].submit - start_time) if jobs else 0.0
     arrivals_end = start_time + span
@@ -276,7 +289,6 @@ def simulate(
             job = state[JobId(jid)]
             if kind == 1:
                 pending[job.gang.id] = job
-                arrived += 1
             elif kind == 2:
                 pass
             elif run == job.run and job.gang.id in running:
@@ -361,8 +373,11 @@ def simulate(
                 if free:
                     frag_samples.append(frag / free)
             series.append((now - start_time, (used + partial_milli) / capacity_milli))
+            project_series.append(
+                (now - start_time, {p: u / capacity_milli for p, u in project_used.items()})
+            )
         if progress:
-            progress(arrived / max(1, len(ids)))
+            progress(len(result.delays) + result.rejected)
     end = last
     result.makespan = end - start_time
     if result.makespan > 0:
@@ -376,4 +391,8 @@ def simulate(
     result.fragmentation = sum(frag_samples) / len(frag_samples) if frag_samples else 0.0
     result.fairness = _jain(policy, usage)
     result.util_series = _thin(series, SERIES_POINTS)
+    result.project_series = _thin(project_series, SERIES_POINTS)
+    result.guarantees = {
+        p.name: p.guaranteed / capacity_milli for p in policy.projects.values() if p.guaranteed
+    }
     return result

@@ -1,11 +1,10 @@
-"""Figures per scheduler: a table for people, report.json and PNG plots.
+"""Figures per scheduler: a table for people and report.json.
 
 `figures` reduces a scheduler's runs to the numbers the report carries
 (utilisation and fragmentation as shares 0..1, delays in seconds,
 `gpu_allocation_at_full_arrival` in percent of capacity, the mean over
 seeds). `write_report` writes `report.json` (scheduler name -> figures, plus
-`_inputs`) and the plots: utilisation over time, queueing-delay CDF, and in
-arrivals-only mode the allocation ratio as arrivals grow.
+`_inputs`); the PNG figures are `plot`'s.
 """
 
 from __future__ import annotations
@@ -15,7 +14,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from controller.sim.plot import line_chart
 from controller.sim.run import SchedulerRun
 
 __all__ = ["figures", "format_table", "percentile", "write_report"]
@@ -108,80 +106,14 @@ def format_table(results: Mapping[str, Mapping[str, Any]], *, arrivals_only: boo
     return "\n".join(lines) + "\n"
 
 
-def _cdf(values: Sequence[float]) -> list[tuple[float, float]]:
-    ordered = sorted(values)
-    n = len(ordered)
-    if not n:
-        return []
-    step = max(1, n // 400)
-    pts = [(ordered[i], (i + 1) / n) for i in range(0, n, step)]
-    return [*pts, (ordered[-1], 1.0)]
-
-
 def write_report(
     out_dir: Path,
-    runs: Sequence[SchedulerRun],
     results: Mapping[str, Mapping[str, Any]],
     inputs: Mapping[str, Any],
-) -> list[Path]:
-    """report.json and the PNG plots under `out_dir`; returns the files written."""
+) -> Path:
+    """Write report.json under `out_dir` and return its path."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
     doc = {**results, "_inputs": dict(inputs)}
     path = out_dir / "report.json"
     path.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    written.append(path)
-    arrivals = any(r.runs[0].alloc_curve for r in runs)
-    charts: list[tuple[str, bytes]] = []
-    if arrivals:
-        charts.append(
-            (
-                "allocation.png",
-                line_chart(
-                    [
-                        (r.name, [(100 * a, 100 * u) for a, u in r.runs[0].alloc_curve])
-                        for r in runs
-                    ],
-                    title="GPU ALLOCATION AS ARRIVALS GROW (FIRST SEED)",
-                    x_label="ARRIVED GPU DEMAND (% OF CAPACITY)",
-                    y_label="ALLOCATED %",
-                    y_range=(0.0, 100.0),
-                ),
-            )
-        )
-    else:
-        charts.append(
-            (
-                "utilization.png",
-                line_chart(
-                    [
-                        (r.name, [(t / 3600, 100 * u) for t, u in r.runs[0].util_series])
-                        for r in runs
-                    ],
-                    title="GPU UTILISATION OVER TIME",
-                    x_label="HOURS",
-                    y_label="ALLOCATED %",
-                    y_range=(0.0, 100.0),
-                ),
-            )
-        )
-        charts.append(
-            (
-                "queueing_delay_cdf.png",
-                line_chart(
-                    [
-                        (r.name, [(d / 60, 100 * p) for d, p in _cdf(r.runs[0].delays)])
-                        for r in runs
-                    ],
-                    title="QUEUEING DELAY CDF",
-                    x_label="MINUTES",
-                    y_label="JOBS %",
-                    y_range=(0.0, 100.0),
-                ),
-            )
-        )
-    for name, data in charts:
-        p = out_dir / name
-        p.write_bytes(data)
-        written.append(p)
-    return written
+    return path

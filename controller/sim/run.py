@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from controller.progress import progress
 from controller.scheduler.fragmentation import FragModel, typical_pods
 from controller.scheduler.policy import SchedulingPolicy
 from controller.scheduler.types import MILLI, Node, PodShape
@@ -147,9 +148,10 @@ def run_jobs(
     jobs: Sequence[TraceJob],
     doc: dict[str, Any],
     *,
-    progress: Callable[[str, float], None] | None = None,
+    show_progress: bool = False,
 ) -> list[SchedulerRun]:
-    """Simulate every scheduler of `exp` on `jobs` (tenants already assigned)."""
+    """Simulate every scheduler of `exp` on `jobs` (tenants already assigned);
+    with `show_progress`, each run's progress goes to stderr (`controller.progress`)."""
     capacity = sum(n.gpus for n in nodes) * MILLI
     policy = SchedulingPolicy.from_dict(doc)
     typical = typical_pods(j.pod for j in jobs)
@@ -158,25 +160,23 @@ def run_jobs(
     for name in exp.schedulers:
         sched_run = SchedulerRun(name)
         t0 = time.perf_counter()
-        for k in range(exp.seeds if exp.arrivals_only else 1):
+        seeds = exp.seeds if exp.arrivals_only else 1
+        for k in range(seeds):
             seed = exp.seed + k
-
-            def tell(f: float, name: str = name) -> None:
-                if progress:
-                    progress(name, f)
-
+            desc = f"simulate {name}" + (f" seed {seed}" if seeds > 1 else "")
             frag = FragModel(typical)
             sched = make_scheduler(name, nodes, doc, fragmentation=frag, seed=seed)
             if exp.arrivals_only:
                 workload = prepare_arrivals(
                     jobs, capacity, seed=seed, tune=exp.tune, order=exp.order
                 )
-                r = simulate_arrivals(
-                    workload, sched, policy, capacity_milli=capacity, shapes=shapes, progress=tell
-                )
+                with progress(len(workload), desc, unit="jobs", enabled=show_progress) as bar:
+                    r = simulate_arrivals(workload, sched, policy, capacity_milli=capacity,
+                                          shapes=shapes, progress=bar.set)  # fmt: skip
             else:
-                r = simulate(jobs, sched, policy, capacity_milli=capacity, tick=exp.tick,
-                             progress=tell)  # fmt: skip
+                with progress(len(jobs), desc, unit="jobs", enabled=show_progress) as bar:
+                    r = simulate(jobs, sched, policy, capacity_milli=capacity, tick=exp.tick,
+                                 progress=bar.set)  # fmt: skip
             sched_run.runs.append(r)
         sched_run.wall_seconds = time.perf_counter() - t0
         out.append(sched_run)
@@ -184,7 +184,7 @@ def run_jobs(
 
 
 def run(
-    exp: Experiment, *, progress: Callable[[str, float], None] | None = None
+    exp: Experiment, *, show_progress: bool = False
 ) -> tuple[list[SchedulerRun], dict[str, Any]]:
     """Load the inputs of `exp` and simulate; also returns the inputs' summary."""
     nodes = load_cluster_file(exp.cluster)
@@ -213,4 +213,4 @@ def run(
         "mode": "arrivals-only" if exp.arrivals_only else "departures",
         "seeds": exp.seeds if exp.arrivals_only else 1,
     }
-    return run_jobs(exp, nodes, jobs, doc, progress=progress), summary
+    return run_jobs(exp, nodes, jobs, doc, show_progress=show_progress), summary

@@ -71,31 +71,37 @@ def _show_build_progress(line: str) -> None:
         print(f"[clusters/local] {line}", file=sys.stderr)
 
 
-@pytest.fixture(scope="session")
-def dev_cluster(
-    pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[DevCluster]:
-    """The local control plane, started once for the session and stopped at its end."""
+@pytest.fixture(scope="session", autouse=True)
+def control_plane(pytestconfig: pytest.Config) -> Build:
+    """The control plane's binaries, built (or found in the cache) before the first
+    integration test runs, so no test's own timeout ever includes the build, however
+    the tests are selected (`make test` builds them even earlier)."""
     capture = pytestconfig.pluginmanager.getplugin("capturemanager")
-    build: Build | None = None
-    error = ""
     try:
         # Show the build's progress: the first one takes minutes.
         with capture.global_and_fixture_disabled():
-            build = ensure_binaries(progress=_show_build_progress)
+            return ensure_binaries(progress=_show_build_progress)
     except DevClusterError as e:
-        error = f"the local control plane could not be built: {e}"
-    if build is None:
         pytest.fail(
-            f"{error}\n(set {SKIP_ENV}=1 to skip the integration tests on purpose)", pytrace=False
+            f"the local control plane could not be built: {e}\n"
+            f"(set {SKIP_ENV}=1 to skip the integration tests on purpose)",
+            pytrace=False,
         )
+
+
+@pytest.fixture(scope="session")
+def dev_cluster(
+    control_plane: Build, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[DevCluster]:
+    """The local control plane, started once for the session and stopped at its end."""
+    error = ""
     cluster: DevCluster | None = None
     try:
         cluster = start(
             Options(
                 cluster=load_cluster(DEFAULT_CLUSTER_FILE),
                 data_dir=tmp_path_factory.mktemp("dev-cluster"),
-                bin_dir=build.bin_dir,
+                bin_dir=control_plane.bin_dir,
             )
         )
     except DevClusterError as e:

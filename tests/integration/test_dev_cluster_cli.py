@@ -88,6 +88,10 @@ def test_detached_up_env_and_down(cluster_file: Path, state: Path) -> None:
     up = _run("up", "--detach", "--cluster", str(cluster_file), "--state", str(state))
     assert up.returncode == 0, up.stderr
     assert "ready in" in up.stderr
+    assert "fake nodes Ready: 100% (1/1 nodes)" in up.stderr  # progress, as plain lines
+    kubectl = up.stderr.split("  kubectl     ", 1)[1].split(" ", 1)[0]
+    version = subprocess.run([kubectl, "version", "--client", "-o", "json"], capture_output=True)
+    assert json.loads(version.stdout)["clientVersion"]["gitVersion"] == "v1.35.4"
     assert up.stdout.startswith("export KUBECONFIG=")
     kubeconfig = Path(up.stdout.strip().split("=", 1)[1])
     pids = _pids(state)

@@ -161,6 +161,40 @@ def test_removed_objects_are_pruned_but_namespaces_and_opted_out_objects_are_kep
     )
 
 
+def test_a_status_update_of_a_managed_object_does_not_reconcile(
+    reconcile_env: ReconcileEnv, policy_repo: PolicyRepo
+) -> None:
+    """A ResourceQuota's usage changes with every pod created or deleted in its
+    namespace; that is not drift, so it must not make the controller reconcile."""
+    env, repo, n = reconcile_env, policy_repo, policy_repo.name
+    reconciler = env.start()
+    src = env.create_source("main", repo.url)
+    env.wait_condition(src, "Ready", revision_sha=repo.head())
+    time.sleep(1)  # let the first sync's own echoes settle
+
+    def reconciles() -> float:
+        return sum(
+            s.value
+            for m in reconciler.metrics.reconciles.collect()
+            for s in m.samples
+            if s.name == "gangops_reconcile_total" and s.labels["source"] == src
+        )
+
+    before = reconciles()
+    for used in ("1", "2", "3"):
+        env.kube.merge_patch(
+            RESOURCES["ResourceQuota"],
+            "gangops-quota",
+            {"status": {"hard": {"requests.nvidia.com/gpu": "8"},
+                        "used": {"requests.nvidia.com/gpu": used}}},
+            field_manager="resourcequota-controller",
+            namespace=n("b"),
+            subresource="status",
+        )  # fmt: skip
+    time.sleep(2)
+    assert reconciles() == before
+
+
 def test_drift_is_corrected_at_once(reconcile_env: ReconcileEnv, policy_repo: PolicyRepo) -> None:
     env, repo, n = reconcile_env, policy_repo, policy_repo.name
     env.start()

@@ -304,3 +304,33 @@ def test_push_webhook_applies_a_commit_and_refuses_bad_signatures(
     text = ctl.get("/metrics")[1]
     assert 'gangops_webhook_requests_total{result="accepted"} 2.0' in text
     assert 'gangops_webhook_requests_total{result="rejected"} 4.0' in text
+
+
+def test_run_fails_fast_and_says_what_is_missing(dev_cluster: DevCluster, tmp_path: Path) -> None:
+    """On a cluster without gangops' system namespace (or without an API server at all),
+    `run` exits at once with status 2 and says what to do, instead of waiting silently
+    on a Lease it can never write."""
+    base = [sys.executable, "-m", "controller.cli", "run", "--metrics-addr", "127.0.0.1:0"]
+    base += ["--webhook-addr", "", "--cache-dir", str(tmp_path / "cache")]
+    missing = f"gangops-missing-{os.getpid()}"
+    out = subprocess.run(
+        [*base, "--kubeconfig", str(dev_cluster.kubeconfig), "--system-namespace", missing],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 2, out.stderr
+    assert f'the system namespace "{missing}" does not exist: `gangops install-crds`' in out.stderr
+
+    port = _free_port()  # nothing listens there
+    unreachable = tmp_path / "unreachable.kubeconfig"
+    text = dev_cluster.kubeconfig.read_text(encoding="utf-8")
+    server = next(line for line in text.splitlines() if "server:" in line).split("server:")[1]
+    unreachable.write_text(
+        text.replace(server.strip(), f"https://127.0.0.1:{port}"), encoding="utf-8"
+    )
+    out = subprocess.run(
+        [*base, "--kubeconfig", str(unreachable)], capture_output=True, text=True, timeout=90
+    )
+    assert out.returncode == 2, out.stderr
+    assert f"the API server at https://127.0.0.1:{port} did not answer" in out.stderr

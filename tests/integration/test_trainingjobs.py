@@ -126,6 +126,15 @@ def test_high_tier_job_preempts_a_batch_job(gang_env: GangEnv) -> None:
     assert all(p["status"]["phase"] != "Running" for p in env.pods("batch"))
     assert _nodes_of([p for p in env.pods("urgent")]) == {a: 8}
     assert env.controllers[0].metrics.preemptions.labels("p", BATCH)._value.get() == 1
+    # `kubectl describe tj` tells each job's story in Events.
+    events, _ = env.kube.list(RESOURCES["Event"], namespace=env.namespace)
+
+    def story(job: str) -> list[tuple[str, str]]:
+        mine = [e for e in events if e["involvedObject"]["name"] == job]
+        return [(e["type"], e["reason"]) for e in sorted(mine, key=lambda e: e["metadata"]["name"])]
+
+    assert story("batch") == [("Normal", "Admitted"), ("Warning", "Preempted")]
+    assert story("urgent") == [("Normal", "Preempting"), ("Normal", "Admitted")]
 
 
 def test_worker_failure_restarts_the_whole_gang_then_fails_at_the_backoff_limit(
@@ -290,6 +299,7 @@ def test_install_crds_applies_both_admission_policies(dev_cluster: DevCluster) -
         [*cmd, str(dev_cluster.kubeconfig)], capture_output=True, text=True, timeout=120
     )
     assert out.returncode == 0, out.stderr
+    assert "namespace/gangops-system applied" in out.stdout
     assert "validatingadmissionpolicy/trainingjobs.ai.operator-user applied" in out.stdout
     assert "mutatingadmissionpolicy/trainingjobs.ai.operator-user applied" in out.stdout
     assert "mutatingadmissionpolicybinding/trainingjobs.ai.operator-user applied" in out.stdout

@@ -47,6 +47,7 @@ def test_elastic_job_grows_onto_idle_gpus_then_gives_back_what_it_grew_by(
 
     status = wait_for("the elastic job to grow to 8 GPUs and run", lambda: running_on("elastic", 8))
     assert status["attempts"] == 2  # admitted at 4 (attempt 1), grown to 8 (attempt 2)
+    assert status["gpus"] == 8  # what it holds now (kubectl get tj's GPUs column)
     pods = _live(env.pods("elastic"))
     assert len(pods) == 8
     assert {p["metadata"]["labels"]["ai.operator/attempt"] for p in pods} == {"2"}
@@ -59,6 +60,7 @@ def test_elastic_job_grows_onto_idle_gpus_then_gives_back_what_it_grew_by(
     status = wait_for("the elastic job to run again at 4 GPUs", lambda: running_on("elastic", 4))
     # Shrunk, not preempted: it kept its submitted size and ran on.
     assert status["attempts"] == 3
+    assert status["gpus"] == 4
     assert "preemptedBy" not in status
     pods = _live(env.pods("elastic"))
     assert {p["metadata"]["labels"]["ai.operator/attempt"] for p in pods} == {"3"}

@@ -88,6 +88,7 @@ def test_print_includes_the_mutating_policy_only_when_asked(
     assert main(["install-crds", "--print"]) == 0
     default = capsys.readouterr().out
     assert "kind: ValidatingAdmissionPolicy\n" in default
+    assert "kind: Namespace\nmetadata:\n  name: gangops-system\n" in default
     assert "MutatingAdmissionPolicy" not in default  # auto: the cluster is unknown offline
     assert main(["install-crds", "--print", "--mutating-policy", "on"]) == 0
     on = capsys.readouterr().out

@@ -1,0 +1,87 @@
+"""`make demo` runs gangops itself on the local control plane; these tests run its
+script (scripts/demo.sh) so it cannot rot: every step it narrates must happen,
+and it must leave nothing behind, also when interrupted."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+DEMO = REPO / "scripts" / "demo.sh"
+
+
+def _processes_mentioning(text: str) -> list[str]:
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in cmdline:
+            found.append(f"{proc.name}: {cmdline}")
+    return found
+
+
+def _workdir(output: str) -> Path:
+    match = re.search(r"\(working directory (\S+)\)", output)
+    assert match, output
+    return Path(match.group(1))
+
+
+def test_demo_shows_every_step_and_cleans_up(control_plane: object) -> None:
+    out = subprocess.run(
+        ["bash", str(DEMO)], cwd=REPO, capture_output=True, text=True, timeout=600, check=False
+    )
+    text = out.stdout + out.stderr
+    assert out.returncode == 0, text[-6000:]
+    for line in (
+        "PolicySource platform-policies Ready",
+        "sweep Running",
+        "bert-training Running",
+        "bert-training grown to 16 GPUs",
+        "gpt-pretrain Running",
+        "llama-ft to say why it waits",
+        "Decision: waiting",  # gangops explain
+        "llama-ft Running",
+        "PolicySource Stalled",
+        "GP307",  # the broken commit's diagnostic, at file:line
+        "alice max: {'gpu': 48}",  # the last good revision kept
+        "demo finished in",
+    ):
+        assert line in text, f"{line!r} not in the demo's output:\n{text[-6000:]}"
+    assert re.search(r"projects/nlp\.yaml:\d+:\d+", text), text[-6000:]
+    work = _workdir(text)
+    assert not work.exists()
+    assert _processes_mentioning(str(work)) == []
+
+
+def test_demo_interrupted_leaves_nothing_behind(control_plane: object) -> None:
+    proc = subprocess.Popen(
+        ["bash", str(DEMO)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    assert proc.stdout is not None
+    seen = []
+    for line in proc.stdout:
+        seen.append(line)
+        if line.startswith("== 3."):  # cluster, git daemon and controller all running
+            break
+    text = "".join(seen)
+    assert "== 3." in text, text
+    work = _workdir(text)
+    os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C reaches the whole foreground group
+    rest, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130, text + rest
+    assert "interrupted; cleaning up" in rest
+    assert not work.exists()
+    assert _processes_mentioning(str(work)) == []
