@@ -31,7 +31,7 @@ import json
 import logging
 import random
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,7 +40,6 @@ from typing import Any
 from controller.kube.client import RESOURCES, Kube, NotLeaderError
 from controller.kube.clock import Clock, SystemClock
 from controller.kube.informer import EventType, Informer
-from controller.policy.build import build
 from controller.policy.compiler import APPLY_ORDER, DEFAULT_SYSTEM_NAMESPACE
 from controller.reconciler.apply import (
     LABEL_SOURCE,
@@ -49,7 +48,7 @@ from controller.reconciler.apply import (
     SyncResult,
     sync,
 )
-from controller.reconciler.crs import CR_SOURCE, POLICY_KINDS, cr_revision, cr_source, mixed_sources
+from controller.reconciler.crs import CR_SOURCE, POLICY_KINDS, CrSource, mixed_sources
 from controller.reconciler.fetch import GitRevisions, Revisions
 from controller.reconciler.git import GitError
 from controller.reconciler.metrics import ReconcilerMetrics
@@ -149,6 +148,28 @@ def _drift_mark(obj: Obj) -> str:
     return json.dumps([meta, rest], sort_keys=True, default=str)
 
 
+class _DriftMarks:
+    """Each managed object's `_drift_mark`, as last seen."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._marks: dict[Ref, str] = {}
+
+    def moved(self, kind: EventType, ref: Ref, obj: Obj) -> bool:
+        """Can this event be drift? A change only to status or bookkeeping (a
+        ResourceQuota's usage moves with every pod) cannot: only a change to
+        what was applied, an addition or a deletion can."""
+        mark = _drift_mark(obj)
+        with self._lock:
+            if kind == "DELETED":
+                self._marks.pop(ref, None)
+            elif self._marks.get(ref) == mark and kind == "MODIFIED":
+                return False
+            else:
+                self._marks[ref] = mark
+        return True
+
+
 class Reconciler:
     """Reconciles every PolicySource in the cluster. `start`, then `stop`."""
 
@@ -175,8 +196,7 @@ class Reconciler:
         self._stop = threading.Event()
         self._states: dict[str, _State] = {}
         self._owners: dict[Ref, str] = {}
-        self._marks: dict[Ref, str] = {}
-        """Each managed object's content apart from status and bookkeeping, as last seen."""
+        self._marks = _DriftMarks()
         self._lock = threading.Lock()
 
         def informer(kind: str, handler: Any, **kw: Any) -> Informer:
@@ -197,6 +217,12 @@ class Reconciler:
             policy_crs=self.policy_crs,
             metrics=self.metrics,
             clock=self._clock,
+        )
+        self._crs = CrSource(
+            self,
+            apply=self._apply_revision,
+            report=self._report,
+            max_diagnostics=settings.max_diagnostics,
         )
         self._worker: threading.Thread | None = None
 
@@ -251,16 +277,8 @@ class Reconciler:
 
     def _on_managed(self, kind: EventType, obj: Obj) -> None:
         ref = Ref.of(obj)
-        mark = _drift_mark(obj)
-        with self._lock:
-            # A change only to status or bookkeeping (a ResourceQuota's usage moves with
-            # every pod) cannot be drift: reconcile on what was applied changing only.
-            if kind == "DELETED":
-                self._marks.pop(ref, None)
-            elif self._marks.get(ref) == mark and kind == "MODIFIED":
-                return
-            else:
-                self._marks[ref] = mark
+        if not self._marks.moved(kind, ref, obj):
+            return
         labels = obj["metadata"].get("labels") or {}
         owner = labels.get(LABEL_SOURCE) or self._owners.get(ref)
         if owner:
@@ -274,10 +292,10 @@ class Reconciler:
     # -- the worker
 
     def _work(self) -> None:
-        while not self._stop.is_set():
-            if not all(inf.wait_synced(0.5) for inf in self._informers()):
-                continue
-            break
+        while not self._stop.is_set() and not all(
+            inf.wait_synced(0.5) for inf in self._informers()
+        ):
+            pass
         while not self._stop.is_set():
             item = self._queue.get(self._stop)
             if item is None:
@@ -301,7 +319,7 @@ class Reconciler:
     def reconcile(self, name: str, *, fetch: bool = True) -> float | None:
         """Reconcile one source; returns when to poll it next (None: only on events)."""
         if name == CR_SOURCE:
-            self._reconcile_crs()
+            self._crs.reconcile()
             return None
         cached = self.sources.get(name)
         if cached is None:
@@ -317,20 +335,12 @@ class Reconciler:
             return after
         status = obj.get("status") or {}
         fetch = fetch or state.sha is None or self._clock.monotonic() >= state.fetch_at
-        if not state.inventory:
-            state.inventory = {
-                Ref.from_entry(e) for e in (status.get("inventory") or {}).get("entries", [])
-            }
-            self._own(name, state.inventory)
+        if not state.inventory:  # a restart: the inventory the status holds
+            entries = (status.get("inventory") or {}).get("entries", [])
+            self._own(name, {Ref.from_entry(e) for e in entries}, state)
         t_fetch = self._clock.monotonic()
         try:
-            if fetch:
-                state.sha = self._revisions.resolve(spec)
-                state.fetch_at = self._clock.monotonic() + spec.interval_s
-            assert state.sha is not None
-            revision = revision_string(spec.ref, state.sha)
-            t_compile = self._clock.monotonic()
-            objects, diagnostics = self._compile(spec, state)
+            revision, t_compile, objects, diagnostics = self._revision(spec, state, fetch=fetch)
         except GitError as e:
             state.failures += 1
             state.fetch_at = 0.0
@@ -350,7 +360,7 @@ class Reconciler:
             prune_namespaces=spec.prune_namespaces,
             allow_recreate=spec.allow_recreate,
         )
-        result = self._apply_revision(objects, sorted(state.inventory, key=Ref.rank), options)
+        result = self._apply_revision(objects, state.inventory, options)
         log.debug(
             "reconcile phases source=%s fetch_s=%.3f compile_s=%.3f sync_s=%.3f",
             name,
@@ -358,8 +368,7 @@ class Reconciler:
             t_sync - t_compile,
             self._clock.monotonic() - t_sync,
         )
-        state.inventory = set(result.inventory)
-        self._own(name, state.inventory)
+        self._own(name, set(result.inventory), state)
         # Observed before the status write, so whoever sees the new status also
         # sees the duration of the reconcile that wrote it.
         self.metrics.duration.labels(name).observe(self._clock.monotonic() - t0)
@@ -369,8 +378,7 @@ class Reconciler:
         )  # fmt: skip
         if result.ok:
             state.failures = 0
-            return self._poll(spec)
-        if result.reason in STALLING:
+        if result.ok or result.reason in STALLING:  # needs nothing, or needs a person
             return self._poll(spec)
         state.failures += 1
         return self._backoff(state)
@@ -406,7 +414,7 @@ class Reconciler:
         )
 
     def _apply_revision(
-        self, objects: list[Obj], inventory: Sequence[Ref], options: SyncOptions
+        self, objects: list[Obj], inventory: Iterable[Ref], options: SyncOptions
     ) -> SyncResult:
         """The one apply path of both kinds of source."""
         return sync(
@@ -414,12 +422,14 @@ class Reconciler:
             self._live,
             self._pool,
             objects,
-            inventory=list(inventory),
+            inventory=sorted(inventory, key=Ref.rank),
             options=options,
             source_exists=lambda other: self._kube.get(_SOURCE, other) is not None,
         )
 
-    def _own(self, name: str, refs: set[Ref]) -> None:
+    def _own(self, name: str, refs: set[Ref], state: _State) -> None:
+        """`refs` are `name`'s inventory now (drift events on them route to it)."""
+        state.inventory = refs
         with self._lock:
             for ref in refs:
                 self._owners[ref] = name
@@ -431,72 +441,24 @@ class Reconciler:
         s = self.settings
         return float(min(s.retry_base_s * 2 ** (state.failures - 1), s.retry_max_s))
 
-    def _compile(self, spec: PolicySourceSpec, state: _State) -> tuple[list[Obj] | None, str]:
-        """The revision at `state.sha`, built once per (url, commit, path)."""
+    def _revision(
+        self, spec: PolicySourceSpec, state: _State, *, fetch: bool
+    ) -> tuple[str, float, list[Obj] | None, str]:
+        """The revision to apply (the ref resolved again if `fetch`), when its build
+        began, and its objects (None when invalid, with the diagnostics quoted):
+        built once per (url, commit, path). Raises `GitError`."""
+        if fetch:
+            state.sha = self._revisions.resolve(spec)
+            state.fetch_at = self._clock.monotonic() + spec.interval_s
         assert state.sha is not None
+        revision = revision_string(spec.ref, state.sha)
+        t_compile = self._clock.monotonic()
         key = (spec.url, state.sha, spec.path)
         if state.compiled is None or state.compiled[0] != key:
             state.sha, built = self._revisions.build(spec, state.sha)
-            message = (
-                ""
-                if built.objects is not None
-                else (diagnostics_text(built.errors, self.settings.max_diagnostics))
+            state.compiled = (
+                key,
+                built.objects,
+                diagnostics_text(built.errors, self.settings.max_diagnostics),
             )
-            state.compiled = (key, built.objects, message)
-        return state.compiled[1], state.compiled[2]
-
-    # -- the custom-resource source
-
-    def _reconcile_crs(self) -> None:
-        """Reconcile the policy custom resources as one policy set; each CR's status says
-        how its set fared. Nothing happens while there are none."""
-        crs = [o for inf in self.policy_crs.values() for o in inf.items()]
-        if not crs:
-            return
-        crs.sort(key=lambda o: (POLICY_KINDS.index(o["kind"]), o["metadata"]["name"]))
-        ok, reason, message = self._apply_crs(crs)
-        for obj in crs:
-            self._report.cr_status(obj, ok=ok, reason=reason, message=message)
-
-    def _apply_crs(self, crs: list[Obj]) -> tuple[bool, str, str]:
-        """Build and apply the custom resources' policy set: (ok, reason, message)."""
-        names = [o["metadata"]["name"] for o in self.sources.items()]
-        if names:
-            return (
-                False,
-                "MixedSources",
-                mixed_sources("PolicySources", names, besides="policy custom resources"),
-            )
-        sources = [cr_source(o) for o in crs]
-        revision = cr_revision(crs, sources)
-        built = build(
-            sources,
-            root="custom resources",
-            resolve=lambda _: None,
-            revision=revision,
-            system_namespace=self.settings.system_namespace,
-        )
-        if built.objects is None:
-            text = diagnostics_text(built.errors, self.settings.max_diagnostics)
-            return False, "ValidationFailed", text
-        inventory = sorted(
-            {
-                Ref.of(o)
-                for inf in self.managed.values()
-                for o in inf.items()
-                if (o["metadata"].get("labels") or {}).get(LABEL_SOURCE) == CR_SOURCE
-            },
-            key=Ref.rank,
-        )
-        synced = self._apply_revision(built.objects, inventory, SyncOptions(source=CR_SOURCE))
-        ok, reason = synced.ok, synced.reason
-        counted = "applied" if synced.writes else ("unchanged" if ok else "stalled")
-        self.metrics.reconciles.labels(CR_SOURCE, counted).inc()
-        log.info(
-            "reconciled source=%s result=%s reason=%s changes=%r",
-            CR_SOURCE,
-            "ok" if ok else "refused",
-            reason,
-            synced.summary(),
-        )
-        return ok, reason, f"Applied revision: {revision}" if ok else synced.message
+        return revision, t_compile, state.compiled[1], state.compiled[2]
