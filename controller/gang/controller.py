@@ -229,7 +229,8 @@ class GangController:
             timer=self._clock.monotonic,
             grow_interval=self.settings.grow_interval_s,
         )
-        self.metrics.cycle.observe(self._clock.monotonic() - t0)
+        t_write = self._clock.monotonic()
+        self.metrics.cycle.observe(t_write - t0)
         self.last_result = result
         s = self.settings
         for action in todo.actions:
@@ -241,8 +242,23 @@ class GangController:
                 self._submit(w)
         for w in cycle_writes(result, views, now=now):
             self._submit(w, assume=w.record)
+        self._observe_phases(result, self._clock.monotonic() - t_write)
         self._record_metrics(todo, views, result)
         return result
+
+    def _observe_phases(self, result: CycleResult, write_s: float) -> None:
+        """Each phase's time, as a histogram and a debug line (the writes themselves
+        run on the binder's pool; `write` is handing them out)."""
+        phases = {**result.phase_seconds, "write": write_s}
+        for phase, seconds in phases.items():
+            self.metrics.phase.labels(phase).observe(seconds)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "scheduling step %s decisions=%d resizes=%d",
+                " ".join(f"{p}_s={v:.4f}" for p, v in phases.items()),
+                len(result.decisions),
+                len(result.resizes),
+            )
 
     def _record_metrics(self, todo: Plan, views: list[JobView], result: CycleResult) -> None:
         """Queue depth and GPUs allocated as this step leaves them (its admissions

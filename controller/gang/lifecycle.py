@@ -301,8 +301,12 @@ def cycle(
 ) -> tuple[Plan, Snapshot, CycleResult]:
     """One scheduling step's reading of the cluster and its decisions: `plan`,
     the snapshot, then the cycle. The controller and `gangops explain` both call
-    this, so what explain shows is what the scheduler would decide."""
+    this, so what explain shows is what the scheduler would decide. With a
+    `timer`, `result.phase_seconds` says how long plan, snapshot, schedule and
+    grow took."""
+    t0 = timer() if timer else 0.0
     todo = plan(views, nodes, policy, now=now, busy=busy)
+    t1 = timer() if timer else 0.0
     parse = node_of if memo is None else memo.node
     snap = build_snapshot(
         [parse(o) for o in nodes.values()],
@@ -313,6 +317,7 @@ def cycle(
         reserve_tiers=policy.reserve_tiers,
         memo=memo,
     )
+    t2 = timer() if timer else 0.0
     result = schedule(
         snap,
         todo.queue,
@@ -324,6 +329,8 @@ def cycle(
         grow_interval=grow_interval,
         protected=frozenset(todo.protected),
     )
+    if timer:
+        result.phase_seconds = {"plan": t1 - t0, "snapshot": t2 - t1, **result.phase_seconds}
     return todo, snap, result
 
 
