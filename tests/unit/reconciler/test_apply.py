@@ -3,10 +3,13 @@ no request at all, and the inventory ids."""
 
 from __future__ import annotations
 
+import datetime as dt
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 
+from controller.kube.client import ApiError
 from controller.reconciler.apply import (
     ANNOTATION_PRUNE,
     LABEL_SOURCE,
@@ -15,8 +18,12 @@ from controller.reconciler.apply import (
     owned_paths,
     plan_sync,
     prunable,
+    sync,
     up_to_date,
 )
+from controller.reconciler.status import kstatus
+
+from .fakes import FakeKube
 
 
 def quota(gpu: str, *, revision: str = "r1", extra: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -271,3 +278,46 @@ def test_prunable(
     ref: Ref, live_obj: dict[str, Any], options: dict[str, Any], expected: bool
 ) -> None:
     assert prunable(ref, live_obj, SyncOptions(source="src", **options)) is expected
+
+
+class _Cache:
+    """The controller's cache of managed objects (the `LiveObjects` seam), empty."""
+
+    def get(self, ref: Ref) -> dict[str, Any] | None:
+        return None
+
+    def assume(self, obj: dict[str, Any]) -> None:
+        pass
+
+    def forget(self, ref: Ref) -> None:
+        pass
+
+
+def test_a_revision_refused_at_the_dry_run_applies_nothing_and_stalls() -> None:
+    kube = FakeKube()
+    kube.refuse["high"] = ApiError(422, "Invalid", "value: must be no more than 1000000000")
+    with ThreadPoolExecutor(2) as pool:
+        result = sync(
+            kube,  # type: ignore[arg-type]
+            _Cache(),
+            pool,
+            [PC, _obj("Namespace", "b"), _obj("PriorityClass", "low", value=1)],
+            inventory=[],
+            options=SyncOptions(source="src"),
+            source_exists=lambda _: False,
+        )
+    assert sorted(kube.dry_runs) == ["b", "high", "low"]
+    assert kube.writes == []  # nothing applied, not even the objects the server accepted
+    assert (result.ok, result.reason) == (False, "DryRunFailed")
+    assert result.message == "PriorityClass high: value: must be no more than 1000000000"
+    status = kstatus(
+        _obj("PolicySource", "src") | {"metadata": {"name": "src", "generation": 2}},
+        ok=result.ok,
+        reason=result.reason,
+        message=result.message,
+        now=dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
+    )
+    stalled = [c for c in status["conditions"] if c["type"] == "Stalled"]
+    assert [(c["status"], c["reason"], c["message"]) for c in stalled] == [
+        ("True", "DryRunFailed", result.message)
+    ]
