@@ -198,26 +198,25 @@ def _validate(args: argparse.Namespace) -> int:
 
 def _compile_tree(args: argparse.Namespace, root: Path) -> tuple[Any, list[dict[str, Any]] | None]:
     """Validate and compile the working tree at `root`; print diagnostics to stderr."""
-    from controller.policy.compiler import compile_policy_set
+    from controller.policy.build import build
     from controller.policy.report import format_diagnostics
     from controller.policy.sources import working_revision, working_tree
-    from controller.policy.validate import validate_sources
 
     sources, resolve = working_tree(root)
-    result = validate_sources(sources, root=str(root), resolve=resolve, limits=_limits(args))
+    built = build(
+        sources,
+        root=str(root),
+        resolve=resolve,
+        revision=lambda: getattr(args, "revision", None) or working_revision(root),
+        source_root=root.as_posix(),
+        system_namespace=args.system_namespace,
+        limits=_limits(args),
+    )
+    result = built.validation
     shown = [d for d in result.diagnostics if d.is_error or d.level.value == "warning"]
     if shown:
         sys.stderr.write(format_diagnostics(shown, fmt="text", files=result.files))
-    if result.policy_set is None:
-        return None, None
-    revision = getattr(args, "revision", None) or working_revision(root)
-    objects = compile_policy_set(
-        result.policy_set,
-        revision=revision,
-        source_root=root.as_posix(),
-        system_namespace=args.system_namespace,
-    )
-    return result.policy_set, objects
+    return result.policy_set, built.objects
 
 
 def _render(args: argparse.Namespace) -> int:
@@ -250,11 +249,10 @@ def _yaml_dump(objects: Sequence[dict[str, Any]]) -> str:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from controller.policy.compiler import compile_policy_set
+    from controller.policy.build import build
     from controller.policy.plan import make_plan
     from controller.policy.report import format_plan
     from controller.policy.sources import GitRefError, git_tree
-    from controller.policy.validate import validate_sources
 
     root = Path(args.path)
     if not root.exists():
@@ -271,18 +269,19 @@ def _plan(args: argparse.Namespace) -> int:
     if head_objects is None:
         print("gangops plan: the working tree's policies are invalid; no plan", file=sys.stderr)
         return EXIT_INVALID
-    base = validate_sources(
-        base_sources, root=f"{args.base}:{root}", resolve=base_resolve, limits=_limits(args)
+    built = build(
+        base_sources,
+        root=f"{args.base}:{root}",
+        resolve=base_resolve,
+        revision=base_sha,
+        source_root=root.as_posix(),
+        system_namespace=args.system_namespace,
+        limits=_limits(args),
     )
-    base_objects: list[dict[str, Any]] = []
-    if base.policy_set is not None:
-        base_objects = compile_policy_set(
-            base.policy_set,
-            revision=base_sha,
-            source_root=root.as_posix(),
-            system_namespace=args.system_namespace,
-        )
-    elif base.files:  # files there, but no valid policy set (a root new since base has none)
+    base = built.validation
+    base_objects = built.objects or []
+    # files there, but no valid policy set (a root new since base has none)
+    if built.objects is None and base.files:
         print(
             f"gangops plan: warning: the policies at {args.base} do not validate; "
             "planning as if the cluster held none of them",

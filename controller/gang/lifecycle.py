@@ -21,24 +21,53 @@ say what the job's recorded decision needs to move on:
 It also sorts the jobs for the cycle: the gangs that hold GPUs (`running`,
 with the pods they own) and the gangs that wait (`queue`, with their
 nominations). `cycle` runs `plan`, the snapshot and the scheduling cycle in
-one; the controller and `gangops explain` both call it. Pure.
+one; the controller and `gangops explain` both call it.
+
+Last, it turns what was decided into `Write`s, each one job's whole write
+for the binder to carry out (`action_write` for an `Action`, `cycle_writes`
+for the cycle's decisions): the status with the record (an admission, a
+resize, a nomination) or the record cleared (a release), then the pods to
+launch or delete. The rules that used to hide in the writers live here: the
+rollback delay, restart or `BackoffLimitExceeded`, the shrunk record and its
+borrowed share, what counts as a preemption. Pure.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from controller.gang.record import Admission, parse_time
+from controller.gang.record import Admission, format_time, parse_time, status_number
 from controller.gang.view import JobView, Memo, build_snapshot, node_of, node_ready, pod_terminal
 from controller.jobs.pods import LABEL_ATTEMPT
+from controller.jobs.status import Phase
 from controller.scheduler.cycle import GROW_INTERVAL_S, CycleResult, schedule
 from controller.scheduler.policy import SchedulingPolicy
 from controller.scheduler.snapshot import Snapshot
-from controller.scheduler.types import Gang, JobId, Placement, Running
+from controller.scheduler.types import (
+    Admit,
+    Gang,
+    JobId,
+    Pending,
+    Placement,
+    Preempt,
+    Running,
+    format_gpus,
+)
 
-__all__ = ["Action", "ActionKind", "Plan", "cycle", "plan"]
+__all__ = [
+    "Action",
+    "ActionKind",
+    "Plan",
+    "Write",
+    "WriteKind",
+    "action_write",
+    "cycle",
+    "cycle_writes",
+    "plan",
+    "rollback_delay",
+]
 
 ActionKind = Literal[
     "launch",
@@ -272,8 +301,12 @@ def cycle(
 ) -> tuple[Plan, Snapshot, CycleResult]:
     """One scheduling step's reading of the cluster and its decisions: `plan`,
     the snapshot, then the cycle. The controller and `gangops explain` both call
-    this, so what explain shows is what the scheduler would decide."""
+    this, so what explain shows is what the scheduler would decide. With a
+    `timer`, `result.phase_seconds` says how long plan, snapshot, schedule and
+    grow took."""
+    t0 = timer() if timer else 0.0
     todo = plan(views, nodes, policy, now=now, busy=busy)
+    t1 = timer() if timer else 0.0
     parse = node_of if memo is None else memo.node
     snap = build_snapshot(
         [parse(o) for o in nodes.values()],
@@ -284,6 +317,7 @@ def cycle(
         reserve_tiers=policy.reserve_tiers,
         memo=memo,
     )
+    t2 = timer() if timer else 0.0
     result = schedule(
         snap,
         todo.queue,
@@ -295,4 +329,268 @@ def cycle(
         grow_interval=grow_interval,
         protected=frozenset(todo.protected),
     )
+    if timer:
+        result.phase_seconds = {"plan": t1 - t0, "snapshot": t2 - t1, **result.phase_seconds}
     return todo, snap, result
+
+
+# ----------------------------------------------------------------- writes
+
+WriteKind = Literal[
+    "admit",
+    "resize",
+    "nominate",
+    "pending",
+    "running",
+    "succeeded",
+    "expire",
+    "invalid",
+    "rollback",
+    "preempt",
+    "restart",
+    "failed",
+    "launch",
+    "cleanup",
+]
+
+
+@dataclass(frozen=True)
+class Write:
+    """One job's decided write, in the order the binder carries it out: the status
+    (with the record, or with the record cleared), then the pods."""
+
+    kind: WriteKind
+    job: JobView
+    phase: Phase | None = None
+    """The job's new phase; None: no status write (a `launch`, a `cleanup`, a
+    `pending` whose status already says so)."""
+    reason: str = ""
+    message: str = ""
+    conditional: bool = True
+    """Compare-and-swap on the job's resourceVersion."""
+    stalled: bool = False
+    record: Admission | None = None
+    """The decision written into `status.admission` (admit, resize, nominate)."""
+    clear: bool = False
+    """Clear `status.admission`: a release moves the record before the pods."""
+    fields: Mapping[str, Any] = field(default_factory=dict)
+    """Other status fields to set (None removes one)."""
+    event: Literal["Normal", "Warning"] | None = None
+    """The Event recorded on the job once its status is written."""
+    counted: bool = False
+    """Counted in the decisions metric (under `kind`)."""
+    preemption: bool = False
+    """Counted in the preemptions metric (an eviction)."""
+    launch: bool = False
+    """Create and bind the attempt's pods once the record is written."""
+    delete: tuple[Obj, ...] = ()
+    """Pods deleted once the status is written."""
+
+
+def attempts(v: JobView) -> int:
+    """The job's last attempt number (its status, or its record if that is later)."""
+    return max(status_number(v.status, "attempts"), v.admission.attempt if v.admission else 0)
+
+
+def waiting_phase(v: JobView) -> Phase:
+    """A waiting job stays `Preempted` once preempted; it is `Queued` otherwise."""
+    return "Preempted" if v.status.get("phase") == "Preempted" else "Queued"
+
+
+def rollback_delay(rollbacks: int, *, base_s: float, max_s: float) -> float:
+    """The requeue delay after a gang's `rollbacks`-th timeout: `base_s`, doubled
+    for each later one, at most `max_s`."""
+    return float(min(base_s * 2 ** (rollbacks - 1), max_s))
+
+
+def _release(
+    kind: WriteKind,
+    v: JobView,
+    phase: Phase,
+    reason: str,
+    message: str,
+    pods: Sequence[Obj],
+    **fields: Any,
+) -> Write:
+    """Clear the record (compare-and-swap) with the new status, then delete `pods`:
+    a crash in between leaves pods no record names, which the next step cleans up."""
+    return Write(
+        kind, v, phase, reason, message, clear=True, fields=fields, event="Warning",
+        counted=True, delete=tuple(pods),
+    )  # fmt: skip
+
+
+def _restart(v: JobView, why: str, policy: SchedulingPolicy) -> Write:
+    """Restart the whole gang, or fail it once it has been restarted backoffLimit
+    times (the job's own limit, else the policy's). The failed worker is kept for
+    its logs; its siblings go with the gang."""
+    restarts = status_number(v.status, "restarts") + 1
+    limit = policy.backoff_limit
+    if v.spec is not None and v.spec.backoff_limit is not None:
+        limit = v.spec.backoff_limit
+    live = [p for p in v.attempt_pods() if not pod_terminal(p)]
+    if restarts > limit:
+        return _release(
+            "failed", v, "Failed", "BackoffLimitExceeded",
+            f"{why}; the gang was restarted {limit} times (backoffLimit {limit})", live,
+        )  # fmt: skip
+    return _release(
+        "restart", v, "Queued", "Restarting",
+        f"{why}; restarting the whole gang (restart {restarts} of {limit})", live,
+        restarts=restarts,
+    )  # fmt: skip
+
+
+def _shrink(a: Action, now: float) -> Write | None:
+    """The elastic gang's next attempt at `a.workers` workers: its first workers
+    kept, its borrowed GPUs given back first. Below its gangSize a shrink counts
+    against maxPerHour, like an eviction (`shrunkAt`)."""
+    v, adm = a.job, a.job.admission
+    if adm is None or v.gang is None:
+        return None
+    old, per = len(adm.placement.pods), v.gang.pod.gpu_total
+    smaller = Admission(
+        "Admitted",
+        attempts(v) + 1,
+        Placement(adm.placement.pods[: a.workers]),
+        now,
+        max(0, adm.borrowed_milli - (old - a.workers) * per),
+    )
+    below = {"shrunkAt": format_time(now)} if a.workers < v.gang.workers else {}
+    message = (
+        f"shrunk from {format_gpus(old * per)} to {format_gpus(a.workers * per)} GPUs for "
+        f"{a.by} (elastic); the gang restarts at the new size"
+    )
+    return _resize(v, smaller, "Shrinking", message, **below)
+
+
+def _resize(v: JobView, adm: Admission, reason: str, message: str, **fields: Any) -> Write:
+    """An elastic gang's new size, recorded as its next attempt. The old attempt's
+    pods are deleted and the new ones created by the next steps (`cleanup`, then
+    `launch` once the old pods are gone), as after a crash."""
+    return Write(
+        "resize", v, "Admitted", reason, message, record=adm,
+        fields={"attempts": adm.attempt, **fields}, event="Normal", counted=True,
+    )  # fmt: skip
+
+
+def action_write(
+    a: Action,
+    policy: SchedulingPolicy,
+    *,
+    now: float,
+    backoff_base_s: float,
+    backoff_max_s: float,
+) -> Write | None:
+    """What `a` writes at time `now` (epoch seconds); None when nothing."""
+    v = a.job
+    if a.kind == "launch" and v.admission is not None:
+        return Write("launch", v, launch=True)
+    if a.kind == "running":
+        return Write(
+            "running", v, "Running", "Running", a.message, fields={"startedAt": format_time(now)}
+        )
+    if a.kind == "succeeded":
+        return Write("succeeded", v, "Succeeded", "Succeeded", a.message, clear=True)
+    if a.kind == "restart":
+        return _restart(v, a.message, policy)
+    if a.kind == "rollback":
+        rollbacks = status_number(v.status, "rollbacks") + 1
+        delay = rollback_delay(rollbacks, base_s=backoff_base_s, max_s=backoff_max_s)
+        return _release(
+            "rollback", v, "Queued", "GangTimeout",
+            f"{a.message}; rolled back and requeued, retrying in {delay:g}s",
+            v.attempt_pods(), rollbacks=rollbacks, notBefore=format_time(now + delay),
+        )  # fmt: skip
+    if a.kind == "evict" and a.by is not None and v.gang is not None:
+        w = _release(
+            "preempt", v, "Preempted", "Preempted", f"preempted by {a.by}; requeued",
+            v.attempt_pods(), preemptedAt=format_time(now), preemptedBy=a.by,
+        )  # fmt: skip
+        return replace(w, preemption=True)
+    if a.kind == "shrink":
+        return _shrink(a, now)
+    if a.kind == "expire":
+        return Write("expire", v, waiting_phase(v), "NominationExpired", a.message, clear=True)
+    if a.kind == "invalid":
+        return Write(
+            "invalid", v, "Queued", "InvalidSpec", a.message, conditional=False, stalled=True
+        )
+    if a.kind == "cleanup":
+        return Write("cleanup", v, delete=a.pods)
+    return None
+
+
+def _pending(v: JobView, d: Pending) -> Write:
+    """The reason a gang waits, written unless its status already says so."""
+    status = v.status
+    phase = waiting_phase(v)
+    message = d.reason
+    if phase == "Preempted" and status.get("preemptedBy"):
+        message = f"preempted by {status['preemptedBy']}; requeued: {d.reason}"
+    said = (status.get("phase"), status.get("reason"), status.get("message"))
+    if said == (phase, d.code, message) and status.get("observedGeneration") == v.obj[
+        "metadata"
+    ].get("generation"):
+        return Write("pending", v)
+    return Write(
+        "pending", v, phase, d.code, message, conditional=False, stalled=d.code == "Refused"
+    )
+
+
+def _admit(v: JobView, d: Admit, now: float) -> Write:
+    adm = Admission("Admitted", attempts(v) + 1, d.placement, now, d.borrowed_milli)
+    nodes = ", ".join(f"{n} x{c}" for n, c in sorted(adm.placement.nodes().items()))
+    borrowed = f"; {format_gpus(adm.borrowed_milli)} GPUs borrowed" if adm.borrowed_milli else ""
+    return Write(
+        "admit", v, "Admitted", "Admitted",
+        f"placed on {nodes}{borrowed}; starting attempt {adm.attempt}", record=adm,
+        fields={"attempts": adm.attempt, "notBefore": None}, event="Normal", counted=True,
+        launch=True,
+    )  # fmt: skip
+
+
+def _nominate(v: JobView, d: Preempt, by_id: Mapping[JobId, JobView], now: float) -> Write:
+    """The preemptor's nomination, naming each victim and shrunk gang with the
+    attempt it holds now (so a re-admitted victim is never evicted for it). The
+    victims are evicted by the next steps (`evict`), exactly as after a crash."""
+
+    def attempt(j: JobId) -> int:
+        adm = by_id[j].admission
+        assert adm is not None  # the cycle only preempts running gangs
+        return adm.attempt
+
+    adm = Admission(
+        "Nominated",
+        attempts(v),
+        d.placement,
+        now,
+        0,
+        tuple((j, attempt(j)) for j in d.victims),
+        tuple((j, attempt(j), keep) for j, keep in d.shrinks),
+    )
+    return Write(
+        "nominate", v, waiting_phase(v), "Preempting",
+        f"{d.reason}; it starts once they have released their GPUs", record=adm, event="Normal",
+    )  # fmt: skip
+
+
+def cycle_writes(result: CycleResult, views: Sequence[JobView], *, now: float) -> list[Write]:
+    """The cycle's decisions and growths as writes, in its order: admissions,
+    nominations and pending reasons, then growths. A write with a `record` is
+    the decision the next steps count until it lands."""
+    by_id = {v.id: v for v in views}
+    out: list[Write] = []
+    for d in result.decisions:
+        v = by_id[d.gang.id]
+        if isinstance(d, Admit):
+            out.append(_admit(v, d, now))
+        elif isinstance(d, Preempt):
+            out.append(_nominate(v, d, by_id, now))
+        else:
+            out.append(_pending(v, d))
+    for rz in result.resizes:
+        v = by_id[rz.gang.id]
+        adm = Admission("Admitted", attempts(v) + 1, rz.placement, now, rz.borrowed_milli)
+        out.append(_resize(v, adm, "Growing", rz.reason))
+    return out

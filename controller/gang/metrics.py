@@ -63,6 +63,15 @@ class GangMetrics:
             buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
             registry=r,
         )
+        self.phase = Histogram(
+            "gangops_scheduling_phase_seconds",
+            "Duration of each phase of a scheduling step: plan (what each job needs "
+            "next), snapshot, schedule (the decisions), grow (elastic gangs), write "
+            "(handing the writes to the binder).",
+            ["phase"],
+            buckets=(0.0001, 0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+            registry=r,
+        )
         self.queue = _WholeGauge(
             "gangops_queue_depth",
             "TrainingJobs waiting to be admitted, by project and tier.",

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import copy
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -44,8 +44,11 @@ __all__ = [
     "LiveObjects",
     "Ref",
     "SyncOptions",
+    "SyncPlan",
     "SyncResult",
     "owned_paths",
+    "plan_sync",
+    "prunable",
     "sync",
     "up_to_date",
 ]
@@ -298,6 +301,92 @@ def _first(messages: list[str], limit: int = 5) -> str:
     return "; ".join(messages[:limit]) + more
 
 
+@dataclass(frozen=True)
+class SyncPlan:
+    """What a sync will do, decided from the cache alone (steps 1-2, and what
+    prune looks at). Pure: `plan_sync` makes it."""
+
+    wanted: list[Obj]
+    """The desired objects, labelled with the source, in apply order."""
+    refusal: tuple[str, list[str]] | None = None
+    """Why the revision is refused before any request (reason, messages)."""
+    recreate: list[Obj] = field(default_factory=list)
+    """PriorityClasses whose immutable fields change: deleted and created again."""
+    dry_run: list[Obj] = field(default_factory=list)
+    """Objects that would change, dry-run first."""
+    unchecked: list[Obj] = field(default_factory=list)
+    """Objects that would change in a namespace this revision creates: the
+    namespace's dry-run stands for theirs."""
+    unchanged: int = 0
+    """Objects already as desired (no request at all)."""
+    prune: list[Ref] = field(default_factory=list)
+    """What the previous inventory holds and this revision does not, in reverse
+    apply order (empty when the source does not prune)."""
+    left: list[str] = field(default_factory=list)
+    """No longer wanted but kept, because the source does not prune."""
+
+
+def plan_sync(
+    desired: list[Obj],
+    current: Mapping[Ref, Obj | None],
+    *,
+    inventory: list[Ref],
+    options: SyncOptions,
+    other_sources: Collection[str],
+) -> SyncPlan:
+    """Decide steps 1-2 of a sync from the live objects in `current` (by the ref
+    of each desired object): what needs nothing, what is refused (an object of a
+    source in `other_sources`, which still exist; an immutable change not
+    allowed), what is recreated, what is dry-run; and what prune looks at."""
+    wanted = [_label(o, options.source) for o in desired]
+    conflicts, immutable, recreate, changing = [], [], [], []
+    for obj in wanted:
+        ref = Ref.of(obj)
+        have = current.get(ref)
+        owner = _owner(have)
+        if owner not in ("", options.source) and owner in other_sources:
+            conflicts.append(f"{ref} belongs to PolicySource {owner}")
+        elif changes := _immutable_changes(obj, have):
+            immutable.append(f"PriorityClass {ref.name}: {', '.join(changes)}")
+            recreate.append(obj)
+        elif not up_to_date(obj, have):
+            changing.append(obj)
+    if conflicts:
+        return SyncPlan(wanted, refusal=("OwnershipConflict", conflicts))
+    if immutable and not options.allow_recreate:
+        msgs = [
+            f"{m} (immutable; set spec.allowRecreate to delete and recreate)" for m in immutable
+        ]
+        return SyncPlan(wanted, refusal=("ImmutableFieldChange", msgs))
+    new_namespaces = {
+        o["metadata"]["name"]
+        for o in changing
+        if o["kind"] == "Namespace" and current.get(Ref.of(o)) is None
+    }
+    refs = {Ref.of(o) for o in wanted}
+    gone = sorted(set(inventory) - refs, key=Ref.rank, reverse=True)
+    return SyncPlan(
+        wanted,
+        recreate=recreate,
+        dry_run=[o for o in changing if o["metadata"].get("namespace") not in new_namespaces],
+        unchecked=[o for o in changing if o["metadata"].get("namespace") in new_namespaces],
+        unchanged=len(wanted) - len(changing) - len(recreate),
+        prune=gone if options.prune else [],
+        left=[] if options.prune else [str(r) for r in gone],
+    )
+
+
+def prunable(ref: Ref, have: Obj, options: SyncOptions) -> bool:
+    """May prune delete `have`? Never a Namespace unless the source opts in, never
+    an object annotated `gangops.ai/prune: disabled` or claimed by another source."""
+    annotations = have["metadata"].get("annotations") or {}
+    return not (
+        (ref.kind == "Namespace" and not options.prune_namespaces)
+        or annotations.get(ANNOTATION_PRUNE) == "disabled"
+        or _owner(have) not in ("", options.source)
+    )
+
+
 def sync(
     kube: Kube,
     live: LiveObjects,
@@ -312,45 +401,59 @@ def sync(
 
     An object labelled with another source is refused while `source_exists(that
     source)`; the objects of a deleted source are adopted."""
-    wanted = [_label(o, options.source) for o in desired]
-    refs = [Ref.of(o) for o in wanted]
+    refs = [Ref.of(o) for o in desired]
     result = SyncResult(ok=True, reason="ReconciliationSucceeded", message="", inventory=refs)
     current = {ref: live.get(ref) for ref in refs}
+    owners = {_owner(have) for have in current.values()} - {"", options.source}
 
     # 1-2. what must change, and what may not
-    conflicts, immutable, recreate, changing = [], [], [], []
-    for obj, ref in zip(wanted, refs, strict=True):
-        have = current[ref]
-        owner = _owner(have)
-        if owner not in ("", options.source) and source_exists(owner):
-            conflicts.append(f"{ref} belongs to PolicySource {owner}")
-        elif changes := _immutable_changes(obj, have):
-            immutable.append(f"PriorityClass {ref.name}: {', '.join(changes)}")
-            recreate.append(obj)
-        elif not up_to_date(obj, have):
-            changing.append(obj)
-    if conflicts:
-        return _refused(result, "OwnershipConflict", conflicts, inventory)
-    if immutable and not options.allow_recreate:
-        msgs = [
-            f"{m} (immutable; set spec.allowRecreate to delete and recreate)" for m in immutable
-        ]
-        return _refused(result, "ImmutableFieldChange", msgs, inventory)
+    plan = plan_sync(
+        desired,
+        current,
+        inventory=inventory,
+        options=options,
+        other_sources={o for o in sorted(owners) if source_exists(o)},
+    )
+    if plan.refusal is not None:
+        return _refused(result, *plan.refusal, inventory)
 
     # 3. dry-run everything that would change
-    new_namespaces = {
-        o["metadata"]["name"]
-        for o in changing
-        if o["kind"] == "Namespace" and current[Ref.of(o)] is None
-    }
+    to_apply, errors = _dry_run(kube, pool, plan, current, result)
+    if errors:
+        return _refused(result, "DryRunFailed", errors, inventory)
+    result.unchanged += plan.unchanged
+
+    # 4. staged apply
+    failed = _apply_stages(kube, live, pool, plan.recreate, to_apply, current, inventory, result)
+    if failed:
+        return _refused(result, "ApplyFailed", failed, result.inventory)
+
+    # 5. prune
+    result.left += plan.left
+    failed = _prune(kube, live, plan.prune, options, result)
+    if failed:
+        result.inventory = refs + [r for r in plan.prune if str(r) not in result.deleted]
+        return _refused(result, "PruneFailed", failed, result.inventory)
+    result.message = f"applied: {result.summary()}"
+    return result
+
+
+def _dry_run(
+    kube: Kube,
+    pool: Executor,
+    plan: SyncPlan,
+    current: Mapping[Ref, Obj | None],
+    result: SyncResult,
+) -> tuple[list[Obj], list[str]]:
+    """Server-side apply with dryRun=All: the objects to apply, and the refusals.
+    An object the API server would store as it is counts as unchanged."""
 
     def dry_run(obj: Obj) -> Obj:
         return kube.apply(obj, field_manager=FIELD_MANAGER, dry_run=True)
 
-    to_apply = [o for o in changing if o["metadata"].get("namespace") in new_namespaces]
+    to_apply = list(plan.unchecked)
     errors: list[str] = []
-    checked = [o for o in changing if o["metadata"].get("namespace") not in new_namespaces]
-    for obj, out, err in _parallel(pool, dry_run, checked):
+    for obj, out, err in _parallel(pool, dry_run, plan.dry_run):
         ref = Ref.of(obj)
         if err is not None:
             errors.append(f"{ref}: {err.message}")
@@ -358,27 +461,37 @@ def sync(
             result.unchanged += 1
         else:
             to_apply.append(obj)
-    if errors:
-        return _refused(result, "DryRunFailed", errors, inventory)
-    result.unchanged += len(wanted) - len(changing) - len(recreate)
+    return to_apply, errors
 
-    # 4. staged apply
+
+def _apply_stages(
+    kube: Kube,
+    live: LiveObjects,
+    pool: Executor,
+    recreate: list[Obj],
+    to_apply: list[Obj],
+    current: Mapping[Ref, Obj | None],
+    inventory: list[Ref],
+    result: SyncResult,
+) -> list[str]:
+    """Apply stage by stage in kind order, each stage in parallel; a PriorityClass
+    to recreate is deleted and created again in its stage. Returns the failures
+    of the first stage that failed (the inventory then keeps what the previous
+    one held besides what was applied)."""
     applied: set[Ref] = set()
     to_recreate = {Ref.of(o) for o in recreate}
+
+    def apply_one(obj: Obj) -> Obj:
+        ref = Ref.of(obj)
+        if ref in to_recreate:
+            have = current[ref] or {}
+            uid = have.get("metadata", {}).get("uid")
+            kube.delete(resource_for(obj), ref.name, uid=uid)
+            live.forget(ref)
+        return kube.apply(obj, field_manager=FIELD_MANAGER)
+
     for rank in range(len(APPLY_ORDER) + 1):
         stage = [o for o in [*recreate, *to_apply] if object_key(o)[0] == rank]
-        if not stage:
-            continue
-
-        def apply_one(obj: Obj) -> Obj:
-            ref = Ref.of(obj)
-            if ref in to_recreate:
-                have = current[ref] or {}
-                uid = have.get("metadata", {}).get("uid")
-                kube.delete(resource_for(obj), ref.name, uid=uid)
-                live.forget(ref)
-            return kube.apply(obj, field_manager=FIELD_MANAGER)
-
         failed = []
         for obj, out, err in _parallel(pool, apply_one, stage):
             ref = Ref.of(obj)
@@ -399,24 +512,21 @@ def sync(
         if failed:
             kept = [r for r in inventory if r not in applied]
             result.inventory = sorted(applied, key=Ref.rank) + kept
-            return _refused(result, "ApplyFailed", failed, result.inventory)
+            return failed
+    return []
 
-    # 5. prune
-    gone = sorted(set(inventory) - set(refs), key=Ref.rank, reverse=True)
-    if not options.prune:
-        result.left += [str(r) for r in gone]
-        gone = []
+
+def _prune(
+    kube: Kube, live: LiveObjects, gone: list[Ref], options: SyncOptions, result: SyncResult
+) -> list[str]:
+    """Delete what `prunable` allows of `gone` (by uid, so never a newer object of
+    the same name); returns the failures."""
     failed = []
     for ref in gone:
         have = live.get(ref) or kube.get(resource_for(ref.skeleton()), ref.name, ref.namespace)
         if have is None:
             continue
-        annotations = have["metadata"].get("annotations") or {}
-        if (
-            (ref.kind == "Namespace" and not options.prune_namespaces)
-            or annotations.get(ANNOTATION_PRUNE) == "disabled"
-            or _owner(have) not in ("", options.source)
-        ):
+        if not prunable(ref, have, options):
             result.left.append(str(ref))
             continue
         try:
@@ -432,11 +542,7 @@ def sync(
                 continue
         live.forget(ref)
         result.deleted.append(str(ref))
-    if failed:
-        result.inventory = refs + [r for r in gone if str(r) not in result.deleted]
-        return _refused(result, "PruneFailed", failed, result.inventory)
-    result.message = f"applied: {result.summary()}"
-    return result
+    return failed
 
 
 def _refused(

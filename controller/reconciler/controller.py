@@ -2,7 +2,7 @@
 
 Events route, the reconcile decides (Kueue's split). Informers watch the
 PolicySources and every object gangops manages; their handlers only put a
-source's name in the work queue:
+source's name in the work queue (`queue`):
 
 - a new or changed PolicySource, or a new `gangops.ai/reconcile-requested-at`
   annotation (what the push webhook sets), queues a reconcile that fetches;
@@ -10,12 +10,14 @@ source's name in the work queue:
   that does not fetch: it re-applies the revision already in hand;
 - every source is also polled every `spec.interval`, jittered by 10%.
 
-A reconcile: resolve the ref (one `ls-remote`), read and validate the
-revision's files, compile, `apply.sync` (dry-run all, staged apply, prune),
-then write status only if it changed and record an Event only if something
-happened. Compiled revisions are cached by commit, so drift correction and
-polls of an unchanged branch cost no parsing. A revision that fails
-validation or dry-run leaves the last good revision in place.
+A reconcile: resolve the ref (one `ls-remote`), read, validate and compile
+the revision's files (`fetch`, through `policy.build`), `apply.sync`
+(dry-run all, staged apply, prune), then write status only if it changed
+(`status` assembles it) and record an Event only if something happened.
+Compiled revisions are cached by commit, so drift correction and polls of an
+unchanged branch cost no parsing. A revision that fails validation or
+dry-run leaves the last good revision in place. The policy custom resources
+are one more source (`crs`) and take the same apply path.
 
 Which source wins: each managed object carries the `gangops.ai/policysource`
 label of the source that applied it; a second source that compiles an object
@@ -25,38 +27,38 @@ PolicySource while policy custom resources exist (Stalled, MixedSources).
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
 import logging
 import random
 import threading
-import time
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from controller.kube.client import RESOURCES, ApiError, Kube, NotLeaderError
+from controller.kube.client import RESOURCES, Kube, NotLeaderError
 from controller.kube.clock import Clock, SystemClock
-from controller.kube.events import EventRecorder
 from controller.kube.informer import EventType, Informer
-from controller.policy.compiler import APPLY_ORDER, compile_policy_set
-from controller.policy.diagnostics import Diagnostic
-from controller.policy.loader import Source
-from controller.policy.validate import validate_sources
+from controller.policy.compiler import APPLY_ORDER, DEFAULT_SYSTEM_NAMESPACE
 from controller.reconciler.apply import (
-    FIELD_MANAGER,
     LABEL_SOURCE,
     Ref,
     SyncOptions,
     SyncResult,
     sync,
 )
-from controller.reconciler.git import GitAuth, GitCache, GitError, auth_from_secret
+from controller.reconciler.crs import CR_SOURCE, POLICY_KINDS, CrSource, mixed_sources
+from controller.reconciler.fetch import GitRevisions, Revisions
+from controller.reconciler.git import GitError
 from controller.reconciler.metrics import ReconcilerMetrics
+from controller.reconciler.queue import WorkQueue
+from controller.reconciler.report import Reporter
 from controller.reconciler.spec import ANNOTATION_REQUESTED, PolicySourceSpec, revision_string
-from controller.reconciler.status import conditions
+from controller.reconciler.status import (
+    STALLING,
+    diagnostics_text,
+)
 
 __all__ = ["CR_SOURCE", "Reconciler", "ReconcilerSettings"]
 
@@ -64,19 +66,6 @@ log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 _SOURCE = RESOURCES["PolicySource"]
-_POLICY_KINDS = ("ClusterPolicy", "PriorityTier", "Project")
-CR_SOURCE = "gangops-policy-crs"
-"""The source name (and `gangops.ai/policysource` label) of the policy custom resources;
-no PolicySource may have this name."""
-_STALLING = {
-    "ValidationFailed",
-    "DryRunFailed",
-    "ImmutableFieldChange",
-    "OwnershipConflict",
-    "MixedSources",
-    "InvalidSpec",
-}
-"""Reasons that need a change by a person (a new commit, a spec edit): Stalled."""
 
 
 @dataclass(frozen=True)
@@ -85,7 +74,7 @@ class ReconcilerSettings:
 
     cache_dir: Path
     """Where the Git caches (and SSH key files) live."""
-    system_namespace: str = "gangops-system"
+    system_namespace: str = DEFAULT_SYSTEM_NAMESPACE
     """The controller's namespace: the scheduling-policy ConfigMap and Git Secrets."""
     parallelism: int = 16
     """API requests in flight at once during dry-run, apply and prune."""
@@ -101,55 +90,6 @@ class ReconcilerSettings:
     """Reconcile only the PolicySources this label selector matches (sharding; tests)."""
 
 
-class _Queue:
-    """Source names, each due at a time; a name is never worked on twice at once, and
-    adding a name that is already queued keeps the earlier time."""
-
-    def __init__(self, clock: Clock) -> None:
-        self._clock = clock
-        self._cv = threading.Condition()
-        self._due: dict[str, float] = {}
-        self._fetch: set[str] = set()
-        self._active: set[str] = set()
-
-    def add(self, name: str, *, after: float = 0.0, fetch: bool = False) -> None:
-        with self._cv:
-            at = self._clock.monotonic() + after
-            if fetch:
-                self._fetch.add(name)
-            if name not in self._due or at < self._due[name]:
-                self._due[name] = at
-                self._cv.notify()
-
-    def get(self, stop: threading.Event) -> tuple[str, bool] | None:
-        """The next due name and whether a fetch was asked for; None once `stop` is set."""
-        with self._cv:
-            while not stop.is_set():
-                now = self._clock.monotonic()
-                waiting = {n: at for n, at in self._due.items() if n not in self._active}
-                if waiting:
-                    name = min(waiting, key=waiting.__getitem__)
-                    if waiting[name] <= now:
-                        del self._due[name]
-                        self._active.add(name)
-                        fetch = name in self._fetch
-                        self._fetch.discard(name)
-                        return name, fetch
-                wait = min(waiting.values()) - now if waiting else 1.0
-                self._cv.wait(min(max(wait, 0.005), 1.0))
-            return None
-
-    def done(self, name: str) -> None:
-        with self._cv:
-            self._active.discard(name)
-            self._cv.notify()
-
-    def wake(self) -> None:
-        """Wake a waiting `get` (to see that it should stop)."""
-        with self._cv:
-            self._cv.notify_all()
-
-
 @dataclass
 class _State:
     """What the reconciler remembers about one source between reconciles."""
@@ -162,6 +102,18 @@ class _State:
     """((url, sha, path), objects or None when invalid, diagnostics message)."""
     failures: int = 0
     inventory: set[Ref] = field(default_factory=set)
+
+
+def _requested(obj: Obj) -> str | None:
+    """An unhandled `gangops.ai/reconcile-requested-at` annotation, or None."""
+    requested = (obj["metadata"].get("annotations") or {}).get(ANNOTATION_REQUESTED)
+    handled = (obj.get("status") or {}).get("lastHandledReconcileAt")
+    return requested if requested and requested != handled else None
+
+
+def _kept(message: str, status: Obj) -> str:
+    applied = status.get("lastAppliedRevision")
+    return f"{message}; keeping {applied}" if applied else message
 
 
 class _Live:
@@ -185,40 +137,6 @@ class _Live:
             inf.forget(ref.name, ref.namespace)
 
 
-def _diagnostics_text(errors: list[Diagnostic], limit: int) -> str:
-    """`N error(s): file:line:col: CODE: message; ...` for a condition message."""
-    lines = [
-        f"{d.file}:{d.line}:{d.column}: {d.code}: {d.message}"
-        if d.line
-        else f"{d.file}: {d.code}: {d.message}"
-        for d in errors[:limit]
-    ]
-    more = f" (and {len(errors) - limit} more)" if len(errors) > limit else ""
-    return f"{len(errors)} error(s): " + "; ".join(lines) + more
-
-
-def _cr_source(obj: Obj) -> Source:
-    """A policy custom resource as a policy file (`<kind>/<name>.yaml`), holding what a
-    policy file holds: apiVersion, kind, name, labels, annotations and spec."""
-    meta = obj["metadata"]
-    doc = {
-        "apiVersion": obj["apiVersion"],
-        "kind": obj["kind"],
-        "metadata": {
-            "name": meta["name"],
-            **{k: dict(meta[k]) for k in ("labels", "annotations") if meta.get(k)},
-        },
-        "spec": obj.get("spec", {}),
-    }
-    annotations = doc["metadata"].get("annotations") or {}
-    annotations.pop("kubectl.kubernetes.io/last-applied-configuration", None)
-    if not annotations:
-        doc["metadata"].pop("annotations", None)
-    data = json.dumps(doc, indent=2).encode()
-    path = f"{obj['kind'].lower()}/{meta['name']}.yaml"
-    return Source(path=path, size=len(data), read=lambda: data)
-
-
 _BOOKKEEPING = frozenset(("resourceVersion", "managedFields", "generation"))
 
 
@@ -228,6 +146,28 @@ def _drift_mark(obj: Obj) -> str:
     meta = {k: v for k, v in obj["metadata"].items() if k not in _BOOKKEEPING}
     rest = {k: v for k, v in obj.items() if k not in ("metadata", "status")}
     return json.dumps([meta, rest], sort_keys=True, default=str)
+
+
+class _DriftMarks:
+    """Each managed object's `_drift_mark`, as last seen."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._marks: dict[Ref, str] = {}
+
+    def moved(self, kind: EventType, ref: Ref, obj: Obj) -> bool:
+        """Can this event be drift? A change only to status or bookkeeping (a
+        ResourceQuota's usage moves with every pod) cannot: only a change to
+        what was applied, an addition or a deletion can."""
+        mark = _drift_mark(obj)
+        with self._lock:
+            if kind == "DELETED":
+                self._marks.pop(ref, None)
+            elif self._marks.get(ref) == mark and kind == "MODIFIED":
+                return False
+            else:
+                self._marks[ref] = mark
+        return True
 
 
 class Reconciler:
@@ -240,43 +180,50 @@ class Reconciler:
         settings: ReconcilerSettings,
         clock: Clock | None = None,
         metrics: ReconcilerMetrics | None = None,
+        revisions: Revisions | None = None,
+        rng: random.Random | None = None,
     ) -> None:
         self._kube = kube
         self.settings = settings
         self._clock = clock or SystemClock()
+        self._rng = rng or random.Random()
         self.metrics = metrics or ReconcilerMetrics()
-        self._events = EventRecorder(kube, component="gangops", clock=self._clock)
-        self._git = GitCache(settings.cache_dir / "git")
+        self._revisions = revisions or GitRevisions(
+            kube, cache_dir=settings.cache_dir, system_namespace=settings.system_namespace
+        )
         self._pool = ThreadPoolExecutor(settings.parallelism, thread_name_prefix="apply")
-        self._queue = _Queue(self._clock)
+        self._queue = WorkQueue(self._clock)
         self._stop = threading.Event()
         self._states: dict[str, _State] = {}
         self._owners: dict[Ref, str] = {}
-        self._marks: dict[Ref, str] = {}
-        """Each managed object's content apart from status and bookkeeping, as last seen."""
+        self._marks = _DriftMarks()
         self._lock = threading.Lock()
-        self.sources = Informer(
-            kube,
-            _SOURCE,
-            label_selector=settings.source_selector,
-            handler=self._on_source,
-            clock=self._clock,
+
+        def informer(kind: str, handler: Any, **kw: Any) -> Informer:
+            return Informer(kube, RESOURCES[kind], handler=handler, clock=self._clock, **kw)
+
+        self.sources = informer(
+            "PolicySource", self._on_source, label_selector=settings.source_selector
         )
         self.managed = {
-            kind: Informer(
-                kube,
-                RESOURCES[kind],
-                label_selector=LABEL_SOURCE,
-                handler=self._on_managed,
-                clock=self._clock,
-            )
+            kind: informer(kind, self._on_managed, label_selector=LABEL_SOURCE)
             for kind in APPLY_ORDER
         }
-        self.policy_crs = {
-            kind: Informer(kube, RESOURCES[kind], handler=self._on_policy_cr, clock=self._clock)
-            for kind in _POLICY_KINDS
-        }
+        self.policy_crs = {kind: informer(kind, self._on_policy_cr) for kind in POLICY_KINDS}
         self._live = _Live(self.managed)
+        self._report = Reporter(
+            kube,
+            sources=self.sources,
+            policy_crs=self.policy_crs,
+            metrics=self.metrics,
+            clock=self._clock,
+        )
+        self._crs = CrSource(
+            self,
+            apply=self._apply_revision,
+            report=self._report,
+            max_diagnostics=settings.max_diagnostics,
+        )
         self._worker: threading.Thread | None = None
 
     # -- lifecycle
@@ -320,28 +267,18 @@ class Reconciler:
             return
         if kind == "ADDED":
             self._queue.add(CR_SOURCE)  # a mix of sources may have begun
-        status = obj.get("status") or {}
-        requested = (obj["metadata"].get("annotations") or {}).get(ANNOTATION_REQUESTED)
         state = self._states.get(name)
         if (
             state is None
             or obj["metadata"].get("generation") != state.generation
-            or (requested and requested != status.get("lastHandledReconcileAt"))
+            or _requested(obj)
         ):
             self._queue.add(name, fetch=True)
 
     def _on_managed(self, kind: EventType, obj: Obj) -> None:
         ref = Ref.of(obj)
-        mark = _drift_mark(obj)
-        with self._lock:
-            # A change only to status or bookkeeping (a ResourceQuota's usage moves with
-            # every pod) cannot be drift: reconcile on what was applied changing only.
-            if kind == "DELETED":
-                self._marks.pop(ref, None)
-            elif self._marks.get(ref) == mark and kind == "MODIFIED":
-                return
-            else:
-                self._marks[ref] = mark
+        if not self._marks.moved(kind, ref, obj):
+            return
         labels = obj["metadata"].get("labels") or {}
         owner = labels.get(LABEL_SOURCE) or self._owners.get(ref)
         if owner:
@@ -355,10 +292,10 @@ class Reconciler:
     # -- the worker
 
     def _work(self) -> None:
-        while not self._stop.is_set():
-            if not all(inf.wait_synced(0.5) for inf in self._informers()):
-                continue
-            break
+        while not self._stop.is_set() and not all(
+            inf.wait_synced(0.5) for inf in self._informers()
+        ):
+            pass
         while not self._stop.is_set():
             item = self._queue.get(self._stop)
             if item is None:
@@ -382,403 +319,146 @@ class Reconciler:
     def reconcile(self, name: str, *, fetch: bool = True) -> float | None:
         """Reconcile one source; returns when to poll it next (None: only on events)."""
         if name == CR_SOURCE:
-            self._reconcile_crs()
+            self._crs.reconcile()
             return None
         cached = self.sources.get(name)
         if cached is None:
             return None
         obj = dict(cached)
-        t0 = time.monotonic()
+        t0 = self._clock.monotonic()
         with self._lock:
             state = self._states.setdefault(name, _State())
         generation = int(obj["metadata"].get("generation", 0))
-        try:
-            spec = PolicySourceSpec.parse(obj.get("spec") or {})
-        except (ValueError, KeyError) as e:
-            state.generation = generation
-            self._finish(obj, state, None, "InvalidSpec", f"invalid spec: {e}", None)
-            return None
-        if spec.suspend:
-            state.generation = generation
-            log.info("source suspended source=%s", name)
-            return None
-        mixed = self._mixed_sources()
-        if mixed:
-            state.generation = generation
-            self._finish(obj, state, None, "MixedSources", mixed, None)
-            return self._poll(spec)
+        fetch = fetch or generation != state.generation or bool(_requested(obj))
+        spec, after = self._admit(obj, state)
+        if spec is None:
+            return after
         status = obj.get("status") or {}
-        requested = (obj["metadata"].get("annotations") or {}).get(ANNOTATION_REQUESTED)
-        fetch = (
-            fetch
-            or state.sha is None
-            or self._clock.monotonic() >= state.fetch_at
-            or generation != state.generation
-            or bool(requested and requested != status.get("lastHandledReconcileAt"))
-        )
-        state.generation = generation
-        if not state.inventory:
-            state.inventory = {
-                Ref.from_entry(e) for e in (status.get("inventory") or {}).get("entries", [])
-            }
-            self._own(name, state.inventory)
-        t_fetch = time.monotonic()
+        fetch = fetch or state.sha is None or self._clock.monotonic() >= state.fetch_at
+        if not state.inventory:  # a restart: the inventory the status holds
+            entries = (status.get("inventory") or {}).get("entries", [])
+            self._own(name, {Ref.from_entry(e) for e in entries}, state)
+        t_fetch = self._clock.monotonic()
         try:
-            if fetch:
-                state.sha = self._resolve(spec)
-                state.fetch_at = self._clock.monotonic() + spec.interval_s
-            assert state.sha is not None
-            revision = revision_string(spec.ref, state.sha)
-            t_compile = time.monotonic()
-            objects, diagnostics = self._compile(spec, state)
+            revision, t_compile, objects, diagnostics = self._revision(spec, state, fetch=fetch)
         except GitError as e:
             state.failures += 1
             state.fetch_at = 0.0
-            self._finish(obj, state, None, e.reason, self._kept(e.message, status), None)
+            self._refuse(obj, state, e.reason, _kept(e.message, status))
             return self._backoff(state)
         if objects is None:
-            self._finish(obj, state, revision, "ValidationFailed", diagnostics, None)
+            self._refuse(obj, state, "ValidationFailed", diagnostics, revision=revision)
             return self._poll(spec)
         if revision != status.get("lastAppliedRevision") or generation != status.get(
             "observedGeneration"
         ):
-            self._progressing(obj, revision)
-        t_sync = time.monotonic()
-        result = sync(
-            self._kube,
-            self._live,
-            self._pool,
-            objects,
-            inventory=sorted(state.inventory, key=Ref.rank),
-            options=SyncOptions(
-                source=name,
-                prune=spec.prune,
-                prune_namespaces=spec.prune_namespaces,
-                allow_recreate=spec.allow_recreate,
-            ),
-            source_exists=lambda other: self._kube.get(_SOURCE, other) is not None,
+            self._report.progressing(obj, revision)
+        t_sync = self._clock.monotonic()
+        options = SyncOptions(
+            source=name,
+            prune=spec.prune,
+            prune_namespaces=spec.prune_namespaces,
+            allow_recreate=spec.allow_recreate,
         )
+        result = self._apply_revision(objects, state.inventory, options)
         log.debug(
             "reconcile phases source=%s fetch_s=%.3f compile_s=%.3f sync_s=%.3f",
             name,
             t_compile - t_fetch,
             t_sync - t_compile,
-            time.monotonic() - t_sync,
+            self._clock.monotonic() - t_sync,
         )
-        state.inventory = set(result.inventory)
-        self._own(name, state.inventory)
+        self._own(name, set(result.inventory), state)
         # Observed before the status write, so whoever sees the new status also
         # sees the duration of the reconcile that wrote it.
-        self.metrics.duration.labels(name).observe(time.monotonic() - t0)
-        self._finish(obj, state, revision, result.reason, result.message, result)
+        self.metrics.duration.labels(name).observe(self._clock.monotonic() - t0)
+        self._report.finish(
+            obj, inventory=state.inventory, revision=revision, reason=result.reason,
+            message=result.message, result=result,
+        )  # fmt: skip
         if result.ok:
             state.failures = 0
-            return self._poll(spec)
-        if result.reason in _STALLING:
+        if result.ok or result.reason in STALLING:  # needs nothing, or needs a person
             return self._poll(spec)
         state.failures += 1
         return self._backoff(state)
 
-    def _own(self, name: str, refs: set[Ref]) -> None:
+    def _admit(self, obj: Obj, state: _State) -> tuple[PolicySourceSpec | None, float | None]:
+        """The source's spec if it is to be reconciled now; else None and when to
+        look again (an invalid spec or a suspended source: on events only; a mix
+        of sources: at the next poll). Records the generation seen."""
+        state.generation = int(obj["metadata"].get("generation", 0))
+        try:
+            spec = PolicySourceSpec.parse(obj.get("spec") or {})
+        except (ValueError, KeyError) as e:
+            self._refuse(obj, state, "InvalidSpec", f"invalid spec: {e}")
+            return None, None
+        if spec.suspend:
+            log.info("source suspended source=%s", obj["metadata"]["name"])
+            return None, None
+        crs = [
+            f"{k}/{o['metadata']['name']}" for k, i in self.policy_crs.items() for o in i.items()
+        ]
+        if crs:
+            message = mixed_sources("policy custom resources", crs, besides="PolicySources")
+            self._refuse(obj, state, "MixedSources", message)
+            return None, self._poll(spec)
+        return spec, None
+
+    def _refuse(
+        self, obj: Obj, state: _State, reason: str, message: str, *, revision: str | None = None
+    ) -> None:
+        """Report a reconcile that applied nothing."""
+        self._report.finish(
+            obj, inventory=state.inventory, revision=revision, reason=reason, message=message
+        )
+
+    def _apply_revision(
+        self, objects: list[Obj], inventory: Iterable[Ref], options: SyncOptions
+    ) -> SyncResult:
+        """The one apply path of both kinds of source."""
+        return sync(
+            self._kube,
+            self._live,
+            self._pool,
+            objects,
+            inventory=sorted(inventory, key=Ref.rank),
+            options=options,
+            source_exists=lambda other: self._kube.get(_SOURCE, other) is not None,
+        )
+
+    def _own(self, name: str, refs: set[Ref], state: _State) -> None:
+        """`refs` are `name`'s inventory now (drift events on them route to it)."""
+        state.inventory = refs
         with self._lock:
             for ref in refs:
                 self._owners[ref] = name
 
     def _poll(self, spec: PolicySourceSpec) -> float:
-        return spec.interval_s * (1 + random.uniform(0, self.settings.jitter))
+        return spec.interval_s * (1 + self._rng.uniform(0, self.settings.jitter))
 
     def _backoff(self, state: _State) -> float:
         s = self.settings
         return float(min(s.retry_base_s * 2 ** (state.failures - 1), s.retry_max_s))
 
-    @staticmethod
-    def _kept(message: str, status: Obj) -> str:
-        applied = status.get("lastAppliedRevision")
-        return f"{message}; keeping {applied}" if applied else message
-
-    def _resolve(self, spec: PolicySourceSpec) -> str:
-        auth = GitAuth()
-        if spec.secret_name:
-            secret = self._kube.get(
-                RESOURCES["Secret"], spec.secret_name, self.settings.system_namespace
-            )
-            if secret is None:
-                raise GitError(
-                    "SecretNotFound",
-                    f"secret {self.settings.system_namespace}/{spec.secret_name} not found",
-                )
-            data = {k: base64.b64decode(v) for k, v in (secret.get("data") or {}).items()}
-            auth = auth_from_secret(data, key_dir=self.settings.cache_dir / "keys")
-        with self._git.lock(spec.url):
-            return self._git.resolve(spec.url, spec.ref, auth=auth, timeout_s=spec.timeout_s)
-
-    def _compile(self, spec: PolicySourceSpec, state: _State) -> tuple[list[Obj] | None, str]:
+    def _revision(
+        self, spec: PolicySourceSpec, state: _State, *, fetch: bool
+    ) -> tuple[str, float, list[Obj] | None, str]:
+        """The revision to apply (the ref resolved again if `fetch`), when its build
+        began, and its objects (None when invalid, with the diagnostics quoted):
+        built once per (url, commit, path). Raises `GitError`."""
+        if fetch:
+            state.sha = self._revisions.resolve(spec)
+            state.fetch_at = self._clock.monotonic() + spec.interval_s
         assert state.sha is not None
+        revision = revision_string(spec.ref, state.sha)
+        t_compile = self._clock.monotonic()
         key = (spec.url, state.sha, spec.path)
-        if state.compiled is not None and state.compiled[0] == key:
-            return state.compiled[1], state.compiled[2]
-        with self._git.lock(spec.url):
-            try:
-                sources, resolve = self._git.read(spec.url, state.sha, spec.path)
-            except GitError as e:
-                if e.reason != "ArtifactFailed":
-                    raise
-                self._git.forget(spec.url)
-                state.sha = None
-        if state.sha is None:  # the cache was damaged: clone again, read again
-            state.sha = self._resolve(spec)
-            with self._git.lock(spec.url):
-                sources, resolve = self._git.read(spec.url, state.sha, spec.path)
-        result = validate_sources(sources, root=spec.path, resolve=resolve)
-        if result.policy_set is None:
-            errors = [d for d in result.diagnostics if d.is_error]
-            message = _diagnostics_text(errors, self.settings.max_diagnostics)
-            state.compiled = (key, None, message)
-        else:
-            objects = compile_policy_set(
-                result.policy_set,
-                revision=revision_string(spec.ref, state.sha),
-                source_root=spec.path,
-                system_namespace=self.settings.system_namespace,
+        if state.compiled is None or state.compiled[0] != key:
+            state.sha, built = self._revisions.build(spec, state.sha)
+            state.compiled = (
+                key,
+                built.objects,
+                diagnostics_text(built.errors, self.settings.max_diagnostics),
             )
-            state.compiled = (key, objects, "")
-        return state.compiled[1], state.compiled[2]
-
-    def _mixed_sources(self) -> str:
-        crs = [
-            f"{kind}/{o['metadata']['name']}"
-            for kind, inf in self.policy_crs.items()
-            for o in inf.items()
-        ]
-        if not crs:
-            return ""
-        shown = ", ".join(sorted(crs)[:5]) + (f" (and {len(crs) - 5} more)" if len(crs) > 5 else "")
-        return (
-            f"policy custom resources exist ({shown}) as well as PolicySources: use one "
-            "kind of source; delete the custom resources or the PolicySources"
-        )
-
-    # -- the custom-resource source
-
-    def _reconcile_crs(self) -> None:
-        """Reconcile the policy custom resources as one policy set; each CR's status says
-        how its set fared. Nothing happens while there are none."""
-        crs = [o for inf in self.policy_crs.values() for o in inf.items()]
-        if not crs:
-            return
-        crs.sort(key=lambda o: (_POLICY_KINDS.index(o["kind"]), o["metadata"]["name"]))
-        sources = [_cr_source(o) for o in crs]
-        digest = hashlib.sha1(
-            "".join(
-                f"{s.path}@{o['metadata'].get('generation')};"
-                for s, o in zip(sources, crs, strict=True)
-            ).encode()
-        ).hexdigest()
-        revision = f"crs@sha1:{digest}"
-        by_name = {o["metadata"]["name"] for o in self.sources.items()}
-        inventory = sorted(
-            {
-                Ref.of(o)
-                for inf in self.managed.values()
-                for o in inf.items()
-                if (o["metadata"].get("labels") or {}).get(LABEL_SOURCE) == CR_SOURCE
-            },
-            key=Ref.rank,
-        )
-        if by_name:
-            shown = ", ".join(sorted(by_name)[:5])
-            reason, message = (
-                "MixedSources",
-                (
-                    f"PolicySources exist ({shown}) as well as policy custom resources: use one "
-                    "kind of source; delete the custom resources or the PolicySources"
-                ),
-            )
-            ok = False
-        else:
-            result = validate_sources(sources, root="custom resources", resolve=lambda _: None)
-            if result.policy_set is None:
-                errors = [d for d in result.diagnostics if d.is_error]
-                reason, ok = "ValidationFailed", False
-                message = _diagnostics_text(errors, self.settings.max_diagnostics)
-            else:
-                objects = compile_policy_set(
-                    result.policy_set,
-                    revision=revision,
-                    source_root="custom resources",
-                    system_namespace=self.settings.system_namespace,
-                )
-                synced = sync(
-                    self._kube,
-                    self._live,
-                    self._pool,
-                    objects,
-                    inventory=inventory,
-                    options=SyncOptions(source=CR_SOURCE),
-                    source_exists=lambda other: self._kube.get(_SOURCE, other) is not None,
-                )
-                ok, reason = synced.ok, synced.reason
-                message = f"Applied revision: {revision}" if ok else synced.message
-                self.metrics.reconciles.labels(
-                    CR_SOURCE, "applied" if synced.writes else ("unchanged" if ok else "stalled")
-                ).inc()
-                log.info(
-                    "reconciled source=%s result=%s reason=%s changes=%r",
-                    CR_SOURCE,
-                    "ok" if ok else "refused",
-                    reason,
-                    synced.summary(),
-                )
-        for obj in crs:
-            self._write_cr_status(obj, ok=ok, reason=reason, message=message)
-
-    def _write_cr_status(self, obj: Obj, *, ok: bool, reason: str, message: str) -> None:
-        old = obj.get("status") or {}
-        status = self._kstatus(obj, ok=ok, reason=reason, message=message)
-        if status == old:
-            return
-        res = RESOURCES[obj["kind"]]
-        try:
-            out = self._kube.merge_patch(
-                res,
-                obj["metadata"]["name"],
-                {"status": status},
-                field_manager=FIELD_MANAGER,
-                subresource="status",
-            )
-        except ApiError as e:
-            log.warning(
-                "status write failed object=%s/%s error=%r",
-                obj["kind"],
-                obj["metadata"]["name"],
-                str(e),
-            )
-            return
-        self.policy_crs[obj["kind"]].assume(out)
-
-    # -- status
-
-    def _kstatus(self, obj: Obj, *, ok: bool, reason: str, message: str) -> Obj:
-        """`observedGeneration` and the kstatus conditions for the outcome of a
-        reconcile: Ready when it applied, Stalled when the reason needs a change
-        from the user, Reconciling otherwise."""
-        generation = int(obj["metadata"].get("generation", 0))
-        stalled = not ok and reason in _STALLING
-        return {
-            "observedGeneration": generation,
-            "conditions": conditions(
-                (obj.get("status") or {}).get("conditions") or [],
-                ready=ok,
-                reason=reason,
-                message=message,
-                generation=generation,
-                now=self._clock.now(),
-                reconciling=not ok and not stalled,
-                stalled=stalled,
-            ),
-        }
-
-    def _progressing(self, obj: Obj, revision: str) -> None:
-        status = dict(obj.get("status") or {})
-        old = status.get("conditions") or []
-        status["conditions"] = conditions(
-            old,
-            ready=False,
-            reason="Progressing",
-            message=f"applying revision {revision}",
-            generation=int(obj["metadata"].get("generation", 0)),
-            now=self._clock.now(),
-            reconciling=True,
-        )
-        status["lastAttemptedRevision"] = revision
-        self._write_status(obj, status)
-
-    def _finish(
-        self,
-        obj: Obj,
-        state: _State,
-        revision: str | None,
-        reason: str,
-        message: str,
-        result: SyncResult | None,
-    ) -> None:
-        name = obj["metadata"]["name"]
-        old = dict(obj.get("status") or {})
-        ok = result is not None and result.ok
-        stalled = reason in _STALLING
-        if ok:
-            message = f"Applied revision: {revision}"
-        status = self._kstatus(obj, ok=ok, reason=reason, message=message)
-        for key in ("lastAppliedRevision", "lastAttemptedRevision", "lastHandledReconcileAt"):
-            if key in old:
-                status[key] = old[key]
-        if revision is not None:
-            status["lastAttemptedRevision"] = revision
-        if ok:
-            status["lastAppliedRevision"] = revision
-        requested = (obj["metadata"].get("annotations") or {}).get(ANNOTATION_REQUESTED)
-        if requested:
-            status["lastHandledReconcileAt"] = requested
-        status["inventory"] = {
-            "entries": [r.entry() for r in sorted(state.inventory, key=Ref.rank)]
-        }
-        changed = self._write_status(obj, status)
-
-        outcome = (
-            "applied"
-            if ok and result and result.writes
-            else "unchanged"
-            if ok
-            else ("stalled" if stalled else "failed")
-        )
-        self.metrics.reconciles.labels(name, outcome).inc()
-        self.metrics.stalled.labels(name).set(1 if stalled else 0)
-        self.metrics.objects.labels(name).set(len(state.inventory))
-        if ok:
-            assert revision is not None
-            self.metrics.set_revision(name, revision)
-            self.metrics.last_success.labels(name).set(self._clock.now().timestamp())
-        log.info(
-            "reconciled source=%s result=%s reason=%s revision=%s %s",
-            name,
-            outcome,
-            reason,
-            revision or "-",
-            f"changes={result.summary()!r}" if result else f"message={message!r}",
-        )
-        if result is not None and result.writes:
-            for ref in result.recreated:
-                message = f"{ref} deleted and recreated (value or preemptionPolicy changed)"
-                self._event(obj, "Warning", "PriorityClassRecreated", message)
-            verb = "ReconciliationSucceeded" if ok else reason
-            self._event(obj, "Normal" if ok else "Warning", verb, f"{revision}: {result.summary()}")
-        elif not ok and changed:
-            self._event(obj, "Warning", reason, message)
-
-    def _write_status(self, obj: Obj, status: Obj) -> bool:
-        """Patch status if it differs; True if it was written."""
-        if status == (obj.get("status") or {}):
-            return False
-        name = obj["metadata"]["name"]
-        try:
-            out = self._kube.merge_patch(
-                _SOURCE,
-                name,
-                {"status": status},
-                field_manager=FIELD_MANAGER,
-                subresource="status",
-            )
-        except ApiError as e:
-            log.warning("status write failed source=%s error=%r", name, str(e))
-            return False
-        self.sources.assume(out)
-        obj["status"] = out.get("status", status)
-        return True
-
-    def _event(self, obj: Obj, type_: str, reason: str, message: str) -> None:
-        self._events.record(
-            obj,
-            type="Normal" if type_ == "Normal" else "Warning",
-            reason=reason,
-            message=message,
-        )
+        return revision, t_compile, state.compiled[1], state.compiled[2]

@@ -1,4 +1,7 @@
-"""kstatus for PolicySources: Ready, Reconciling and Stalled, done exactly.
+"""The status a reconcile writes, assembled from its outcome. Pure.
+
+kstatus for PolicySources (and the policy custom resources): Ready,
+Reconciling and Stalled, done exactly.
 
 `kubectl wait --for=condition=Ready`, Flux's health checks, Argo CD's health
 script and kstatus itself read these, so the rules are kstatus's: Ready is
@@ -7,16 +10,50 @@ while True ("abnormal-true" conditions); a condition's lastTransitionTime
 changes only when its status does; `observedGeneration` says which spec the
 status describes. Building the same status twice gives equal dicts, which is
 what lets a reconcile with nothing new write nothing.
+
+Around the conditions: which reasons stall (`STALLING`), a PolicySource's
+whole status after a reconcile (`source_status`: revisions, the handled
+request, the inventory), the outcome a reconcile is counted under, and
+diagnostics quoted in a condition message.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal
 
-__all__ = ["Condition", "conditions", "stamp"]
+from controller.policy.diagnostics import Diagnostic
+from controller.reconciler.spec import ANNOTATION_REQUESTED
+
+__all__ = [
+    "STALLING",
+    "Condition",
+    "Outcome",
+    "conditions",
+    "diagnostics_text",
+    "kstatus",
+    "outcome",
+    "progressing",
+    "source_status",
+    "stamp",
+]
 
 Condition = dict[str, Any]
+Obj = dict[str, Any]
+Outcome = Literal["applied", "unchanged", "stalled", "failed"]
+
+STALLING = frozenset(
+    {
+        "ValidationFailed",
+        "DryRunFailed",
+        "ImmutableFieldChange",
+        "OwnershipConflict",
+        "MixedSources",
+        "InvalidSpec",
+    }
+)
+"""Reasons that need a change by a person (a new commit, a spec edit): Stalled."""
 
 
 def stamp(t: dt.datetime) -> str:
@@ -58,3 +95,93 @@ def conditions(
     if stalled:
         out.append(_condition(old, "Stalled", "True", reason, message, generation, at))
     return out
+
+
+def kstatus(
+    obj: Mapping[str, Any], *, ok: bool, reason: str, message: str, now: dt.datetime
+) -> Obj:
+    """`observedGeneration` and the kstatus conditions for the outcome of a
+    reconcile: Ready when it applied, Stalled when the reason needs a change
+    from the user, Reconciling otherwise."""
+    generation = int(obj["metadata"].get("generation", 0))
+    stalled = not ok and reason in STALLING
+    return {
+        "observedGeneration": generation,
+        "conditions": conditions(
+            (obj.get("status") or {}).get("conditions") or [],
+            ready=ok,
+            reason=reason,
+            message=message,
+            generation=generation,
+            now=now,
+            reconciling=not ok and not stalled,
+            stalled=stalled,
+        ),
+    }
+
+
+def progressing(obj: Mapping[str, Any], revision: str, *, now: dt.datetime) -> Obj:
+    """A PolicySource's status while `revision` is being applied."""
+    status = dict(obj.get("status") or {})
+    status["conditions"] = conditions(
+        status.get("conditions") or [],
+        ready=False,
+        reason="Progressing",
+        message=f"applying revision {revision}",
+        generation=int(obj["metadata"].get("generation", 0)),
+        now=now,
+        reconciling=True,
+    )
+    status["lastAttemptedRevision"] = revision
+    return status
+
+
+def source_status(
+    obj: Mapping[str, Any],
+    *,
+    ok: bool,
+    reason: str,
+    message: str,
+    revision: str | None,
+    inventory: Iterable[Mapping[str, str]],
+    now: dt.datetime,
+) -> Obj:
+    """A PolicySource's status after a reconcile: the conditions (an applied
+    revision says so), the revisions applied and attempted, the reconcile
+    request handled, and the inventory entries."""
+    old = obj.get("status") or {}
+    if ok:
+        message = f"Applied revision: {revision}"
+    status = kstatus(obj, ok=ok, reason=reason, message=message, now=now)
+    for key in ("lastAppliedRevision", "lastAttemptedRevision", "lastHandledReconcileAt"):
+        if key in old:
+            status[key] = old[key]
+    if revision is not None:
+        status["lastAttemptedRevision"] = revision
+    if ok:
+        status["lastAppliedRevision"] = revision
+    requested = (obj["metadata"].get("annotations") or {}).get(ANNOTATION_REQUESTED)
+    if requested:
+        status["lastHandledReconcileAt"] = requested
+    status["inventory"] = {"entries": [dict(e) for e in inventory]}
+    return status
+
+
+def outcome(*, ok: bool, writes: int, reason: str) -> Outcome:
+    """What a reconcile is counted as: it wrote, it found nothing to write, it
+    needs a person (stalled), or it will be retried (failed)."""
+    if ok:
+        return "applied" if writes else "unchanged"
+    return "stalled" if reason in STALLING else "failed"
+
+
+def diagnostics_text(errors: list[Diagnostic], limit: int) -> str:
+    """`N error(s): file:line:col: CODE: message; ...` for a condition message."""
+    lines = [
+        f"{d.file}:{d.line}:{d.column}: {d.code}: {d.message}"
+        if d.line
+        else f"{d.file}: {d.code}: {d.message}"
+        for d in errors[:limit]
+    ]
+    more = f" (and {len(errors) - limit} more)" if len(errors) > limit else ""
+    return f"{len(errors)} error(s): " + "; ".join(lines) + more

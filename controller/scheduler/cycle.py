@@ -69,6 +69,8 @@ class CycleResult:
     """Time each decision took, in queue order, when a timer was given."""
     resizes: list[Resize] = field(default_factory=list)
     """Running elastic gangs grown onto idle GPUs this cycle."""
+    phase_seconds: dict[str, float] = field(default_factory=dict)
+    """Time each phase took (`schedule`: the decisions, `grow`), when a timer was given."""
 
 
 def _gpus(milli: int) -> str:
@@ -521,6 +523,7 @@ def schedule(
     for job, placement in state.nominated.items():
         for n in placement.nodes():
             state.held[n] = job
+    started = timer() if timer else 0.0
     ordered = order(snap, policy, queue)
     result.order = [g.id for g in ordered]
     for g in ordered:
@@ -531,7 +534,10 @@ def schedule(
             _retry_waiting(snap, policy, state, result.decisions, now)
         if timer:
             result.decision_seconds.append(timer() - t0)
+    grown = timer() if timer else 0.0
     result.resizes = _grow(snap, policy, state, result.decisions, now, grow_interval)
+    if timer:
+        result.phase_seconds = {"schedule": grown - started, "grow": timer() - grown}
     if state.reserved_for is not None:
         result.reserved_for = state.reserved_for.id
         result.reserved_nodes = frozenset(

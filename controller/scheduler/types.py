@@ -29,9 +29,17 @@ __all__ = [
     "Running",
     "Taint",
     "Toleration",
+    "format_gpus",
 ]
 
 MILLI = 1000
+
+
+def format_gpus(milli: int) -> str:
+    """Milli-GPUs as the GPU count a user reads (`1.5`, `8`)."""
+    return f"{milli / MILLI:g}"
+
+
 JobId = NewType("JobId", str)
 """`namespace/name` of a TrainingJob (or a trace pod's name in the simulator)."""
 

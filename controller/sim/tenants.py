@@ -94,18 +94,18 @@ def open_policy_doc(capacity_gpus: int) -> dict[str, Any]:
 
 def load_policy_doc(root: Path) -> dict[str, Any]:
     """Validate and compile the policy set at `root` into the scheduler's JSON."""
+    from controller.policy.build import build
     from controller.policy.compiler import scheduling_policy
     from controller.policy.report import format_diagnostics
     from controller.policy.sources import working_tree
-    from controller.policy.validate import validate_sources
 
     if not root.exists():
         raise PolicyError(f"{root}: no such file or directory")
     sources, resolve = working_tree(root)
-    result = validate_sources(sources, root=str(root), resolve=resolve)
+    built = build(sources, root=str(root), resolve=resolve, revision="simulation")
+    result = built.validation
     if result.policy_set is None:
-        errors = [d for d in result.diagnostics if d.is_error]
-        raise PolicyError(format_diagnostics(errors, fmt="text", files=result.files).rstrip())
+        raise PolicyError(format_diagnostics(built.errors, fmt="text", files=result.files).rstrip())
     return scheduling_policy(result.policy_set)
 
 

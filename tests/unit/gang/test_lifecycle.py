@@ -7,8 +7,11 @@ from typing import Any
 
 import pytest
 
-from controller.gang.lifecycle import plan
-from controller.gang.view import job_views
+from controller.gang.lifecycle import Write, action_write, cycle_writes, plan, rollback_delay
+from controller.gang.record import Admission, format_time
+from controller.gang.view import JobView, job_views
+from controller.scheduler.cycle import CycleResult
+from controller.scheduler.types import Admit, Pending, Placement, PodPlacement, Preempt, Resize
 
 from .builders import NS, POLICY, admission, job, job_id, node, pod
 
@@ -214,8 +217,6 @@ def test_a_resized_gang_holds_what_its_record_says() -> None:
 
 
 def test_a_nomination_record_keeps_its_shrinks() -> None:
-    from controller.gang.record import Admission
-
     adm = admission("a", state="Nominated", shrinks=((job_id("lo"), 3, 1),))
     assert Admission.from_status({"admission": adm.to_dict()}) == adm
 
@@ -231,3 +232,237 @@ def test_shrinks_below_gang_size_count_as_preemptions_and_protect_their_targets(
     assert out.preemptions_last_hour == 1
     assert out.protected == {job_id("lo")}  # even with its own write in flight
     assert [a.kind for a in out.actions] == []
+
+
+# ----------------------------------------------------------------- writes
+
+BACKOFF = {"backoff_base_s": 5.0, "backoff_max_s": 300.0}
+
+
+def _summary(w: Write) -> dict[str, Any]:
+    """The parts of a write a row states."""
+    out: dict[str, Any] = {
+        "kind": w.kind,
+        "phase": w.phase,
+        "reason": w.reason,
+        "message": w.message,
+        "conditional": w.conditional,
+        "stalled": w.stalled,
+        "clear": w.clear,
+        "event": w.event,
+        "counted": w.counted,
+        "preemption": w.preemption,
+        "launch": w.launch,
+        "delete": sorted(p["metadata"]["name"] for p in w.delete),
+        **{f"status.{k}": v for k, v in w.fields.items()},
+    }
+    if w.record is not None:
+        out |= {
+            "record": w.record.state,
+            "attempt": w.record.attempt,
+            "workers": len(w.record.placement.pods),
+            "borrowed": w.record.borrowed_milli,
+            "victims": w.record.victims,
+        }
+    return out
+
+
+def _action_writes(
+    jobs: list[dict[str, Any]], pods: list[dict[str, Any]], now: float
+) -> list[Write]:
+    out = _plan(jobs, pods, now)
+    writes = [action_write(a, POLICY, now=now, **BACKOFF) for a in out.actions]
+    return [w for w in writes if w is not None]
+
+
+RUNNING = [pod("j", 0, node="a"), pod("j", 1, node="b")]
+LATE = [pod("j", 0, node="a"), pod("j", 1, node="b", phase="Pending")]
+FAILED = [pod("j", 0, node="a", phase="Failed"), pod("j", 1, node="b")]
+LO = [pod("lo", 0, node="a", attempt=3), pod("lo", 1, node="b", attempt=3)]
+
+
+def _nominated(**kw: Any) -> dict[str, Any]:
+    return job("hi", tier="high", adm=admission("a", state="Nominated", **kw))
+
+
+WRITE_CASES = [
+    # (case, jobs, pods, now, the write's parts that matter)
+    (
+        "the first rollback requeues after backoffBase",
+        [job("j", adm=ADM)], LATE, T0 + 61,
+        {"kind": "rollback", "phase": "Queued", "reason": "GangTimeout", "clear": True,
+         "status.rollbacks": 1, "status.notBefore": format_time(T0 + 61 + 5),
+         "delete": ["j-1-0", "j-1-1"], "counted": True, "event": "Warning"},
+    ),
+    (
+        "each later rollback doubles the delay",
+        [job("j", adm=ADM, rollbacks=2)], LATE, T0 + 61,
+        {"status.rollbacks": 3, "status.notBefore": format_time(T0 + 61 + 20)},
+    ),
+    (
+        "the rollback delay stops at backoffMax",
+        [job("j", adm=ADM, rollbacks=9)], LATE, T0 + 61,
+        {"status.rollbacks": 10, "status.notBefore": format_time(T0 + 61 + 300)},
+    ),
+    (
+        "a failed worker restarts the gang, keeping the failed pod for its logs",
+        [job("j", adm=ADM, phase="Running", restarts=1)], FAILED, T0 + 1,
+        {"kind": "restart", "phase": "Queued", "reason": "Restarting", "status.restarts": 2,
+         "clear": True, "delete": ["j-1-1"],
+         "message": "worker j-1-0 failed (Failed); restarting the whole gang (restart 2 of 3)"},
+    ),
+    (
+        "a failure past backoffLimit fails the job: BackoffLimitExceeded",
+        [job("j", adm=ADM, phase="Running", restarts=3)], FAILED, T0 + 1,
+        {"kind": "failed", "phase": "Failed", "reason": "BackoffLimitExceeded", "clear": True,
+         "counted": True},
+    ),
+    (
+        "the job's own backoffLimit wins over the policy's",
+        [{**job("j", adm=ADM, phase="Running", restarts=1),
+          "spec": {**job("j")["spec"], "backoffLimit": 1}}], FAILED, T0 + 1,
+        {"kind": "failed", "reason": "BackoffLimitExceeded",
+         "message": "worker j-1-0 failed (Failed); the gang was restarted 1 times "
+                    "(backoffLimit 1)"},
+    ),
+    (
+        "an eviction clears the victim's record and counts as a preemption",
+        [_nominated(victims=((job_id("lo"), 3),)),
+         job("lo", tier="batch", adm=admission("a", "b", attempt=3), phase="Running")],
+        LO, T0 + 1,
+        {"kind": "preempt", "phase": "Preempted", "reason": "Preempted", "clear": True,
+         "preemption": True, "counted": True, "status.preemptedBy": job_id("hi"),
+         "status.preemptedAt": format_time(T0 + 1), "delete": ["lo-3-0", "lo-3-1"]},
+    ),
+    (
+        "a shrink below gangSize is the next attempt, counted as a preemption (shrunkAt)",
+        [_nominated(shrinks=((job_id("lo"), 3, 1),)),
+         job("lo", tier="batch", adm=admission("a", "b", attempt=3), phase="Running")],
+        LO, T0 + 1,
+        {"kind": "resize", "reason": "Shrinking", "record": "Admitted", "attempt": 4,
+         "workers": 1, "preemption": False, "status.shrunkAt": format_time(T0 + 1),
+         "message": f"shrunk from 2 to 1 GPUs for {job_id('hi')} (elastic); "
+                    "the gang restarts at the new size"},
+    ),
+    (
+        "a shrink gives borrowed GPUs back first, and at gangSize is no preemption",
+        [_nominated(shrinks=((job_id("lo"), 3, 2),)),
+         job("lo", tier="batch", adm=admission("a", "b", "b", attempt=3, borrowed_milli=1500),
+             phase="Running")],
+        [*LO, pod("lo", 2, node="b", attempt=3)], T0 + 1,
+        {"kind": "resize", "attempt": 4, "workers": 2, "borrowed": 500, "counted": True},
+    ),
+    (
+        "all running: Running, with when it started",
+        [job("j", adm=ADM, phase="Admitted")], RUNNING, T0 + 1,
+        {"kind": "running", "phase": "Running", "status.startedAt": format_time(T0 + 1),
+         "clear": False, "counted": False},
+    ),
+    (
+        "every worker succeeded: the record is cleared",
+        [job("j", adm=ADM, phase="Running")],
+        [pod("j", 0, node="a", phase="Succeeded"), pod("j", 1, node="b", phase="Succeeded")],
+        T0 + 1, {"kind": "succeeded", "phase": "Succeeded", "clear": True, "delete": []},
+    ),
+    (
+        "an expired nomination clears the record and keeps the job Preempted",
+        [job("hi", tier="high", adm=admission("a", "b", state="Nominated"), phase="Preempted")],
+        [], T0 + 61, {"kind": "expire", "phase": "Preempted", "reason": "NominationExpired",
+                      "clear": True},
+    ),
+    (
+        "an invalid spec is Stalled, written whatever the job's resourceVersion",
+        [{**job("bad"), "spec": {"gangSize": 2, "template": {"spec": {"containers": [{}]}}}}],
+        [], T0, {"kind": "invalid", "phase": "Queued", "reason": "InvalidSpec",
+                 "conditional": False, "stalled": True},
+    ),
+    (
+        "a launch writes no status: it creates and binds the pods",
+        [job("j", adm=ADM)], [], T0 + 1, {"kind": "launch", "phase": None, "launch": True},
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("jobs", "pods", "now", "parts"),
+    [c[1:] for c in WRITE_CASES],
+    ids=[c[0] for c in WRITE_CASES],
+)
+def test_action_write(
+    jobs: list[dict[str, Any]], pods: list[dict[str, Any]], now: float, parts: dict[str, Any]
+) -> None:
+    (w,) = [w for w in _action_writes(jobs, pods, now) if w.kind != "cleanup"]
+    got = _summary(w)
+    assert {k: got.get(k) for k in parts} == parts
+
+
+def test_rollback_delay_doubles_up_to_its_cap() -> None:
+    delays = [rollback_delay(n, base_s=5.0, max_s=60.0) for n in range(1, 7)]
+    assert delays == [5.0, 10.0, 20.0, 40.0, 60.0, 60.0]
+
+
+def _views(*jobs: dict[str, Any], pods: list[dict[str, Any]] | None = None) -> list[JobView]:
+    return job_views(list(jobs), pods or [], POLICY)
+
+
+def test_an_admission_is_the_next_attempt_with_its_borrowed_share_launched_after_it() -> None:
+    views = _views(job("j", attempts=2))
+    g = views[0].gang
+    assert g is not None
+    result = CycleResult(decisions=[Admit(g, ADM.placement, 1000)])
+    (w,) = cycle_writes(result, views, now=T0)
+    assert _summary(w) | {"message": ""} == _summary(w) | {
+        "kind": "admit", "phase": "Admitted", "record": "Admitted", "attempt": 3,
+        "borrowed": 1000, "launch": True, "status.attempts": 3, "status.notBefore": None,
+        "event": "Normal", "counted": True, "message": "",
+    }  # fmt: skip
+    assert w.message == "placed on a x1, b x1; 1 GPUs borrowed; starting attempt 3"
+    assert w.record == Admission("Admitted", 3, ADM.placement, T0, 1000)
+
+
+def test_a_nomination_names_each_victim_with_the_attempt_it_holds() -> None:
+    views = _views(
+        job("hi", tier="high"),
+        job("lo", tier="batch", adm=admission("a", "b", attempt=3), phase="Running"),
+        pods=LO,
+    )
+    hi = views[0].gang
+    assert hi is not None
+    result = CycleResult(decisions=[Preempt(hi, (job_id("lo"),), ADM.placement, "preempting lo")])
+    (w,) = cycle_writes(result, views, now=T0)
+    assert (w.kind, w.phase, w.reason, w.counted, w.launch) == (
+        "nominate", "Queued", "Preempting", False, False,
+    )  # fmt: skip
+    assert w.record is not None and w.record.victims == ((job_id("lo"), 3),)
+    assert w.message == "preempting lo; it starts once they have released their GPUs"
+
+
+def test_a_pending_reason_is_written_once() -> None:
+    (v,) = _views(job("j"))
+    assert v.gang is not None
+    pending = CycleResult(decisions=[Pending(v.gang, "no room", "Capacity")])
+    (w,) = cycle_writes(pending, [v], now=T0)
+    assert (w.phase, w.reason, w.message, w.conditional) == ("Queued", "Capacity", "no room", False)
+    said = job("j", phase="Queued", reason="Capacity", message="no room", observedGeneration=1)
+    (v2,) = _views(said)
+    (again,) = cycle_writes(CycleResult(decisions=[Pending(v.gang, "no room", "Capacity")]),
+                            [v2], now=T0)  # fmt: skip
+    assert (again.kind, again.phase) == ("pending", None)
+
+
+def test_a_preempted_job_says_who_preempted_it_while_it_waits() -> None:
+    (v,) = _views(job("j", phase="Preempted", preemptedBy="p/hi"))
+    assert v.gang is not None
+    (w,) = cycle_writes(CycleResult(decisions=[Pending(v.gang, "no room", "Capacity")]), [v],
+                        now=T0)  # fmt: skip
+    assert (w.phase, w.message) == ("Preempted", "preempted by p/hi; requeued: no room")
+
+
+def test_a_growth_is_recorded_as_the_next_attempt_and_assumed() -> None:
+    (v,) = _views(job("j", adm=ADM, phase="Running"), pods=RUNNING)
+    assert v.gang is not None
+    bigger = Placement((*ADM.placement.pods, PodPlacement("b", (5,))))
+    result = CycleResult(resizes=[Resize(v.gang.resized(3), bigger, "grown", 1000)])
+    (w,) = cycle_writes(result, [v], now=T0)
+    assert (w.kind, w.reason, w.message, w.counted) == ("resize", "Growing", "grown", True)
+    assert w.record == Admission("Admitted", 2, bigger, T0, 1000)

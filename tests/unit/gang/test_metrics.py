@@ -6,11 +6,13 @@ from a job's creation to its whole gang bound."""
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from prometheus_client import CollectorRegistry
 
 from controller.gang.controller import GangController
@@ -254,3 +256,19 @@ def test_a_gang_bound_again_after_it_ran_is_not_timed_again() -> None:
 
 def _busy(api: FakeApi) -> bool:
     return sum(1 for k in api.objects if k[0] == "Pod") < 2
+
+
+def test_each_phase_of_a_step_is_timed_and_logged(caplog: pytest.LogCaptureFixture) -> None:
+    m = GangMetrics()
+    with caplog.at_level(logging.DEBUG, logger="controller.gang.controller"):
+        _run([waiting("w", 1, tier="normal")], m)
+    phases = ("plan", "snapshot", "schedule", "grow", "write")
+    counts = {
+        p: m.registry.get_sample_value("gangops_scheduling_phase_seconds_count", {"phase": p})
+        for p in phases
+    }
+    assert counts == dict.fromkeys(phases, 1)
+    (line,) = [
+        r.getMessage() for r in caplog.records if r.getMessage().startswith("scheduling step")
+    ]
+    assert [w.split("=")[0] for w in line.split()[2:7]] == [f"{p}_s" for p in phases]

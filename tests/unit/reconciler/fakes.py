@@ -1,5 +1,7 @@
 """The one fake of the unit tests: `FakeKube`, the `controller.kube.client.Kube` seam.
 
+(The gang metrics tests still keep a second, `FakeApi`; moving them here is left to do.)
+
 It keeps objects in a dict with increasing resourceVersions and honours
 compare-and-swap on replace, which is all the Lease elector relies on; list
 and watch replay scripted pages and events for the informer.
@@ -24,6 +26,12 @@ class FakeKube:
         self.lists: list[tuple[list[Obj], str]] = []
         self.watches: list[list[Obj] | ApiError] = []
         self.down = False
+        self.refuse: dict[str, ApiError] = {}
+        """Objects (by name) every apply refuses."""
+        self.refusals: dict[str, list[ApiError]] = {}
+        """Objects (by name) the next creates refuse, one error each."""
+        self.bound: dict[str, str] = {}
+        self.dry_runs: list[str] = []
 
     def _key(self, kind: str, name: str, namespace: str | None) -> tuple[str, str, str]:
         return (kind, namespace or "", name)
@@ -41,6 +49,8 @@ class FakeKube:
         self._check()
         meta = obj["metadata"]
         key = self._key(obj["kind"], meta["name"], meta.get("namespace"))
+        if self.refusals.get(meta["name"]):
+            raise self.refusals[meta["name"]].pop(0)
         if key in self.objects:
             raise ApiError(409, "AlreadyExists", f"{meta['name']} exists")
         return self._store(key, obj, "create")
@@ -96,6 +106,31 @@ class FakeKube:
         if isinstance(script, ApiError):
             raise script
         yield from script
+
+    def apply(
+        self, obj: Obj, *, field_manager: str, dry_run: bool = False, force: bool = True
+    ) -> Obj:
+        """Server-side apply; an object named in `refuse` is refused (as admission
+        or validation would refuse it), dry run or not."""
+        self._check()
+        meta = obj["metadata"]
+        key = self._key(obj["kind"], meta["name"], meta.get("namespace"))
+        if dry_run:
+            self.dry_runs.append(key[2])
+        if meta["name"] in self.refuse:
+            raise self.refuse[meta["name"]]
+        if dry_run:
+            return copy.deepcopy({**obj, "metadata": {**meta, "resourceVersion": "0"}})
+        return self._store(key, obj, "apply")
+
+    def delete(self, res: Resource, name: str, *, namespace: str | None = None, **_: Any) -> None:
+        self._check()
+        self.objects.pop(self._key(res.kind, name, namespace), None)
+        self.writes.append(("delete", name))
+
+    def bind(self, namespace: str, name: str, node: str, *, field_manager: str) -> None:
+        self._check()
+        self.bound[f"{namespace}/{name}"] = node
 
 
 def _merged(target: Obj, patch: Obj) -> Obj:

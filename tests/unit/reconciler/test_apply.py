@@ -3,11 +3,27 @@ no request at all, and the inventory ids."""
 
 from __future__ import annotations
 
+import datetime as dt
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 
-from controller.reconciler.apply import Ref, owned_paths, up_to_date
+from controller.kube.client import ApiError
+from controller.reconciler.apply import (
+    ANNOTATION_PRUNE,
+    LABEL_SOURCE,
+    Ref,
+    SyncOptions,
+    owned_paths,
+    plan_sync,
+    prunable,
+    sync,
+    up_to_date,
+)
+from controller.reconciler.status import kstatus
+
+from .fakes import FakeKube
 
 
 def quota(gpu: str, *, revision: str = "r1", extra: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -119,3 +135,189 @@ def test_inventory_ids_round_trip_and_order() -> None:
     for ref in (pc, rq, ns):
         assert Ref.from_entry(ref.entry()) == ref
     assert sorted([rq, ns, pc], key=Ref.rank) == [pc, ns, rq]
+
+
+# ----------------------------------------------------------------- the sync plan
+
+
+def _obj(kind: str, name: str, namespace: str = "", **spec: Any) -> dict[str, Any]:
+    version = "scheduling.k8s.io/v1" if kind == "PriorityClass" else "v1"
+    meta: dict[str, Any] = {"name": name, **({"namespace": namespace} if namespace else {})}
+    return {"apiVersion": version, "kind": kind, "metadata": meta, **spec}
+
+
+def _live(obj: dict[str, Any], source: str = "src", **changes: Any) -> dict[str, Any]:
+    """`obj` as applied by `source` and stored."""
+    meta = {**obj["metadata"], "labels": {LABEL_SOURCE: source}, "uid": "u"}
+    return {**obj, "metadata": meta, **changes}
+
+
+NS_A = _obj("Namespace", "a")
+QUOTA_A = _obj("ResourceQuota", "q", "a", spec={"hard": {"requests.nvidia.com/gpu": "8"}})
+PC = _obj("PriorityClass", "high", value=1000)
+
+
+def _names(objs: list[dict[str, Any]]) -> list[str]:
+    return [f"{o['kind']}/{o['metadata']['name']}" for o in objs]
+
+
+PLAN_CASES = [
+    # (case, desired, live, inventory, options, other live sources, the plan's parts)
+    (
+        "everything as desired: nothing to dry-run, no request at all",
+        [NS_A, QUOTA_A], [_live(NS_A), _live(QUOTA_A)], [], {}, set(),
+        {"refusal": None, "dry_run": [], "unchecked": [], "unchanged": 2},
+    ),
+    (
+        "a changed object is dry-run",
+        [NS_A, QUOTA_A], [_live(NS_A), _live(QUOTA_A, spec={"hard": {}})], [], {}, set(),
+        {"dry_run": ["ResourceQuota/q"], "unchanged": 1},
+    ),
+    (
+        "an object in a namespace the revision creates waits for the namespace's dry-run",
+        [NS_A, QUOTA_A], [], [], {}, set(),
+        {"dry_run": ["Namespace/a"], "unchecked": ["ResourceQuota/q"], "unchanged": 0},
+    ),
+    (
+        "an object of another source that still exists refuses the revision",
+        [PC], [_live(PC, source="other")], [], {}, {"other"},
+        {"refusal": ("OwnershipConflict", ["PriorityClass high belongs to PolicySource other"])},
+    ),
+    (
+        "an object of a deleted source is adopted",
+        [PC], [_live(PC, source="other")], [], {}, set(),
+        {"refusal": None, "dry_run": ["PriorityClass/high"]},
+    ),
+    (
+        "a PriorityClass's value cannot change in place",
+        [PC], [_live(PC, value=10)], [], {}, set(),
+        {"refusal": ("ImmutableFieldChange", [
+            "PriorityClass high: value 10 -> 1000 (immutable; set spec.allowRecreate to "
+            "delete and recreate)"])},
+    ),
+    (
+        "... unless the source allows recreating it",
+        [PC], [_live(PC, value=10)], [], {"allow_recreate": True}, set(),
+        {"refusal": None, "recreate": ["PriorityClass/high"], "dry_run": []},
+    ),
+    (
+        "what the inventory held and the revision lacks is pruned in reverse apply order",
+        [], [], [Ref.of(NS_A), Ref.of(PC), Ref.of(QUOTA_A)], {}, set(),
+        {"prune": ["ResourceQuota a/q", "Namespace a", "PriorityClass high"], "left": []},
+    ),
+    (
+        "a source that does not prune leaves them",
+        [], [], [Ref.of(NS_A)], {"prune": False}, set(),
+        {"prune": [], "left": ["Namespace a"]},
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("desired", "live_objs", "inventory", "options", "others", "parts"),
+    [c[1:] for c in PLAN_CASES],
+    ids=[c[0] for c in PLAN_CASES],
+)
+def test_plan_sync(
+    desired: list[dict[str, Any]],
+    live_objs: list[dict[str, Any]],
+    inventory: list[Ref],
+    options: dict[str, Any],
+    others: set[str],
+    parts: dict[str, Any],
+) -> None:
+    current = {Ref.of(o): o for o in live_objs}
+    plan = plan_sync(
+        desired,
+        current,
+        inventory=inventory,
+        options=SyncOptions(source="src", **options),
+        other_sources=others,
+    )
+    got = {
+        "refusal": plan.refusal,
+        "dry_run": _names(plan.dry_run),
+        "unchecked": _names(plan.unchecked),
+        "recreate": _names(plan.recreate),
+        "unchanged": plan.unchanged,
+        "prune": [str(r) for r in plan.prune],
+        "left": plan.left,
+    }
+    assert {k: got[k] for k in parts} == parts
+
+
+@pytest.mark.parametrize(
+    ("ref", "live_obj", "options", "expected"),
+    [
+        (Ref.of(QUOTA_A), _live(QUOTA_A), {}, True),
+        (Ref.of(NS_A), _live(NS_A), {}, False),
+        (Ref.of(NS_A), _live(NS_A), {"prune_namespaces": True}, True),
+        (Ref.of(PC), _live(PC, source="other"), {}, False),
+        (
+            Ref.of(PC),
+            {
+                **_live(PC),
+                "metadata": {
+                    **_live(PC)["metadata"],
+                    "annotations": {ANNOTATION_PRUNE: "disabled"},
+                },
+            },
+            {},
+            False,
+        ),
+    ],
+    ids=[
+        "an object of this source is pruned",
+        "a namespace is kept",
+        "... unless the source prunes namespaces",
+        "an object claimed by another source is kept",
+        "an object with prune disabled is kept",
+    ],
+)
+def test_prunable(
+    ref: Ref, live_obj: dict[str, Any], options: dict[str, Any], expected: bool
+) -> None:
+    assert prunable(ref, live_obj, SyncOptions(source="src", **options)) is expected
+
+
+class _Cache:
+    """The controller's cache of managed objects (the `LiveObjects` seam), empty."""
+
+    def get(self, ref: Ref) -> dict[str, Any] | None:
+        return None
+
+    def assume(self, obj: dict[str, Any]) -> None:
+        pass
+
+    def forget(self, ref: Ref) -> None:
+        pass
+
+
+def test_a_revision_refused_at_the_dry_run_applies_nothing_and_stalls() -> None:
+    kube = FakeKube()
+    kube.refuse["high"] = ApiError(422, "Invalid", "value: must be no more than 1000000000")
+    with ThreadPoolExecutor(2) as pool:
+        result = sync(
+            kube,  # type: ignore[arg-type]
+            _Cache(),
+            pool,
+            [PC, _obj("Namespace", "b"), _obj("PriorityClass", "low", value=1)],
+            inventory=[],
+            options=SyncOptions(source="src"),
+            source_exists=lambda _: False,
+        )
+    assert sorted(kube.dry_runs) == ["b", "high", "low"]
+    assert kube.writes == []  # nothing applied, not even the objects the server accepted
+    assert (result.ok, result.reason) == (False, "DryRunFailed")
+    assert result.message == "PriorityClass high: value: must be no more than 1000000000"
+    status = kstatus(
+        _obj("PolicySource", "src") | {"metadata": {"name": "src", "generation": 2}},
+        ok=result.ok,
+        reason=result.reason,
+        message=result.message,
+        now=dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
+    )
+    stalled = [c for c in status["conditions"] if c["type"] == "Stalled"]
+    assert [(c["status"], c["reason"], c["message"]) for c in stalled] == [
+        ("True", "DryRunFailed", result.message)
+    ]

@@ -1,0 +1,242 @@
+"""The binder: carries out one job's decided `Write` against the API server.
+
+It decides nothing; `lifecycle` has said what to write. The order is the
+crash story: the job's status, with its record, goes first (compare-and-swap
+on resourceVersion where the decision was made on what the cache showed);
+only then are pods created and bound (`launch`) or deleted (a release clears
+the record first). After a crash at any point the records say what to finish
+or roll back, and pods of an attempt no record names are deleted by a later
+step. Binding a pod twice is impossible (the API server refuses, 409), and a
+pod creation refused by the ResourceQuota is retried briefly, then left to
+the gang timeout.
+
+Every write is `assume`d into the informer that will see it, so the next
+step reads it before its watch event arrives.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping
+from concurrent.futures import Executor
+from typing import Any
+
+from controller.gang.lifecycle import Write
+from controller.gang.metrics import GangMetrics
+from controller.gang.record import Admission, format_time, status_number
+from controller.gang.view import JobView
+from controller.jobs.pods import headless_service, worker_pods
+from controller.jobs.spec import JobSpec
+from controller.jobs.status import job_status
+from controller.kube.client import RESOURCES, ApiError, Kube
+from controller.kube.clock import Clock
+from controller.kube.events import EventRecorder
+from controller.kube.informer import Informer
+
+__all__ = ["FIELD_MANAGER", "Binder"]
+
+log = logging.getLogger(__name__)
+
+FIELD_MANAGER = "gangops-scheduler"
+_JOB = RESOURCES["TrainingJob"]
+_POD = RESOURCES["Pod"]
+_PAST = {"admit": "admitted", "resize": "resized", "nominate": "nominated"}
+"""How a write is named in the log (a release is logged by its kind)."""
+
+Obj = dict[str, Any]
+
+
+class Binder:
+    """Writes decided steps: `execute(write)`, one job at a time per caller."""
+
+    def __init__(
+        self,
+        kube: Kube,
+        *,
+        jobs: Informer,
+        pods: Informer,
+        pod_pool: Executor,
+        clock: Clock,
+        metrics: GangMetrics,
+        events: EventRecorder,
+        stop: threading.Event,
+        quota_retry_s: float,
+    ) -> None:
+        self._kube = kube
+        self._jobs = jobs
+        self._pods = pods
+        self._pod_pool = pod_pool
+        self._clock = clock
+        self._metrics = metrics
+        self._events = events
+        self._stop = stop
+        self._quota_retry_s = quota_retry_s
+        self._services: set[str] = set()
+        """UIDs of the jobs whose headless Service this process created (or found)."""
+
+    def execute(self, w: Write) -> None:
+        """The status (with the record, or the record cleared), then the pods."""
+        v = w.job
+        if w.preemption and v.gang is not None:
+            self._metrics.preemptions.labels(v.gang.project, v.gang.tier).inc()
+        if w.phase is not None:
+            obj = self._write_status(w)
+            if w.counted:
+                self._metrics.decisions.labels(w.kind).inc()
+            self._log(w)
+            if w.event is not None:
+                self._events.record(obj, type=w.event, reason=w.reason, message=w.message)
+            if w.record is not None:
+                v = JobView(obj, v.id, v.spec, v.gang, v.error, w.record, [])
+        if w.launch and v.admission is not None:
+            self._launch(v, v.admission)
+        self._delete_pods(w.delete)
+
+    def _log(self, w: Write) -> None:
+        v, adm = w.job, w.record
+        if w.kind == "admit" and adm is not None:
+            nodes = ", ".join(f"{n} x{c}" for n, c in sorted(adm.placement.nodes().items()))
+            log.info("admitted job=%s attempt=%d nodes=%s", v.id, adm.attempt, nodes)
+        elif w.kind == "resize" and adm is not None:
+            old = len(v.admission.placement.pods) if v.admission is not None else 0
+            log.info(
+                "resized job=%s attempt=%d workers=%d->%d",
+                v.id,
+                adm.attempt,
+                old,
+                len(adm.placement.pods),
+            )
+        elif w.kind == "nominate" and adm is not None:
+            log.info("nominated job=%s victims=%s", v.id, ",".join(j for j, _ in adm.victims))
+        elif w.counted:
+            log.info("%s job=%s reason=%r", _PAST.get(w.kind, w.kind), v.id, w.message)
+
+    def _write_status(self, w: Write) -> Obj:
+        """Merge-patch the job's status (compare-and-swap on resourceVersion when
+        `w.conditional`); fields set to None are removed."""
+        assert w.phase is not None
+        v = w.job
+        meta = v.obj["metadata"]
+        status = v.status
+        extra = dict(w.fields)
+        if w.record is not None:
+            extra["admission"] = w.record.to_dict()
+        elif w.clear:
+            extra["admission"] = None
+        adm = extra.get("admission", status.get("admission"))
+        allocation: dict[str, int] = {}
+        if isinstance(adm, Mapping):
+            for p in adm.get("pods", ()):
+                allocation[p["node"]] = allocation.get(p["node"], 0) + len(p["devices"])
+        body = job_status(
+            generation=int(meta.get("generation", 0)),
+            phase=w.phase,
+            reason=w.reason,
+            message=w.message,
+            now=format_time(self._clock.now().timestamp()),
+            previous=status.get("conditions") or (),
+            stalled=w.stalled,
+            allocation=allocation or None,
+            restarts=int(extra.pop("restarts", status_number(status, "restarts"))),
+            tier=v.gang.tier if v.gang is not None else None,
+            # what the job holds (an elastic job's current size), else what it asks for
+            gpus=sum(allocation.values()) or (v.spec.gang_size if v.spec is not None else None),
+        )
+        if not allocation and status.get("allocation"):
+            body["allocation"] = None
+        body.update(extra)
+        patch: Obj = {"status": body}
+        if w.conditional:
+            patch["metadata"] = {"resourceVersion": meta["resourceVersion"]}
+        out = self._kube.merge_patch(
+            _JOB,
+            meta["name"],
+            patch,
+            field_manager=FIELD_MANAGER,
+            namespace=meta.get("namespace"),
+            subresource="status",
+        )
+        self._jobs.assume(out)
+        return out
+
+    def _launch(self, v: JobView, adm: Admission) -> None:
+        """Create the attempt's missing pods and bind each unbound one to its node
+        (the pods of one gang in parallel)."""
+        assert v.spec is not None and v.gang is not None
+        service = None
+        if v.spec.uid not in self._services:
+            service = self._pod_pool.submit(self._create_service, v.spec)
+        template = v.obj["spec"]["template"]
+        manifests = worker_pods(
+            v.spec, template, adm.placement, tier=v.gang.tier, attempt=adm.attempt
+        )
+        nodes = [where.node for where in adm.placement.pods]
+        results = list(self._pod_pool.map(self._place_pod, manifests, nodes))
+        if service is not None:
+            service.result()
+        if not all(results):
+            return  # refused by quota for too long: the gang timeout rolls it back
+        if not v.status.get("startedAt"):  # first time bound (not a restart or resize)
+            self._metrics.gang_bound.labels(v.gang.tier).observe(
+                max(0.0, self._clock.now().timestamp() - v.spec.created)
+            )
+        log.info("gang bound job=%s attempt=%d pods=%d", v.id, adm.attempt, len(manifests))
+
+    def _create_service(self, spec: JobSpec) -> None:
+        """The job's headless Service (it only names the workers, so it is created
+        beside them, not before them)."""
+        try:
+            self._kube.create(headless_service(spec), field_manager=FIELD_MANAGER)
+        except ApiError as e:
+            if e.status != 409:
+                raise
+        self._services.add(spec.uid)
+
+    def _place_pod(self, manifest: Obj, node: str) -> bool:
+        """Create one worker, bound to its node (unless it exists); bind a worker
+        found unbound (one created by an earlier version of gangops)."""
+        meta = manifest["metadata"]
+        live = self._pods.get(meta["name"], meta["namespace"]) or self._create(manifest)
+        if live is None:
+            return False
+        if live["metadata"].get("deletionTimestamp") or live["spec"].get("nodeName"):
+            return True
+        try:
+            self._kube.bind(meta["namespace"], meta["name"], node, field_manager=FIELD_MANAGER)
+        except ApiError as e:
+            if e.status != 409:  # already bound: a binding happens once
+                raise
+        self._pods.assume({**live, "spec": {**live["spec"], "nodeName": node}})
+        return True
+
+    def _create(self, manifest: Obj) -> Obj | None:
+        """Create a pod; one refused by the ResourceQuota is retried for
+        `quota_retry_s` (the quota controller releases an evicted gang's usage a
+        little after its pods go), then given up (None)."""
+        meta = manifest["metadata"]
+        deadline = self._clock.monotonic() + self._quota_retry_s
+        while True:
+            try:
+                out = self._kube.create(manifest, field_manager=FIELD_MANAGER)
+                self._pods.assume(out)
+                return out
+            except ApiError as e:
+                if e.status == 409:
+                    return self._kube.get(_POD, meta["name"], meta["namespace"])
+                quota = e.status == 403 and "exceeded quota" in e.message
+                if not quota or self._clock.monotonic() > deadline or self._stop.is_set():
+                    if quota:
+                        log.warning("pod refused by quota pod=%s error=%r", meta["name"], e.message)
+                        return None
+                    raise
+            self._clock.wait(self._stop, 0.5)
+
+    def _delete_pods(self, pods: tuple[Obj, ...]) -> None:
+        for p in pods:
+            meta = p["metadata"]
+            if meta.get("deletionTimestamp"):
+                continue
+            self._kube.delete(
+                _POD, meta["name"], namespace=meta.get("namespace"), uid=meta.get("uid")
+            )

@@ -1,0 +1,81 @@
+"""A PolicySource's revisions: resolve its ref, then read and build the files at a commit.
+
+`Revisions` is the seam between the reconciler and Git: `GitRevisions` is
+the real one (a `GitCache` per repository, credentials from the source's
+Secret), and a unit test gives the reconciler a fake. A damaged cache is
+deleted and cloned again, once, without bothering anyone; every other Git
+failure is a `GitError` whose reason becomes the source's condition.
+"""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+from typing import Protocol
+
+from controller.kube.client import RESOURCES, Kube
+from controller.policy.build import Built, build
+from controller.reconciler.git import GitAuth, GitCache, GitError, auth_from_secret
+from controller.reconciler.spec import PolicySourceSpec, revision_string
+
+__all__ = ["GitRevisions", "Revisions"]
+
+
+class Revisions(Protocol):
+    """Where a PolicySource's revisions come from."""
+
+    def resolve(self, spec: PolicySourceSpec) -> str:
+        """The commit `spec.ref` points at now (raises `GitError`)."""
+        ...
+
+    def build(self, spec: PolicySourceSpec, sha: str) -> tuple[str, Built]:
+        """The policy set at `sha`, validated and compiled, and the commit it was
+        read from (another one only if the cache had to be cloned again)."""
+        ...
+
+
+class GitRevisions:
+    """Revisions read from Git through a local cache under `cache_dir`."""
+
+    def __init__(self, kube: Kube, *, cache_dir: Path, system_namespace: str) -> None:
+        self._kube = kube
+        self._cache_dir = cache_dir
+        self._system_namespace = system_namespace
+        self._git = GitCache(cache_dir / "git")
+
+    def resolve(self, spec: PolicySourceSpec) -> str:
+        auth = GitAuth()
+        if spec.secret_name:
+            secret = self._kube.get(RESOURCES["Secret"], spec.secret_name, self._system_namespace)
+            if secret is None:
+                raise GitError(
+                    "SecretNotFound",
+                    f"secret {self._system_namespace}/{spec.secret_name} not found",
+                )
+            data = {k: base64.b64decode(v) for k, v in (secret.get("data") or {}).items()}
+            auth = auth_from_secret(data, key_dir=self._cache_dir / "keys")
+        with self._git.lock(spec.url):
+            return self._git.resolve(spec.url, spec.ref, auth=auth, timeout_s=spec.timeout_s)
+
+    def build(self, spec: PolicySourceSpec, sha: str) -> tuple[str, Built]:
+        damaged = False
+        with self._git.lock(spec.url):
+            try:
+                sources, resolve = self._git.read(spec.url, sha, spec.path)
+            except GitError as e:
+                if e.reason != "ArtifactFailed":
+                    raise
+                self._git.forget(spec.url)
+                damaged = True
+        if damaged:  # clone again, read again
+            sha = self.resolve(spec)
+            with self._git.lock(spec.url):
+                sources, resolve = self._git.read(spec.url, sha, spec.path)
+        built = build(
+            sources,
+            root=spec.path,
+            resolve=resolve,
+            revision=revision_string(spec.ref, sha),
+            system_namespace=self._system_namespace,
+        )
+        return sha, built

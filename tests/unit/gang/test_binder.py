@@ -1,0 +1,63 @@
+"""The binder carries out a decided write; here, a launch whose pod creations the
+ResourceQuota refuses for a while (an evicted gang's usage is released a little
+after its pods go): retried, then created and bound."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+from controller.gang.binder import Binder
+from controller.gang.lifecycle import Write
+from controller.gang.metrics import GangMetrics
+from controller.gang.view import job_views
+from controller.kube.client import RESOURCES, ApiError
+from controller.kube.clock import FakeClock
+from controller.kube.events import EventRecorder
+from controller.kube.informer import Informer
+from tests.unit.reconciler.fakes import FakeKube
+
+from .builders import POLICY, admission, job
+
+QUOTA = ApiError(403, "Forbidden", 'pods "j-1-0" is forbidden: exceeded quota: gangops-quota')
+
+
+def _placed(kube: FakeKube) -> dict[str, str]:
+    """Each pod created, and the node it is bound to."""
+    return {
+        name: o["spec"].get("nodeName") or kube.bound[f"{ns}/{name}"]
+        for (kind, ns, name), o in kube.objects.items()
+        if kind == "Pod"
+    }
+
+
+def _launch(kube: FakeKube, clock: FakeClock, *, retry_s: float) -> None:
+    (v,) = job_views([job("j", adm=admission("a", "b"))], [], POLICY)
+    with ThreadPoolExecutor(4) as pool:
+        binder = Binder(
+            kube,  # type: ignore[arg-type]
+            jobs=Informer(kube, RESOURCES["TrainingJob"], clock=clock),  # type: ignore[arg-type]
+            pods=Informer(kube, RESOURCES["Pod"], clock=clock),  # type: ignore[arg-type]
+            pod_pool=pool,
+            clock=clock,
+            metrics=GangMetrics(),
+            events=EventRecorder(kube, component="test", clock=clock),  # type: ignore[arg-type]
+            stop=threading.Event(),
+            quota_retry_s=retry_s,
+        )
+        binder.execute(Write("launch", v, launch=True))
+
+
+def test_a_pod_refused_by_quota_is_retried_then_created_and_bound() -> None:
+    kube, clock = FakeKube(), FakeClock()
+    kube.refusals["j-1-0"] = [QUOTA, QUOTA]
+    _launch(kube, clock, retry_s=10)
+    assert kube.refusals["j-1-0"] == []  # both refusals were met, then it was created
+    assert _placed(kube) == {"j-1-0": "a", "j-1-1": "b"}
+
+
+def test_a_pod_refused_past_the_retry_window_is_left_to_the_gang_timeout() -> None:
+    kube, clock = FakeKube(), FakeClock()
+    kube.refusals["j-1-0"] = [QUOTA] * 100
+    _launch(kube, clock, retry_s=2)
+    assert _placed(kube) == {"j-1-1": "b"}

@@ -1,0 +1,62 @@
+"""Server-side apply on the wire: the request `Kube.apply` sends, at the HTTP seam
+(a fake `ApiClient.call_api`), because the content type, the field manager and
+the dry-run flag are the contract with the API server."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from controller.kube.client import Kube
+
+
+class _Response:
+    def __init__(self, body: Any) -> None:
+        self.data = json.dumps(body).encode()
+
+    def release_conn(self) -> None:
+        pass
+
+
+class FakeApiClient:
+    """Records each call; answers with the body it was sent."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict[str, Any]] = []
+
+    def call_api(self, path: str, method: str, **kw: Any) -> _Response:
+        self.calls.append({"path": path, "method": method, **kw})
+        return _Response(kw.get("body"))
+
+
+QUOTA = {
+    "apiVersion": "v1",
+    "kind": "ResourceQuota",
+    "metadata": {"name": "gangops-quota", "namespace": "nlp"},
+    "spec": {"hard": {"requests.nvidia.com/gpu": "8"}},
+}
+
+
+@pytest.mark.parametrize("dry_run", [False, True], ids=["apply", "dry run"])
+def test_apply_sends_an_apply_patch_with_its_field_manager(dry_run: bool) -> None:
+    api = FakeApiClient()
+    out = Kube(api, timeout_s=7).apply(QUOTA, field_manager="gangops", dry_run=dry_run)  # type: ignore[arg-type]
+    (call,) = api.calls
+    assert (call["method"], call["path"]) == (
+        "PATCH",
+        "/api/v1/namespaces/nlp/resourcequotas/gangops-quota",
+    )
+    assert call["header_params"]["Content-Type"] == "application/apply-patch+yaml"
+    query = call["query_params"]
+    assert ("fieldManager", "gangops") in query and ("force", "true") in query
+    assert (("dryRun", "All") in query) is dry_run
+    assert call["body"] == QUOTA and out == QUOTA
+
+
+def test_apply_without_a_field_manager_sends_nothing() -> None:
+    api = FakeApiClient()
+    with pytest.raises(ValueError, match="field manager"):
+        Kube(api).apply(QUOTA, field_manager="")  # type: ignore[arg-type]
+    assert api.calls == []
