@@ -248,16 +248,36 @@ def _run(args: argparse.Namespace) -> int:
     else:
         start_leading()
     stop.wait()
-    if elector is not None:
-        campaign.join(10)
-    if scheduler is not None:
-        scheduler.stop()
-    if reconciler is not None:
-        reconciler.stop()
-    for server in servers:
-        server.stop()
+
+    def shut_down() -> None:
+        if elector is not None:
+            campaign.join(10)
+        if scheduler is not None:
+            scheduler.stop()
+        if reconciler is not None:
+            reconciler.stop()
+        for server in servers:
+            server.stop()
+
+    # A graceful stop has a deadline, as a pod's termination grace period does: a
+    # writer stuck in a retry must not keep the process alive after SIGTERM.
+    closer = threading.Thread(target=shut_down, name="shutdown", daemon=True)
+    closer.start()
+    closer.join(_SHUTDOWN_DEADLINE_S)
+    if closer.is_alive():
+        log.error(
+            "shutdown did not finish within %gs; exiting anyway exit_code=%d",
+            _SHUTDOWN_DEADLINE_S,
+            exit_code or 1,
+        )
+        logging.shutdown()
+        os._exit(exit_code or 1)  # the writers' threads would be joined at exit
     log.info("stopped exit_code=%d", exit_code)
     return exit_code
+
+
+_SHUTDOWN_DEADLINE_S = 20.0
+"""How long a graceful stop may take (within Kubernetes' default 30 s grace period)."""
 
 
 def _default_cache() -> str:

@@ -80,7 +80,12 @@ def test_demo_interrupted_leaves_nothing_behind(control_plane: object) -> None:
     assert "== 3." in text, text
     work = _workdir(text)
     os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C reaches the whole foreground group
-    rest, _ = proc.communicate(timeout=120)
+    try:
+        rest, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:  # a hung clean-up must not outlive the test
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
     assert proc.returncode == 130, text + rest
     assert "interrupted; cleaning up" in rest
     assert not work.exists()
