@@ -76,8 +76,10 @@ cleanup() {
     say "Stop everything with: kill ${pids[*]}; $gangops dev-cluster down --state $state; rm -rf $work"
     return
   fi
+  (( code == 0 )) || printf 'clean-up (%ds): stopping gangops run and git-daemon\n' $((SECONDS - started)) >&2
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
   for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  (( code == 0 )) || printf 'clean-up (%ds): stopping the cluster\n' $((SECONDS - started)) >&2
   "$gangops" dev-cluster down --state "$state" >/dev/null 2>&1 || true
   rm -rf "$work"
   (( code == 0 )) && printf '\n%sdemo finished in %ds; everything it started is stopped and deleted%s\n' \

@@ -83,7 +83,10 @@ def test_demo_interrupted_leaves_nothing_behind(control_plane: object) -> None:
     try:
         rest, _ = proc.communicate(timeout=120)
     finally:
-        if proc.poll() is None:  # a hung clean-up must not outlive the test
+        if proc.poll() is None:  # a hung clean-up must not outlive the test; show what hangs
+            tree = subprocess.run(["ps", "-o", "pid,stat,etime,args", "-g", str(proc.pid)],
+                                  capture_output=True, text=True)  # fmt: skip
+            print(tree.stdout)
             os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate()
     assert proc.returncode == 130, text + rest
