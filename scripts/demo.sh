@@ -113,7 +113,6 @@ echo "... ($(k get nodes --no-headers | wc -l) nodes)"
 
 step "gangops install-crds: the system namespace, the CRDs, the TrainingJob admission policies"
 show "$gangops" install-crds | sed 's/^/  /'
-wait_for "the TrainingJob API served" 30 k get trainingjobs.ai.operator -A
 
 # ---------------------------------------------------------------- 2. the policy repository
 step "2. The policy repository: policies/ in a Git repository, served by git daemon"

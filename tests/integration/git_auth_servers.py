@@ -17,14 +17,13 @@ import hmac
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from .kube import wait_for
+from .kube import free_port, wait_for
 
 SSHD = "/usr/sbin/sshd"
 PRIVSEP_DIR = Path("/run/sshd")
@@ -34,12 +33,6 @@ creates it at boot, a container without systemd never does."""
 
 class SshdUnavailable(Exception):
     """sshd cannot run on this machine; the message says why."""
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def keygen(path: Path, comment: str) -> tuple[bytes, bytes]:
@@ -57,7 +50,7 @@ class Sshd:
     """`sshd -D -e` on a free loopback port, for the current user, keys in `home`."""
 
     home: Path
-    port: int = field(default_factory=_free_port)
+    port: int = field(default_factory=free_port)
     user: str = field(default_factory=lambda: pwd.getpwuid(os.getuid()).pw_name)
     proc: subprocess.Popen[bytes] | None = None
 

@@ -8,6 +8,7 @@ say what they were waiting for when it expires, instead of sleeping.
 from __future__ import annotations
 
 import json
+import socket
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
@@ -20,6 +21,13 @@ GPU = "nvidia.com/gpu"
 FAKE_EXIT = "gangops.ai/fake-exit"
 FAKE_DURATION = "gangops.ai/fake-duration-seconds"
 FAKE_EXIT_CODE = "gangops.ai/fake-exit-code"
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def wait_for(what: str, probe: Callable[[], T | None], *, timeout: float = 30.0) -> T:

@@ -34,7 +34,7 @@ import pytest
 
 from controller.devcluster import DevCluster
 
-from .kube import wait_for
+from .kube import free_port, wait_for
 from .reconciler_helpers import TEST_LABEL, PolicyRepo, ReconcileEnv, project
 
 pytest_plugins = ["tests.integration.reconciler_fixtures"]
@@ -42,12 +42,6 @@ pytest_plugins = ["tests.integration.reconciler_fixtures"]
 CONNECTIONS_PER_PORT = 1000
 ATTACK_S = 12.0
 PROBE_TIMEOUT_S = 10.0
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -87,7 +81,7 @@ def controller(
     env = reconcile_env
     (tmp_path / "hook-secret").write_bytes(b"s3cret\n")
     log = tmp_path / "controller.log"
-    metrics_port, webhook_port = _free_port(), _free_port()
+    metrics_port, webhook_port = free_port(), free_port()
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [

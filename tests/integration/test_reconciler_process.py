@@ -12,7 +12,6 @@ import hmac
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -28,16 +27,10 @@ import pytest
 from controller.devcluster import DevCluster
 from controller.kube.client import RESOURCES, Kube
 
-from .kube import wait_for
+from .kube import free_port, wait_for
 from .reconciler_helpers import TEST_LABEL, PolicyRepo, ReconcileEnv, managed, project
 
 pytest_plugins = ["tests.integration.reconciler_fixtures"]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -96,7 +89,7 @@ def _start(
     *extra: str,
 ) -> Controller:
     log = tmp_path / f"{identity}.log"
-    metrics_port, webhook_port = _free_port(), _free_port()
+    metrics_port, webhook_port = free_port(), free_port()
     with log.open("wb") as out:
         proc = _popen(
             out,
@@ -322,7 +315,7 @@ def test_run_fails_fast_and_says_what_is_missing(dev_cluster: DevCluster, tmp_pa
     assert out.returncode == 2, out.stderr
     assert f'the system namespace "{missing}" does not exist: `gangops install-crds`' in out.stderr
 
-    port = _free_port()  # nothing listens there
+    port = free_port()  # nothing listens there
     unreachable = tmp_path / "unreachable.kubeconfig"
     text = dev_cluster.kubeconfig.read_text(encoding="utf-8")
     server = next(line for line in text.splitlines() if "server:" in line).split("server:")[1]
