@@ -32,6 +32,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 import uuid
 from pathlib import Path
 from types import FrameType
@@ -217,9 +218,13 @@ def _run(args: argparse.Namespace) -> int:
     for server in servers:
         server.start()
 
+    received: list[int] = []
+
     def on_signal(signum: int, frame: FrameType | None) -> None:
-        log.info("signal received signal=%s; shutting down", signal.Signals(signum).name)
-        stop.set()
+        # Only note the signal: the handler runs on the main thread between two of its
+        # bytecodes, and taking a lock there (Event.set, a log write) can deadlock with
+        # the same lock held by the code it interrupted (`stop.wait()` itself).
+        received.append(signum)
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
@@ -247,7 +252,12 @@ def _run(args: argparse.Namespace) -> int:
         campaign.start()
     else:
         start_leading()
-    stop.wait()
+    while not (received or stop.is_set()):
+        time.sleep(0.2)  # no lock held here, so a signal handler can always run
+    stop.set()
+    if received:
+        names = ",".join(signal.Signals(n).name for n in received)
+        log.info("signal received signal=%s; shutting down", names)
 
     def shut_down() -> None:
         if elector is not None:
@@ -258,20 +268,28 @@ def _run(args: argparse.Namespace) -> int:
             reconciler.stop()
         for server in servers:
             server.stop()
+        # Python joins every non-daemon thread at exit (a reconcile's pool worker still
+        # in a Git fetch or an API call): wait for them here, within the deadline.
+        for t in threading.enumerate():
+            if t is not threading.current_thread() and t is not main and not t.daemon:
+                t.join()
 
     # A graceful stop has a deadline, as a pod's termination grace period does: a
-    # writer stuck in a retry must not keep the process alive after SIGTERM.
+    # writer or a fetch stuck in a retry must not keep the process alive after SIGTERM.
+    main = threading.current_thread()
     closer = threading.Thread(target=shut_down, name="shutdown", daemon=True)
     closer.start()
     closer.join(_SHUTDOWN_DEADLINE_S)
     if closer.is_alive():
+        busy = [t.name for t in threading.enumerate() if not t.daemon and t is not main]
         log.error(
-            "shutdown did not finish within %gs; exiting anyway exit_code=%d",
+            "shutdown did not finish within %gs; exiting anyway exit_code=%d threads=%s",
             _SHUTDOWN_DEADLINE_S,
             exit_code or 1,
+            ",".join(busy) or "-",
         )
         logging.shutdown()
-        os._exit(exit_code or 1)  # the writers' threads would be joined at exit
+        os._exit(exit_code or 1)  # the busy threads would be joined at exit, forever
     log.info("stopped exit_code=%d", exit_code)
     return exit_code
 
