@@ -181,6 +181,10 @@ class Informer:
 
         def opened(resp: Any) -> None:
             self._resp = resp
+            # `stop` may have run while this watch was opening and seen no stream to
+            # close: close it here, or the read blocks until the server ends the watch.
+            if self._stop.is_set():
+                resp.shutdown()
 
         try:
             for event in self._kube.watch(
