@@ -66,19 +66,34 @@ kubectl_bin="$bin/kubectl"
 work="$(mktemp -d -t gangops-demo.XXXXXX)"
 state="$work/dev-cluster.json"
 say "${dim}(working directory $work)${off}"
-pids=()
+# The narrated steps run as a child of this shell (`demo &`, then `wait`), so Ctrl-C
+# always reaches the trap below: a shell waiting for a foreground command that handles
+# SIGINT itself (kubectl does) would carry on instead. The processes the steps start
+# in the background are listed in $work/pids for the clean-up.
+pids_file="$work/pids"
+: >"$pids_file"
+# stop PID...: SIGTERM, then wait (at most 30 s) until each is gone.
+stop() {
+  local pid t0=$SECONDS
+  for pid in "$@"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "$@"; do
+    while kill -0 "$pid" 2>/dev/null && (( SECONDS - t0 < 30 )); do sleep 0.2; done
+  done
+}
 cleanup() {
   local code=$?
   trap - EXIT INT TERM
+  local pids
+  mapfile -t pids <"$pids_file"
   if [[ "${GANGOPS_DEMO_KEEP:-}" == 1 && $code -eq 0 ]]; then
     say ""
     say "Left running (GANGOPS_DEMO_KEEP=1): export KUBECONFIG=$work/admin.kubeconfig; kubectl is $kubectl_bin."
     say "Stop everything with: kill ${pids[*]}; $gangops dev-cluster down --state $state; rm -rf $work"
     return
   fi
-  (( code == 0 )) || printf 'clean-up (%ds): stopping gangops run and git-daemon\n' $((SECONDS - started)) >&2
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  (( code == 0 )) || printf 'clean-up (%ds): stopping the demo, gangops run and git-daemon\n' $((SECONDS - started)) >&2
+  [[ -n "${body:-}" ]] && { pkill -TERM -P "$body" 2>/dev/null || true; stop "$body"; }
+  stop "${pids[@]}"
   (( code == 0 )) || printf 'clean-up (%ds): stopping the cluster\n' $((SECONDS - started)) >&2
   "$gangops" dev-cluster down --state "$state" >/dev/null 2>&1 || true
   rm -rf "$work"
@@ -97,6 +112,7 @@ is_phase() { [[ "$(phase "$1" "$2")" == "$3" ]]; }
 gpus_of() { k get tj -n "$1" "$2" -o jsonpath='{.status.gpus}'; }
 tj_table() { show "$kubectl_bin" get tj -A -L ai.operator/user --sort-by=.metadata.creationTimestamp; }
 
+demo() {
 # ---------------------------------------------------------------- 1. the cluster
 step "1. A Kubernetes control plane on this machine: gangops dev-cluster up"
 say "etcd, kube-apiserver and kube-controller-manager built from Go modules, plus fake GPU nodes"
@@ -134,7 +150,7 @@ git_port="$(free_port)"
 # git-daemon itself, not the `git daemon` wrapper: killing the wrapper would leave it.
 "$(git --exec-path)/git-daemon" --reuseaddr --listen=127.0.0.1 --port="$git_port" --base-path="$git_root" \
   --export-all "$git_root" >"$work/git-daemon.log" 2>&1 &
-pids+=($!)
+echo "$!" >>"$pids_file"
 url="git://127.0.0.1:$git_port/policies.git"
 wait_for "git daemon serves $url" 10 git ls-remote "$url"
 
@@ -150,7 +166,7 @@ printf '%s$ gangops %s%s\n' "$dim" "${run_args[*]/#$work\//}" "$off"
 say "(this gangops places on the 8 A100 nodes, 64 GPUs: --node-selector; elastic jobs may"
 say "grow every 10 s instead of every 10 minutes: --grow-interval)"
 "$gangops" "${run_args[@]}" >"$work/gangops-run.log" 2>&1 &
-pids+=($!)
+echo "$!" >>"$pids_file"
 cat >"$work/policysource.yaml" <<YAML
 apiVersion: policy.ai.operator/v1
 kind: PolicySource
@@ -272,3 +288,7 @@ show "$kubectl_bin" get configmap -n gangops-system gangops-scheduling-policy \
   -o jsonpath='{.data.policy\.json}' | "$python" -c \
   'import json,sys; p=json.load(sys.stdin); print("  alice max:", [m for q in p["projects"] if q["name"]=="nlp" for m in q["users"]["members"] if m["name"]=="alice"][0]["max"])'
 tj_table
+}
+demo &
+body=$!
+wait "$body"
