@@ -18,8 +18,8 @@ $(STAMP): pyproject.toml
 
 # The local control plane (clusters/local), built from Go modules once and cached
 # under ~/.cache/gangops: minutes the first time, with progress; instant after.
-control-plane:
-	@bash clusters/local/build.sh >/dev/null
+control-plane: venv
+	@$(BIN)/python -m controller.devcluster build >/dev/null
 
 # The main job: gangops running on the local control plane, narrated (scripts/demo.sh).
 demo: venv control-plane

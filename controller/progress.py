@@ -17,6 +17,7 @@ records bound for the console are written above it.
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -26,7 +27,7 @@ from typing import NoReturn, TextIO
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-__all__ = ["LINE_INTERVAL_S", "Progress", "Steps", "progress", "steps"]
+__all__ = ["LINE_INTERVAL_S", "BuildProgress", "Progress", "Steps", "progress", "steps"]
 
 LINE_INTERVAL_S = 5.0
 """Plain lines (stderr not a terminal): at most one per this many seconds for a count."""
@@ -155,3 +156,48 @@ def _logs_above(bar: tqdm[NoReturn] | None) -> AbstractContextManager[object]:
     """While a bar is drawn, log records to the console go above it instead of
     through it."""
     return nullcontext() if bar is None else logging_redirect_tqdm()
+
+
+_BUILDING = re.compile(r"^build\.sh: building (\S+) \(.*?(\d+) packages")
+_COMPILED = re.compile(r"^build\.sh: (\S+): (\d+)/\d+ packages compiled")
+_BUILT = re.compile(r"^build\.sh: built (\S+) in")
+
+
+class BuildProgress:
+    """The control-plane build's lines (clusters/local/build.sh), fed one by one to
+    `line`: on a terminal a bar of packages compiled per binary, the other lines
+    above it; elsewhere the lines as they are (they already say how far it is)."""
+
+    def __init__(self, *, stream: TextIO | None = None) -> None:
+        self._stream = stream or sys.stderr
+        self.terminal = self._stream.isatty()
+        self._open: AbstractContextManager[Progress] | None = None
+        self._bar: Progress | None = None
+        self._total = 0
+
+    def line(self, text: str) -> None:
+        """Show one line of the build's output."""
+        if self.terminal:
+            if m := _BUILDING.match(text):
+                self.close()
+                self._total = int(m[2])
+                self._open = progress(self._total, f"build {m[1]}", unit="packages",
+                                      stream=self._stream)  # fmt: skip
+                self._bar = self._open.__enter__()
+                return
+            if self._bar is not None and (m := _COMPILED.match(text)):
+                self._bar.set(min(int(m[2]), self._total))
+                return
+            if self._bar is not None and _BUILT.match(text):
+                self._bar.set(self._total)
+                self.close()
+        if self._bar is not None:
+            tqdm.write(text, file=self._stream)
+        else:
+            print(text, file=self._stream)
+
+    def close(self) -> None:
+        """Close the current bar, if one is drawn."""
+        if self._open is not None:
+            self._open.__exit__(None, None, None)
+        self._open = self._bar = None

@@ -16,6 +16,8 @@ if command -v flock >/dev/null; then
   flock 9
 fi
 # At most four parallel compile jobs: keep the compiler from starving the machine.
+# A progress line every this many seconds while a binary compiles.
+every="${GANGOPS_BUILD_PROGRESS_S:-15}"
 jobs="${GANGOPS_GO_BUILD_JOBS:-$(( $(nproc) < 4 ? $(nproc) : 4 ))}"
 ldflags="-s -w -X k8s.io/component-base/version.gitVersion=${version} \
  -X k8s.io/component-base/version.gitMajor=$(echo "${version#v}" | cut -d. -f1) \
@@ -44,14 +46,14 @@ for dir in "$here"/cmd/*/; do
   total="$(cd "$here" && GOFLAGS=-mod=readonly go list -deps "./cmd/$name" | wc -l)"
   echo "build.sh: building $name (Kubernetes ${version}, ${total} packages, -p ${jobs}) ..." >&2
   # `go build -v` names each package as it compiles it: count them for a progress
-  # line every 15 s; anything else it prints (a compile error) passes through.
+  # line every $every s; anything else it prints (a compile error) passes through.
   (cd "$here" && GOFLAGS=-mod=readonly CGO_ENABLED=0 go build -v -p "$jobs" -trimpath \
       -ldflags "$ldflags" -o "$bin/$name.tmp" "./cmd/$name" 2>&1) | {
     n=0 last=$SECONDS
     while IFS= read -r line; do
       if [[ "$line" =~ ^[A-Za-z0-9_./~-]+$ ]]; then
         n=$((n + 1))
-        if (( SECONDS - last >= 15 )); then
+        if (( SECONDS - last >= every )); then
           last=$SECONDS
           echo "build.sh: $name: $(( n < total ? n : total ))/${total} packages compiled ($(( $(date +%s) - t0 ))s)" >&2
         fi

@@ -21,6 +21,7 @@ from controller.clusterspec import ClusterSpecError, load_cluster
 from controller.devcluster.launcher import (
     DEFAULT_CLUSTER_FILE,
     USERS,
+    Build,
     DevCluster,
     DevClusterError,
     Options,
@@ -31,6 +32,7 @@ from controller.devcluster.launcher import (
     start,
     stop_from_state,
 )
+from controller.progress import BuildProgress
 
 __all__ = ["add_subcommand", "default_state_file"]
 
@@ -42,6 +44,7 @@ that registers the GPU nodes of a cluster description and runs the pods bound
 to them. Everything listens on free 127.0.0.1 ports and lives in a temporary
 directory.
 
+  build  build the binaries (once, cached) and print where they are
   up     start a cluster (see `up --help`)
   env    print `export KUBECONFIG=...` for the running cluster:
            eval "$(gangops dev-cluster env)"
@@ -128,6 +131,23 @@ def add_subcommand(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
     _state_argument(up)
     up.set_defaults(func=_up)
 
+    build = actions.add_parser(
+        "build",
+        help="build the control plane's binaries (once; cached) and print where they are",
+        description="Build etcd, kube-apiserver, kube-controller-manager, kube-scheduler,"
+        " kubectl and the fake kubelet from Go modules (clusters/local/build.sh), once:"
+        " they are cached under ~/.cache/gangops, keyed by go.mod, go.sum and their"
+        " sources. The first build takes minutes; progress goes to stderr (a bar per"
+        " binary on a terminal), the binaries' directory to stdout.",
+    )
+    build.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="show the build's progress on stderr (default on)",
+    )
+    build.set_defaults(func=_build)
+
     down = actions.add_parser(
         "down",
         help="stop the running cluster and delete its directory",
@@ -203,7 +223,7 @@ def _up(args: argparse.Namespace) -> int:
             return 1
         stop_from_state(state_file)  # stale: its processes are gone; clean up after it
     try:
-        build = ensure_binaries(progress=lambda line: print(line, file=sys.stderr))
+        build = _build_binaries(show=args.progress)
     except DevClusterError as e:
         _err(str(e))
         return 1
@@ -286,6 +306,28 @@ def _summary(cluster: DevCluster, *, detach: bool) -> None:
         file=sys.stderr,
     )
     print(f"export KUBECONFIG={cluster.kubeconfig}", flush=True)
+
+
+def _build_binaries(*, show: bool) -> Build:
+    """Build (or find) the binaries, showing the build: a bar per binary on a terminal,
+    build.sh's own lines otherwise, only errors without `show`."""
+    bars = BuildProgress()
+    emit = bars.line if show else (lambda line: None)
+    try:
+        return ensure_binaries(progress=emit, progress_every_s=1 if bars.terminal else 15)
+    finally:
+        bars.close()
+
+
+def _build(args: argparse.Namespace) -> int:
+    try:
+        build = _build_binaries(show=args.progress)
+    except DevClusterError as e:
+        _err(str(e))
+        return 1
+    _err(f"binaries in {build.bin_dir} ({build.built} built in {build.seconds:.0f}s)")
+    print(build.bin_dir)
+    return 0
 
 
 def _down(args: argparse.Namespace) -> int:

@@ -159,7 +159,9 @@ class Build:
     """Binaries compiled by this call (0 when all came from the cache)."""
 
 
-def ensure_binaries(progress: Callable[[str], None] | None = None) -> Build:
+def ensure_binaries(
+    progress: Callable[[str], None] | None = None, *, progress_every_s: int = 15
+) -> Build:
     """Build the control plane's binaries once (cached by version; see clusters/local/build.sh).
 
     `progress` receives each line the build prints; by default they are logged.
@@ -186,6 +188,7 @@ def ensure_binaries(progress: Callable[[str], None] | None = None) -> Build:
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
         text=True,
+        env={**os.environ, "GANGOPS_BUILD_PROGRESS_S": str(progress_every_s)},
     ) as proc:
         assert proc.stdout is not None
         for raw in proc.stdout:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import io
 
-from controller.progress import LINE_INTERVAL_S, progress, steps
+from controller.progress import LINE_INTERVAL_S, BuildProgress, progress, steps
 
 
 class _Clock:
@@ -84,3 +84,35 @@ def test_a_count_that_stops_short_says_where() -> None:
         p.set(150)
         p.set(170)
     assert out.getvalue() == "simulate fifo-greedy: 85% (170/200 jobs)\n"
+
+
+_BUILD = [
+    "build.sh: etcd is up to date in /cache/bin",
+    "build.sh: building kube-apiserver (Kubernetes v1.35.4, 2000 packages, -p 2) ...",
+    "build.sh: kube-apiserver: 600/2000 packages compiled (15s)",
+    "build.sh: kube-apiserver: 1500/2000 packages compiled (30s)",
+    "build.sh: built kube-apiserver in 41s",
+    "build.sh: 1 binaries built in 41s; cache /cache/bin",
+]
+
+
+def test_the_build_on_a_terminal_is_a_bar_per_binary() -> None:
+    out = _Terminal()
+    bars = BuildProgress(stream=out)
+    assert bars.terminal
+    for line in _BUILD:
+        bars.line(line)
+    bars.close()
+    text = out.getvalue()
+    assert "build kube-apiserver" in text and "2000/2000" in text and "\r" in text
+    assert "packages compiled" not in text  # the counts became the bar
+    assert "built kube-apiserver in 41s" in text and "1 binaries built" in text
+
+
+def test_the_build_elsewhere_is_its_own_lines() -> None:
+    out = io.StringIO()
+    bars = BuildProgress(stream=out)
+    for line in _BUILD:
+        bars.line(line)
+    bars.close()
+    assert out.getvalue() == "".join(line + "\n" for line in _BUILD)
