@@ -485,6 +485,21 @@ class DevCluster:
     def log_dir(self) -> Path:
         return self.options.data_dir / "logs"
 
+    @property
+    def prometheus_targets_file(self) -> Path:
+        """The file_sd file (`data_dir/prometheus/targets.json`) listing what the
+        cluster's Prometheus scrapes (`controller.devcluster.prometheus`): a JSON list of
+        `{"targets": ["127.0.0.1:PORT"], "labels": {"node": NAME}}`, written whole
+        (`prometheus.write_targets`) by whoever starts the node agents."""
+        return self.options.data_dir / "prometheus" / "targets.json"
+
+    def add_component(self, component: Component) -> None:
+        """Own a process started beside the cluster (Prometheus, node agents): it is
+        stopped with the cluster, before the control plane, recorded in the state file
+        for `down`, and checked by `check_alive`."""
+        self.components.append(component)
+        self._save_state(ready=self.timings is not None)
+
     def check_alive(self) -> None:
         """Raise DevClusterError, with the end of its log, if a component has exited."""
         for c in self.components:
