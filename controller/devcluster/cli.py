@@ -32,6 +32,7 @@ from controller.devcluster.launcher import (
     start,
     stop_from_state,
 )
+from controller.devcluster.prometheus import Prometheus, start_for_cluster
 from controller.progress import BuildProgress
 
 __all__ = ["add_subcommand", "default_state_file"]
@@ -127,6 +128,21 @@ def add_subcommand(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
         default=True,
         help="show on stderr what starting waits for and the nodes Ready as they come: a bar on"
         " a terminal, a line now and then otherwise (default on)",
+    )
+    up.add_argument(
+        "--prometheus",
+        action="store_true",
+        help="also run a real Prometheus (Debian package `prometheus`) on a free loopback"
+        " port with the chart's GPU recording rules, scraping the node agents listed in"
+        " DATA_DIR/prometheus/targets.json (a file_sd file); prints"
+        " `export GANGOPS_PROMETHEUS_URL=...` too",
+    )
+    up.add_argument(
+        "--prometheus-interval",
+        type=float,
+        default=1.0,
+        metavar="SECONDS",
+        help="Prometheus' scrape and rule-evaluation interval (default: 1; production uses 15)",
     )
     _state_argument(up)
     up.set_defaults(func=_up)
@@ -247,13 +263,17 @@ def _up(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, _raise_stop)
     signal.signal(signal.SIGHUP, _raise_stop)
     try:
-        return _run(options, detach=args.detach)
+        return _run(
+            options,
+            detach=args.detach,
+            prometheus_interval_s=args.prometheus_interval if args.prometheus else None,
+        )
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
 
 
-def _run(options: Options, *, detach: bool) -> int:
+def _run(options: Options, *, detach: bool, prometheus_interval_s: float | None) -> int:
     try:
         cluster = start(options)
     except DevClusterError as e:
@@ -262,10 +282,22 @@ def _run(options: Options, *, detach: bool) -> int:
     except (KeyboardInterrupt, _Stop):
         _err("interrupted while starting; stopped")
         return 130
+    prom: Prometheus | None = None
+    if prometheus_interval_s is not None:
+        try:
+            prom = start_for_cluster(cluster, scrape_interval_s=prometheus_interval_s)
+        except DevClusterError as e:
+            _err(f"Prometheus did not start (the cluster is stopped): {e}")
+            cluster.stop(grace=3.0)
+            return 1
+        except (KeyboardInterrupt, _Stop):
+            _err("interrupted while starting Prometheus; stopped")
+            cluster.stop(grace=3.0)
+            return 130
     try:
         # The summary tells the caller the cluster is ready, and a Ctrl-C may
         # follow at once: from here on an interrupt stops the cluster cleanly.
-        _summary(cluster, detach=detach)
+        _summary(cluster, prom, detach=detach)
         if detach:
             return 0
         while True:
@@ -283,7 +315,7 @@ def _run(options: Options, *, detach: bool) -> int:
     return code
 
 
-def _summary(cluster: DevCluster, *, detach: bool) -> None:
+def _summary(cluster: DevCluster, prom: Prometheus | None, *, detach: bool) -> None:
     t = cluster.timings
     assert t is not None
     gpus = cluster.options.cluster.total_gpus
@@ -302,9 +334,17 @@ def _summary(cluster: DevCluster, *, detach: bool) -> None:
         f"  users       {users}\n"
         f"  kubectl     {cluster.options.bin_dir / 'kubectl'} (the cluster's own version)\n"
         f"  logs        {cluster.log_dir}\n"
-        f"{how}",
+        + (
+            f"  prometheus  {prom.url} (every {prom.config.scrape_interval_s:g}s; targets:"
+            f" {cluster.prometheus_targets_file})\n"
+            if prom is not None
+            else ""
+        )
+        + how,
         file=sys.stderr,
     )
+    if prom is not None:
+        print(f"export GANGOPS_PROMETHEUS_URL={prom.url}")
     print(f"export KUBECONFIG={cluster.kubeconfig}", flush=True)
 
 

@@ -499,7 +499,7 @@ def _exit_error(prom: Prometheus) -> PrometheusError:
     where = f"(exit code {code}; log {prom.component.log})"
     if "address already in use" in said:
         return _PortTaken(f"Prometheus could not bind {prom.url} {where}:\n{said}")
-    if "Error loading config" in said:
+    if "error loading config" in said.lower():
         return PrometheusError(
             f"Prometheus rejected its configuration {prom.config_file} {where}:\n{said}"
         )
