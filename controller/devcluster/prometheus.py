@@ -545,6 +545,9 @@ class ScrapeHealth:
     """Over all targets, the scrapes short of `expected_scrapes` (samples of
     `scrape_duration_seconds` counted). Only meaningful once every target has been
     listed for the whole window."""
+    failed_scrapes: int
+    """Over all targets, scrapes in the window that failed (`up` 0: a timeout, a
+    refused connection, a bad exposition); they count as scrapes above."""
     scrape_duration_p50_s: float
     scrape_duration_p99_s: float
     scrape_duration_max_s: float
@@ -572,6 +575,11 @@ def scrape_health(
     durations = sorted(v for s in series for _, v in s.points)
     expected = max(0, math.floor(window_s / interval) - 1)
     missed = sum(max(0, expected - len(s.points)) for s in series)
+    failed = sum(
+        v == 0
+        for s in prom.samples(f'up{{job="{job}"}}', window_s=window_s, at=now)
+        for _, v in s.points
+    )
     up = prom.query(f'up{{job="{job}"}} == 1', at=now)
     interval_p99 = prom.query(
         'max(prometheus_target_interval_length_seconds{quantile="0.99"})', at=now
@@ -582,6 +590,7 @@ def scrape_health(
         window_s=window_s,
         expected_scrapes=expected,
         missed_scrapes=missed,
+        failed_scrapes=failed,
         scrape_duration_p50_s=_quantile(durations, 0.5),
         scrape_duration_p99_s=_quantile(durations, 0.99),
         scrape_duration_max_s=durations[-1] if durations else math.nan,
