@@ -538,13 +538,15 @@ class ScrapeHealth:
     up: int
     """Targets whose last scrape succeeded."""
     window_s: float
-    expected_scrapes: int
-    """Scrapes each target should have had in the window: window / interval, less one
-    for where the window's ends fall between scrapes and for scheduling jitter."""
+    scrapes: int
+    """Over all targets, the scrapes recorded in the window (samples of
+    `scrape_duration_seconds`)."""
     missed_scrapes: int
-    """Over all targets, the scrapes short of `expected_scrapes` (samples of
-    `scrape_duration_seconds` counted). Only meaningful once every target has been
-    listed for the whole window."""
+    """Over all targets, the scrapes that should have happened and did not: a gap of
+    n intervals between two of a target's scrapes (rounded, so jitter does not count)
+    is n - 1 missed, and so is the time from its last scrape to the end of the window.
+    Measure a set of targets that stays listed for the whole window (a target removed
+    in it misses the rest; one added in it misses nothing before its first scrape)."""
     failed_scrapes: int
     """Over all targets, scrapes in the window that failed (`up` 0: a timeout, a
     refused connection, a bad exposition); they count as scrapes above."""
@@ -557,6 +559,14 @@ class ScrapeHealth:
     (`prometheus_target_interval_length_seconds`, the worst interval configured;
     every job here has the one global interval); well above the interval means it
     falls behind. None before it has scraped itself."""
+
+
+def _missed(times: Sequence[float], *, interval_s: float, end: float) -> int:
+    """Scrapes missing between consecutive scrape times and from the last one to `end`."""
+    ends = [*times, end]
+    return sum(
+        max(0, round((b - a) / interval_s) - 1) for a, b in zip(times, ends[1:], strict=True)
+    )
 
 
 def _quantile(ordered: Sequence[float], q: float) -> float:
@@ -573,8 +583,7 @@ def scrape_health(
     now = time.time()
     series = prom.samples(f'scrape_duration_seconds{{job="{job}"}}', window_s=window_s, at=now)
     durations = sorted(v for s in series for _, v in s.points)
-    expected = max(0, math.floor(window_s / interval) - 1)
-    missed = sum(max(0, expected - len(s.points)) for s in series)
+    missed = sum(_missed([t for t, _ in s.points], interval_s=interval, end=now) for s in series)
     failed = sum(
         v == 0
         for s in prom.samples(f'up{{job="{job}"}}', window_s=window_s, at=now)
@@ -588,7 +597,7 @@ def scrape_health(
         targets=len(series),
         up=len(up),
         window_s=window_s,
-        expected_scrapes=expected,
+        scrapes=len(durations),
         missed_scrapes=missed,
         failed_scrapes=failed,
         scrape_duration_p50_s=_quantile(durations, 0.5),
