@@ -178,7 +178,8 @@ def add_subcommand(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
         "env",
         help="print `export KUBECONFIG=...` for the running cluster",
         description='Print shell code pointing kubectl at the running cluster: eval "$(gangops'
-        ' dev-cluster env)". Fails if no cluster is running.',
+        ' dev-cluster env)" (and GANGOPS_PROMETHEUS_URL at its Prometheus, if `up` started'
+        " one). Fails if no cluster is running.",
     )
     env.add_argument(
         "--user",
@@ -389,5 +390,7 @@ def _env(args: argparse.Namespace) -> int:
         _err(f"the cluster recorded in {args.state} is not running or not ready")
         return 1
     path = state["kubeconfig"] if args.user == "admin" else state["users"][args.user]
+    if "prometheus_url" in state:
+        print(f"export GANGOPS_PROMETHEUS_URL={state['prometheus_url']}")
     print(f"export KUBECONFIG={path}")
     return 0

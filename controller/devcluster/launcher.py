@@ -36,7 +36,7 @@ import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple, TypedDict
+from typing import Any, NamedTuple, NotRequired, TypedDict
 
 from controller.clusterspec import ClusterSpec
 from controller.devcluster.nodes import node_manifests
@@ -351,6 +351,8 @@ class State(TypedDict):
     users: dict[str, str]
     components: list[ComponentState]
     ready: bool
+    prometheus_url: NotRequired[str]
+    """The Prometheus started beside the cluster (`up --prometheus`), if any."""
 
 
 def read_state(path: Path) -> State | None:
@@ -475,6 +477,8 @@ class DevCluster:
     components: list[Component] = field(default_factory=list)
     timings: Timings | None = None
     """Set once the cluster is ready (always, when `start` returns it)."""
+    prometheus_url: str | None = None
+    """The Prometheus beside the cluster (`prometheus.start_for_cluster`), if any."""
     _stopped: bool = field(default=False, init=False, repr=False)
 
     @property
@@ -538,7 +542,7 @@ class DevCluster:
         if self.options.tie_to_process:
             pid = os.getpid()
             owner = {"name": "owner", "pid": pid, "start_time": _proc_start_time(pid), "log": ""}
-        return {
+        state: State = {
             "version": _STATE_VERSION,
             "owner": owner,
             "data_dir": str(self.options.data_dir),
@@ -550,6 +554,9 @@ class DevCluster:
             "components": [c.to_state() for c in self.components],
             "ready": ready,
         }
+        if self.prometheus_url is not None:
+            state["prometheus_url"] = self.prometheus_url
+        return state
 
     def _save_state(self, *, ready: bool = False) -> None:
         if self.options.state_file is not None:

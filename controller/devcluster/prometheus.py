@@ -513,7 +513,8 @@ def start_for_cluster(
     `cluster.prometheus_targets_file` (created empty if missing; the agents' side
     writes it with `write_targets`). It works in the directory that file is in, logs
     to `cluster.log_dir/prometheus.log`, and is stopped with the cluster (first), by
-    `dev-cluster down` too, and dies with this process when the cluster does."""
+    `dev-cluster down` too, and dies with this process when the cluster does. Its URL
+    is `cluster.prometheus_url`, and in the state file for `dev-cluster env`."""
     targets = cluster.prometheus_targets_file
     prom = start_prometheus(
         targets.parent,
@@ -522,6 +523,7 @@ def start_for_cluster(
         tie_to_process=cluster.options.tie_to_process,
         timeout_s=timeout_s,
     )
+    cluster.prometheus_url = prom.url
     cluster.add_component(prom.component)
     return prom
 

@@ -345,6 +345,10 @@ def test_dev_cluster_up_with_prometheus(tmp_path: Path) -> None:
                 return [t["scrapePool"] for t in json.load(resp)["data"]["activeTargets"]]
 
         assert wait_for("Prometheus scraping itself", pools) == ["prometheus"]  # no agents yet
+        env = subprocess.run(
+            [*command, "env", *common], capture_output=True, text=True, timeout=60, check=True
+        )
+        assert f"export GANGOPS_PROMETHEUS_URL={url}\n" in env.stdout
     finally:
         down = subprocess.run(
             [*command, "down", *common], capture_output=True, text=True, timeout=60, check=False
