@@ -3,7 +3,8 @@
 `start` brings up etcd, kube-apiserver, kube-controller-manager and the fake
 GPU kubelet from the binaries that `ensure_binaries` builds from
 clusters/local; `DevCluster.stop` tears them down. `cli.add_subcommand` exposes
-the same as `gangops dev-cluster up | down | env`.
+the same as `gangops dev-cluster up | down | env`. `prometheus` runs a real
+Prometheus beside it (`up --prometheus`), scraping the node agents.
 """
 
 from controller.devcluster.launcher import (
