@@ -391,6 +391,8 @@ def start_prometheus(
     it is not ready in `timeout_s`."""
     config = config or PrometheusConfig()
     exe = binary or find_binary()
+    if not os.access(exe, os.X_OK):
+        raise PrometheusError(f"{exe} is not an executable file ({INSTALL_HINT})")
     missing = [str(p) for p in config.rule_files if not p.is_file()]
     if missing:
         raise PrometheusError(f"rule file not found: {', '.join(missing)}")
@@ -428,7 +430,10 @@ def _start(
 ) -> Prometheus:
     address = f"127.0.0.1:{port}"
     config_file = work_dir / "prometheus.yml"
-    rendered = render_config(config, self_address=address)
+    try:
+        rendered = render_config(config, self_address=address)
+    except ValueError as e:
+        raise PrometheusError(f"cannot configure Prometheus: {e}") from None
     config_file.write_text(json.dumps(rendered, indent=2) + "\n", encoding="utf-8")
     log_file.parent.mkdir(parents=True, exist_ok=True)
     args = [
@@ -440,6 +445,7 @@ def _start(
     ]
     t0 = time.monotonic()
     with log_file.open("ab") as out:
+        log_start = out.tell()  # what this attempt writes, for the errors it reports
         popen = subprocess.Popen(
             args,
             stdin=subprocess.DEVNULL,
@@ -458,7 +464,7 @@ def _start(
         component=component,
     )
     try:
-        _wait_ready(prom, deadline=t0 + timeout_s)
+        _wait_ready(prom, deadline=t0 + timeout_s, log_start=log_start)
     except BaseException:
         prom.stop(grace=2.0)
         raise
@@ -472,10 +478,10 @@ def _start(
     return prom
 
 
-def _wait_ready(prom: Prometheus, *, deadline: float) -> None:
+def _wait_ready(prom: Prometheus, *, deadline: float, log_start: int) -> None:
     while True:
         if not prom.alive():
-            raise _exit_error(prom)
+            raise _exit_error(prom, log_start)
         try:
             with urllib.request.urlopen(f"{prom.url}/-/ready", timeout=2) as resp:
                 if resp.status == 200:
@@ -490,10 +496,13 @@ def _wait_ready(prom: Prometheus, *, deadline: float) -> None:
         time.sleep(0.05)
 
 
-def _exit_error(prom: Prometheus) -> PrometheusError:
-    """Why Prometheus exited while starting, in its own words (its level=error lines)."""
-    tail = prom.component.log_tail(40)
-    errors = [line for line in tail.splitlines() if "level=error" in line] or tail.splitlines()[-5:]
+def _exit_error(prom: Prometheus, log_start: int) -> PrometheusError:
+    """Why Prometheus exited while starting, in its own words: the level=error lines
+    it logged from `log_start` on (else its last lines)."""
+    with prom.component.log.open("rb") as f:
+        f.seek(log_start)
+        lines = f.read().decode("utf-8", "replace").splitlines()
+    errors = [line for line in lines if "level=error" in line][-10:] or lines[-5:]
     said = "\n".join(errors)
     code = prom.component.popen.poll() if prom.component.popen else None
     where = f"(exit code {code}; log {prom.component.log})"

@@ -99,3 +99,14 @@ def test_a_missing_rule_file_is_reported_before_starting(tmp_path: Path) -> None
     with pytest.raises(PrometheusError, match=r"rule file not found: .*nope\.yaml"):
         start_prometheus(tmp_path, config, binary=Path("/bin/false"))
     assert not (tmp_path / "prometheus.yml").exists()
+
+
+def test_a_binary_that_is_not_executable_is_reported(tmp_path: Path) -> None:
+    with pytest.raises(PrometheusError, match=r"not an executable file .*apt-get install"):
+        start_prometheus(tmp_path, PrometheusConfig(rule_files=()), binary=tmp_path / "nope")
+
+
+def test_a_timeout_longer_than_the_interval_is_a_prometheus_error(tmp_path: Path) -> None:
+    config = PrometheusConfig(scrape_timeout_s=2.0, rule_files=())
+    with pytest.raises(PrometheusError, match="cannot configure Prometheus: scrape timeout"):
+        start_prometheus(tmp_path, config, binary=Path("/bin/false"))
