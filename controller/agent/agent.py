@@ -25,7 +25,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
@@ -94,6 +94,19 @@ class Snapshot:
     """(gpu index or "nvml" / "pod-resources", error name) -> count since start."""
     owners_ok: bool
     ticks: int
+    stale_after_s: float = 3.0
+
+    def fresh(self, now: float) -> Snapshot:
+        """This snapshot as of `now`: readings older than `stale_after_s` withdrawn, so
+        a stalled sampling loop never serves frozen values."""
+        cutoff = now - self.stale_after_s
+        if all(g.sample is None or g.sampled_at >= cutoff for g in self.gpus):
+            return self
+        gpus = tuple(
+            g if g.sample is None or g.sampled_at >= cutoff else replace(g, sample=None)
+            for g in self.gpus
+        )
+        return replace(self, gpus=gpus)
 
     @property
     def unhealthy(self) -> tuple[GpuView, ...]:
@@ -134,6 +147,7 @@ class Agent:
         self._gpus: list[_Gpu] = []
         self._nvml_up = False
         self._driver = ""
+        self._count = 0
         self._next_init = 0.0
         self._owners: Mapping[str, Owner] = {}
         self._owners_at: float | None = None
@@ -159,6 +173,7 @@ class Agent:
         if not self._nvml_up and now >= self._next_init:
             self._initialise(now)
         if self._nvml_up:
+            self._identify(now)
             self._read_owners(now)
             self._sample(now)
         with self._lock:
@@ -170,45 +185,40 @@ class Agent:
     def _initialise(self, now: float) -> None:
         self._next_init = now + self.config.reinit_s
 
-        def enumerate_gpus() -> tuple[str, int, dict[int, GpuIdentity]]:
+        def start() -> tuple[str, int]:
             self._nvml.init()
-            count = self._nvml.device_count()
-            found: dict[int, GpuIdentity] = {}
-            for i in range(count):
-                try:
-                    found[i] = self._nvml.identity(i)
-                except Exception as e:  # one bad GPU does not keep NVML down
-                    if classify(e) is ErrorClass.NVML_DOWN:
-                        raise
-                    log.warning(
-                        "GPU unreadable at start node=%s gpu=%d error=%r", self.config.node, i, e
-                    )
-            return self._nvml.driver_version(), count, found
+            return self._nvml.driver_version(), self._nvml.device_count()
 
-        out = self._lanes.run("nvml", enumerate_gpus)
+        out = self._lanes.run("nvml", start)
         if not out.ok or out.value is None:
             self._count_failure("nvml", out)
             log.warning("NVML unavailable node=%s error=%s", self.config.node, _why(out))
             return
-        driver, count, found = out.value
+        driver, count = out.value
         with self._lock:
-            known = {g.identity.index: g for g in self._gpus}
-            gpus: list[_Gpu] = []
-            for i in range(count):
-                g = known.get(i)
-                if i in found:
-                    if g is None or g.identity.uuid != found[i].uuid:
-                        g = _Gpu(found[i])
-                    g.identity = found[i]
-                elif g is not None:  # seen before, unreadable now: keep it, marked lost
-                    g.health = h.on_lost(g.health, "unreadable after NVML started again", now)
-                else:
-                    continue
-                gpus.append(g)
-            self._gpus = gpus
-            self._driver = driver
+            self._driver, self._count = driver, count
             self._nvml_up = True
-        log.info("NVML up node=%s gpus=%d driver=%s", self.config.node, len(found), driver)
+            # GPUs seen before NVML went down stay, unread until they answer again
+            self._gpus = [g for g in self._gpus if g.identity.index < count]
+        self._identify(now)
+        log.info("NVML up node=%s gpus=%d driver=%s", self.config.node, count, driver)
+
+    def _identify(self, now: float) -> None:
+        """Read the identity of GPUs not known yet (each in its own lane: one hung or
+        lost GPU does not keep the others, or NVML, from starting)."""
+        with self._lock:
+            known = {g.identity.index for g in self._gpus}
+        missing = [i for i in range(self._count) if i not in known]
+        if not missing:
+            return
+        outcomes = self._lanes.run_all({i: partial(self._nvml.identity, i) for i in missing})
+        with self._lock:
+            for i, out in outcomes.items():
+                if out.ok and out.value is not None:
+                    self._gpus.append(_Gpu(out.value))
+                else:
+                    self._count_failure(str(i), out)
+            self._gpus.sort(key=lambda g: g.identity.index)
 
     def _read_owners(self, now: float) -> None:
         if self._owners_reader is None:
@@ -345,6 +355,7 @@ class Agent:
             errors=dict(self._errors),
             owners_ok=self._owners_reader is None or self._owners_at == now,
             ticks=self._ticks,
+            stale_after_s=self.config.stale_after_s,
         )
 
 

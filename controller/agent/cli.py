@@ -263,7 +263,8 @@ def _main(args: argparse.Namespace) -> int:
     last_tick = [time.monotonic()]
 
     def scrape(request: Request) -> Response:
-        return 200, CONTENT_TYPE, render(agent.snapshot(), hostname_label=args.hostname_label)
+        snap = agent.snapshot().fresh(time.monotonic())
+        return 200, CONTENT_TYPE, render(snap, hostname_label=args.hostname_label)
 
     def health_route(request: Request) -> Response:
         if request.path == "/readyz":

@@ -31,6 +31,7 @@ from __future__ import annotations
 import bisect
 import csv
 import hashlib
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -45,6 +46,7 @@ from controller.agent.nvml import GpuIdentity, Sample, XidEvent, nvml_error
 
 __all__ = [
     "DUTY_FILE",
+    "TELEMETRY_ENV",
     "MEMORY_FILE",
     "Recording",
     "Replay",
@@ -53,12 +55,23 @@ __all__ = [
     "fake_gpu_uuid",
     "load_recording",
     "load_scenario",
+    "telemetry_dir",
 ]
 
+TELEMETRY_ENV = "GANGOPS_TELEMETRY"
 DUTY_FILE = "pod_gpu_duty_cycle.csv"
 MEMORY_FILE = "pod_gpu_memory_used_bytes.csv"
 _MIB = 1024 * 1024
 _RESERVED_MIB = 512.0
+
+
+def telemetry_dir() -> Path:
+    """The recorded telemetry: $GANGOPS_TELEMETRY, else ../shared/telemetry/genai2026
+    beside the checkout."""
+    env = os.environ.get(TELEMETRY_ENV)
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parents[2].parent / "shared" / "telemetry" / "genai2026"
 
 
 def fake_gpu_uuid(node: str, index: int) -> str:
