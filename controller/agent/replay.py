@@ -46,8 +46,8 @@ from controller.agent.nvml import GpuIdentity, Sample, XidEvent, nvml_error
 
 __all__ = [
     "DUTY_FILE",
-    "TELEMETRY_ENV",
     "MEMORY_FILE",
+    "TELEMETRY_ENV",
     "Recording",
     "Replay",
     "Scenario",
