@@ -172,6 +172,24 @@ def add_subcommand(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
     r.add_argument(
         "--scenario", metavar="FILE", help="scripted faults on the fake GPUs (implies fake GPUs)"
     )
+    f = p.add_argument_group("many fake nodes in one process (the dev cluster)")
+    f.add_argument(
+        "--fake-nodes",
+        metavar="FILE",
+        help="a JSON list of v1 Node manifests: run one agent per GPU node in it, each over "
+        "replayed GPUs (GPUs from capacity, model and memory from the nvidia.com/gpu.* "
+        "labels), served at /nodes/<name>/metrics",
+    )
+    f.add_argument(
+        "--targets-file",
+        metavar="FILE",
+        help="with --fake-nodes: write Prometheus file_sd targets for the nodes here",
+    )
+    f.add_argument(
+        "--pod-resources-dir",
+        metavar="DIR",
+        help="with --fake-nodes: each node's pod-resources socket is DIR/<node>.sock",
+    )
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     p.set_defaults(func=_main)
 
@@ -232,6 +250,8 @@ def _publisher(args: argparse.Namespace) -> Any:
 
 
 def _main(args: argparse.Namespace) -> int:
+    if args.fake_nodes:
+        return _main_fleet(args)
     try:
         nvml, on_held = _backend(args)
     except ValueError as e:
@@ -284,13 +304,7 @@ def _main(args: argparse.Namespace) -> int:
         return EXIT_USAGE
 
     stop = threading.Event()
-    received: list[int] = []
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        received.append(signum)  # only note it (see controller.run)
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    received = _note_signals()
 
     def sample_loop() -> None:
         next_at = time.monotonic()
@@ -331,11 +345,102 @@ def _main(args: argparse.Namespace) -> int:
         args.deadline,
         "replay" if on_held is not None else "nvml",
     )
-    while not received:
-        time.sleep(0.2)
-    log.info("stopping on signal %d", received[0])
+    _wait_for_signal(received)
     stop.set()
     server.stop()
     if publisher is not None:
         publisher.stop()
+    return EXIT_OK
+
+
+def _note_signals() -> list[int]:
+    received: list[int] = []
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        received.append(signum)  # only note it (see controller.run)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    return received
+
+
+def _wait_for_signal(received: list[int]) -> None:
+    while not received:
+        time.sleep(0.2)
+    log.info("stopping on signal %d", received[0])
+
+
+def _main_fleet(args: argparse.Namespace) -> int:
+    import json
+
+    from controller.agent.fleet import Fleet, fleet_nodes
+    from controller.agent.replay import Scenario, load_recording, load_scenario
+
+    try:
+        manifests = json.loads(Path(args.fake_nodes).read_text())
+        if not isinstance(manifests, list):
+            raise ValueError(f"{args.fake_nodes}: expected a JSON list of Node manifests")
+        nodes = fleet_nodes(manifests, default_memory_mib=args.gpu_memory_mib)
+        recording = load_recording(args.replay) if args.replay else None
+        scenario = load_scenario(args.scenario) if args.scenario else Scenario()
+    except (OSError, ValueError) as e:
+        print(f"gangops agent: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    pr_dir = args.pod_resources_dir
+
+    def owners_for(node: str) -> OwnersReader | None:
+        return owners_reader(str(Path(pr_dir) / f"{node}.sock")) if pr_dir else None
+
+    fleet = Fleet(
+        nodes,
+        config=AgentConfig(
+            node="",
+            interval_s=args.interval,
+            deadline_s=args.deadline,
+            clean_period_s=args.clean_period,
+            xid_overrides=dict(args.xid_class),
+        ),
+        recording=recording,
+        scenario=scenario,
+        speed=args.speed,
+        owners_for=owners_for,
+        hostname_label=args.hostname_label,
+    )
+
+    def health_route(request: Request) -> Response:
+        if request.path == "/readyz":
+            return text(200, "ok") if fleet.ready() else text(503, "not every node answers yet")
+        stalled = (
+            time.monotonic() - fleet.last_tick
+            > 3 * (args.interval + args.deadline) + fleet.last_round_s
+        )
+        return text(503, "sampling loop stalled") if stalled else text(200, "ok")
+
+    try:
+        server = HttpServer(
+            args.listen,
+            {"/nodes/": fleet.route, "/healthz": health_route, "/readyz": health_route},
+            limits=Limits(max_body_bytes=1024, max_connections=256, threads=4),
+            name="agent-fleet",
+        ).start()
+    except ServerError as e:
+        log.error("cannot serve: %s", e)
+        return EXIT_USAGE
+    if args.targets_file:
+        fleet.write_targets(Path(args.targets_file), server.host, server.port)
+    stop = threading.Event()
+    received = _note_signals()
+    thread = threading.Thread(target=fleet.run, args=(stop,), name="fleet", daemon=True)
+    thread.start()
+    log.info(
+        "agent fleet started nodes=%d gpus=%d listen=%s:%d interval=%gs",
+        len(nodes),
+        sum(n.gpus for n in nodes),
+        server.host,
+        server.port,
+        args.interval,
+    )
+    _wait_for_signal(received)
+    stop.set()
+    server.stop()
     return EXIT_OK

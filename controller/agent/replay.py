@@ -21,7 +21,9 @@ A scenario file (YAML) adds faults at given seconds after the start::
       - {at: 20, gpu: 4, kind: error, error: unknown, seconds: 3}  # any NVML error code
       - {at: 30, kind: driver-unloaded, seconds: 5}       # NVML down for every GPU
 
-`at` and `seconds` are wall-clock seconds of the agent (not replayed time). Errors
+`at` and `seconds` are wall-clock seconds of the agent (not replayed time). With
+many fake nodes in one process (`--fake-nodes`), `node: NAME` limits an event to
+one node; an event without it applies to every node. Errors
 are the exceptions pynvml raises (`pynvml.NVMLError` subclasses), so the agent
 handles them exactly as on a real node.
 """
@@ -168,11 +170,17 @@ class Event:
     error: int = 0
     mib_per_second: float = 0.0
     to_mib: float | None = None
+    node: str | None = None
+    """Only on this node (several nodes served by one process); None: every node."""
 
 
 @dataclass(frozen=True)
 class Scenario:
     events: tuple[Event, ...] = ()
+
+    def for_node(self, node: str) -> Scenario:
+        """The events for one node: those naming it, and those naming none."""
+        return Scenario(tuple(e for e in self.events if e.node in (None, node)))
 
 
 def _error_code(name: str) -> int:
@@ -208,6 +216,7 @@ def _event(raw: Any) -> Event:
         error=_error_code(str(raw.get("error", "unknown"))) if kind == "error" else 0,
         mib_per_second=float(raw.get("mib-per-second", 0)),
         to_mib=float(raw["to-mib"]) if raw.get("to-mib") is not None else None,
+        node=str(raw["node"]) if raw.get("node") is not None else None,
     )
 
 
