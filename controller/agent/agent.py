@@ -153,8 +153,50 @@ class Agent:
         self._owners_at: float | None = None
         self._errors: Counter[tuple[str, str]] = Counter()
         self._ticks = 0
+        self.last_tick = time.monotonic()
+        """When the sampling loop last finished a round (for /healthz)."""
         self._on_change = on_change
         self._snapshot = self._build(clock())
+
+    # -- running
+
+    def start(
+        self, stop: threading.Event, *, on_tick: Callable[[Snapshot], None] | None = None
+    ) -> list[threading.Thread]:
+        """Run the sampling loop (a round every `interval_s`) and the XID loop on two
+        daemon threads until `stop` is set; `on_tick` gets each round's snapshot."""
+
+        def sample_loop() -> None:
+            next_at = time.monotonic()
+            while not stop.is_set():
+                try:
+                    snap = self.tick()
+                    if on_tick is not None:
+                        on_tick(snap)
+                except Exception:
+                    log.exception("sampling round failed node=%s; continuing", self.config.node)
+                self.last_tick = time.monotonic()
+                next_at += self.config.interval_s
+                stop.wait(max(0.0, next_at - time.monotonic()))
+                if next_at < time.monotonic():
+                    next_at = time.monotonic()
+
+        def xid_loop() -> None:
+            while not stop.is_set():
+                try:
+                    if self.poll_xids(0.5) == 0 and not self._nvml_up:
+                        stop.wait(0.5)
+                except Exception:
+                    log.exception("XID loop failed node=%s; continuing", self.config.node)
+                    stop.wait(1.0)
+
+        threads = [
+            threading.Thread(target=sample_loop, name="sample", daemon=True),
+            threading.Thread(target=xid_loop, name="xid", daemon=True),
+        ]
+        for t in threads:
+            t.start()
+        return threads
 
     # -- reading
 

@@ -280,7 +280,6 @@ def _main(args: argparse.Namespace) -> int:
         on_held=on_held,
         on_change=publisher.offer if publisher is not None else None,
     )
-    last_tick = [time.monotonic()]
 
     def scrape(request: Request) -> Response:
         snap = agent.snapshot().fresh(time.monotonic())
@@ -289,7 +288,7 @@ def _main(args: argparse.Namespace) -> int:
     def health_route(request: Request) -> Response:
         if request.path == "/readyz":
             return text(200, "ok") if agent.ready() else text(503, "NVML not answering yet")
-        stalled = time.monotonic() - last_tick[0] > 3 * (args.interval + args.deadline)
+        stalled = time.monotonic() - agent.last_tick > 3 * (args.interval + args.deadline)
         return text(503, "sampling loop stalled") if stalled else text(200, "ok")
 
     try:
@@ -306,36 +305,7 @@ def _main(args: argparse.Namespace) -> int:
     stop = threading.Event()
     received = _note_signals()
 
-    def sample_loop() -> None:
-        next_at = time.monotonic()
-        while not stop.is_set():
-            try:
-                snap = agent.tick()
-                if publisher is not None:
-                    publisher.offer(snap)
-            except Exception:
-                log.exception("sampling round failed; continuing")
-            last_tick[0] = time.monotonic()
-            next_at += args.interval
-            stop.wait(max(0.0, next_at - time.monotonic()))
-            if next_at < time.monotonic():
-                next_at = time.monotonic()
-
-    def xid_loop() -> None:
-        while not stop.is_set():
-            try:
-                if agent.poll_xids(0.5) == 0 and not agent.snapshot().nvml_up:
-                    stop.wait(0.5)
-            except Exception:
-                log.exception("XID loop failed; continuing")
-                stop.wait(1.0)
-
-    threads = [
-        threading.Thread(target=sample_loop, name="sample", daemon=True),
-        threading.Thread(target=xid_loop, name="xid", daemon=True),
-    ]
-    for t in threads:
-        t.start()
+    agent.start(stop, on_tick=publisher.offer if publisher is not None else None)
     log.info(
         "agent started node=%s listen=%s:%d interval=%gs deadline=%gs backend=%s",
         args.node,
