@@ -16,7 +16,7 @@ from types import FrameType
 from typing import Any
 
 from controller.agent import health
-from controller.agent.agent import Agent, AgentConfig, Owner, OwnersReader
+from controller.agent.agent import Agent, AgentConfig, Owner, OwnersReader, Snapshot
 from controller.agent.exposition import CONTENT_TYPE, render
 from controller.agent.nvml import Nvml, PynvmlBackend
 from controller.httpserver import HttpServer, Limits, Request, Response, ServerError, text
@@ -281,9 +281,14 @@ def _main(args: argparse.Namespace) -> int:
         on_change=publisher.offer if publisher is not None else None,
     )
 
+    cache: list[tuple[Snapshot, bytes]] = []
+
     def scrape(request: Request) -> Response:
+        # a snapshot changes once a round: render it once, unless readings went stale
         snap = agent.snapshot().fresh(time.monotonic())
-        return 200, CONTENT_TYPE, render(snap, hostname_label=args.hostname_label)
+        if not cache or cache[0][0] is not snap:
+            cache[:] = [(snap, render(snap, hostname_label=args.hostname_label))]
+        return 200, CONTENT_TYPE, cache[0][1]
 
     def health_route(request: Request) -> Response:
         if request.path == "/readyz":
