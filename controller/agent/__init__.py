@@ -1,0 +1,1 @@
+"""The node agent: GPU telemetry and its attribution to pods (issue 12)."""
