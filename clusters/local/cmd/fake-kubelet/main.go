@@ -69,7 +69,7 @@ func main() {
 	qps := flag.Float64("qps", 500, "client-side request rate limit")
 	burst := flag.Int("burst", 1000, "client-side request burst")
 	workers := flag.Int("workers", 16, "parallel registrations and pod workers")
-	podResourcesDir := flag.String("pod-resources-dir", "", "serve each node's kubelet pod-resources API on DIR/<node>.sock (none when empty)")
+	podResourcesDir := flag.String("pod-resources-dir", "", "serve each node's kubelet pod-resources API on the unix socket `DIR`/<node>.sock (none when empty)")
 	flag.Parse()
 
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
