@@ -183,3 +183,27 @@ def test_a_kubelet_that_does_not_answer_times_out(
 def test_timeout_must_be_positive(socket_path: Path) -> None:
     with pytest.raises(ValueError, match="timeout_s must be > 0"):
         PodResourcesClient(socket_path, timeout_s=0)
+
+
+def test_a_socket_that_speaks_something_else_is_a_pod_resources_error(tmp_path: Path) -> None:
+    import socket as sk
+
+    path = tmp_path / "junk.sock"
+    server = sk.socket(sk.AF_UNIX, sk.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen(1)
+
+    def answer_junk() -> None:
+        conn, _ = server.accept()
+        with conn:
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+
+    t = threading.Thread(target=answer_junk, daemon=True)
+    t.start()
+    try:
+        with pytest.raises(PodResourcesError, match="List failed: UNAVAILABLE"):
+            PodResourcesClient(path, timeout_s=2).list_devices()
+    finally:
+        t.join(timeout=5)
+        server.close()
