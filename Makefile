@@ -31,6 +31,9 @@ demo-pr: venv
 
 test: venv control-plane
 	@bash scripts/debian-deps.sh
+	@if command -v go >/dev/null; then \
+	  (cd clusters/local && GOFLAGS=-mod=readonly go test ./cmd/fake-kubelet/); \
+	else echo "go test ./cmd/fake-kubelet/ not run: Go is not installed"; fi
 	$(BIN)/pytest tests/unit tests/integration
 
 unit: venv

@@ -64,6 +64,20 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     )
 
 
+_LEAN = {"agent": "controller.agent.cli"}
+"""Commands that run on every node, parsed without loading the rest of gangops (the
+Kubernetes client, the policy compiler): the node agent must stay small."""
+
+
+def _lean_parser(command: str) -> argparse.ArgumentParser:
+    import importlib
+
+    parser = argparse.ArgumentParser(prog="gangops")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    importlib.import_module(_LEAN[command]).add_subcommand(sub)
+    return parser
+
+
 def _parser() -> argparse.ArgumentParser:
     from controller.policy.report import DIAGNOSTIC_FORMATS, PLAN_FORMATS
 
@@ -157,13 +171,14 @@ def _parser() -> argparse.ArgumentParser:
 
 def _add_plugins(sub: Any) -> None:
     """Subcommands that live with their own package."""
+    from controller.agent.cli import add_subcommand as add_agent
     from controller.devcluster.cli import add_subcommand as add_dev_cluster
     from controller.gang.explain import add_subcommand as add_explain
     from controller.reconciler.cli import add_subcommand as add_install_crds
     from controller.run import add_subcommand as add_run
     from controller.sim.cli import add_subcommand as add_simulate
 
-    for add in (add_run, add_install_crds, add_explain, add_simulate, add_dev_cluster):
+    for add in (add_run, add_install_crds, add_explain, add_simulate, add_dev_cluster, add_agent):
         add(sub)
 
 
@@ -314,7 +329,8 @@ def _plan_live(args: argparse.Namespace, root: Path) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the `gangops` command; returns the exit code."""
-    parser = _parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = _lean_parser(argv[0]) if argv and argv[0] in _LEAN else _parser()
     args = parser.parse_args(argv)
     # Logging is configured here, once (a second basicConfig would be a no-op); a
     # subcommand's -v/--verbose turns on debug.

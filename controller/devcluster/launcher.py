@@ -5,7 +5,9 @@ immutability, CEL, watch semantics, RBAC), and this machine has no container
 engine, so the upstream binaries built from Go modules by
 `clusters/local/build.sh` run here as plain processes: etcd, kube-apiserver,
 kube-controller-manager, optionally kube-scheduler, and the fake kubelet that
-registers the cluster description's GPU nodes and runs the pods bound to them.
+registers the cluster description's GPU nodes, runs the pods bound to them, and
+serves each node's kubelet pod-resources API on a unix socket
+(`DevCluster.pod_resources_socket`).
 
 Each cluster gets free loopback ports, a fresh data directory, its own CA and
 keys, an admin kubeconfig and two ordinary users (`alice`, `bob`). Components
@@ -126,6 +128,13 @@ CONTROLLERS = (
 deletion, owner-reference garbage collection, service accounts and their tokens), and
 those that make nodes behave (Ready/NotReady taints, eviction, orphaned pods). Workload
 controllers (Deployment, Job, ...) are left out: gangops creates its pods itself."""
+
+_MAX_SOCKET_PATH = 107
+"""The longest path, in bytes, a unix socket can be bound to on Linux (sun_path is 108
+bytes, NUL included)."""
+
+_POD_RESOURCES_DIR = "pod-resources"
+"""Under the data directory: the fake kubelet's pod-resources sockets, `<node>.sock`."""
 
 WATCH_CACHE_DISABLED = "podtemplates"
 """A built-in resource whose watches the API server serves straight from etcd instead of
@@ -489,12 +498,23 @@ class DevCluster:
     def log_dir(self) -> Path:
         return self.options.data_dir / "logs"
 
+    def pod_resources_socket(self, node: str) -> Path:
+        """The unix socket on which the fake kubelet serves `node`'s kubelet pod-resources
+        API (v1; `controller.agent.podresources.PodResourcesClient` reads it): what
+        /var/lib/kubelet/pod-resources/kubelet.sock is on a real node. Raises ValueError
+        if the cluster has no such node."""
+        if node not in self.node_names:
+            raise ValueError(f"the dev cluster has no node {node!r}")
+        return _pod_resources_socket(self.options.data_dir, node)
+
     @property
     def prometheus_targets_file(self) -> Path:
         """The file_sd file (`data_dir/prometheus/targets.json`) listing what the
         cluster's Prometheus scrapes (`controller.devcluster.prometheus`): a JSON list of
-        `{"targets": ["127.0.0.1:PORT"], "labels": {"node": NAME}}`, written whole
-        (`prometheus.write_targets`) by whoever starts the node agents."""
+        `{"targets": ["127.0.0.1:PORT"], "labels": {"node": NAME}}` (plus
+        `__metrics_path__` where one process serves many nodes, as `gangops agent
+        --fake-nodes ... --targets-file` writes), written whole by whoever starts the
+        node agents (`prometheus.write_targets`, `agent.fleet.Fleet.write_targets`)."""
         return self.options.data_dir / "prometheus" / "targets.json"
 
     def add_component(self, component: Component) -> None:
@@ -668,7 +688,24 @@ def start(options: Options) -> DevCluster:
     return _start(options)
 
 
+def _pod_resources_socket(data_dir: Path, node: str) -> Path:
+    return data_dir / _POD_RESOURCES_DIR / f"{node}.sock"
+
+
+def _check_socket_paths(options: Options) -> None:
+    """Fail before starting anything if a node's pod-resources socket path is too long."""
+    for node in options.cluster.nodes():
+        path = _pod_resources_socket(options.data_dir, node.name)
+        if len(os.fsencode(path)) > _MAX_SOCKET_PATH:
+            raise DevClusterError(
+                f"the pod-resources socket {path} would be {len(os.fsencode(path))} bytes"
+                f" long, more than the {_MAX_SOCKET_PATH} a unix socket path allows;"
+                " choose a shorter data directory"
+            )
+
+
 def _start(options: Options) -> DevCluster:
+    _check_socket_paths(options)
     t0 = time.monotonic()
     deadline = t0 + options.timeout_s
     data = options.data_dir
@@ -837,6 +874,7 @@ def _start_components(
             f"--kubeconfig={kubeconfigs['fake-kubelet']}",
             f"--nodes={data / 'nodes.json'}",
             f"--ready-file={ready_file}",
+            f"--pod-resources-dir={data / _POD_RESOURCES_DIR}",
         ],
     )
     insecure = ssl.create_default_context()

@@ -366,9 +366,11 @@ class Kube:
         field_manager: str,
         dry_run: bool = False,
         force: bool = True,
+        subresource: str | None = None,
     ) -> Obj:
-        """Server-side apply `obj`; returns the object as the server stored it (or would,
-        with `dry_run`). `field_manager` is required and must not be empty."""
+        """Server-side apply `obj` (or its `subresource`, such as `status`); returns the
+        object as the server stored it (or would, with `dry_run`). `field_manager` is
+        required and must not be empty."""
         if not field_manager:
             raise ValueError("server-side apply needs a field manager")
         res = resource_for(obj)
@@ -380,7 +382,7 @@ class Kube:
             Obj,
             self._call(
                 "PATCH",
-                res.path(name=meta["name"], namespace=meta.get("namespace")),
+                res.path(name=meta["name"], namespace=meta.get("namespace"), sub=subresource),
                 query=query,
                 body=obj,
                 content_type="application/apply-patch+yaml",

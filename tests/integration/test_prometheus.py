@@ -98,8 +98,9 @@ def prometheus(tmp_path: Path, targets_file: Path) -> Iterator[Prometheus]:
         yield prom
 
 
-def group(exporter: Exporter, node: str) -> TargetGroup:
-    return {"targets": [exporter.target], "labels": {"node": node}}
+def group(exporter: Exporter, node: str, *, path: str | None = None) -> TargetGroup:
+    labels = {"node": node, **({"__metrics_path__": path} if path else {})}
+    return {"targets": [exporter.target], "labels": labels}
 
 
 def agent_targets(prom: Prometheus) -> dict[str, str]:
@@ -188,12 +189,16 @@ def test_file_sd_targets_come_and_go_while_prometheus_runs(
         timeout=SD_TIMEOUT,
     )
 
-    write_targets(targets_file, [group(a, "node-a"), group(b, "node-b")])
+    # node-b as `gangops agent --fake-nodes` lists its nodes: one server, a path each.
+    b_path = "/nodes/node-b/metrics"
+    write_targets(targets_file, [group(a, "node-a"), group(b, "node-b", path=b_path)])
     wait_for(
         "node-b added",
         lambda: agent_targets(prometheus) == {"node-a": "up", "node-b": "up"},
         timeout=SD_TIMEOUT,
     )
+    [b_target] = [t for t in prometheus.targets() if t.labels.get("node") == "node-b"]
+    assert b_target.scrape_url == f"http://{b.target}{b_path}"
     [s] = wait_for(
         "node-b's gauge",
         lambda: prometheus.query('DCGM_FI_DEV_GPU_UTIL{node="node-b"}'),
@@ -201,7 +206,7 @@ def test_file_sd_targets_come_and_go_while_prometheus_runs(
     )
     assert s.value == 2
 
-    write_targets(targets_file, [group(b, "node-b")])
+    write_targets(targets_file, [group(b, "node-b", path=b_path)])
     wait_for(
         "node-a removed",
         lambda: agent_targets(prometheus) == {"node-b": "up"},

@@ -1,14 +1,14 @@
 """`make bench`: run every benchmark, print the figures, fail on a missed threshold.
 
 Usage: python -m tests.perf [NAME ...]
-(names: policy, scheduler, devcluster, reconciler, gang, sim, prometheus; default: all)
+(names: policy, scheduler, devcluster, reconciler, gang, sim, agent, prometheus; default: all)
 """
 
 from __future__ import annotations
 
 import sys
 
-from tests.perf import devcluster, gang, policy, prometheus, reconciler, scheduler, sim
+from tests.perf import agent, devcluster, gang, policy, prometheus, reconciler, scheduler, sim
 from tests.perf.harness import Result, print_table
 
 BENCHMARKS = {
@@ -18,6 +18,7 @@ BENCHMARKS = {
     "reconciler": reconciler.run,
     "gang": gang.run,
     "sim": sim.run,
+    "agent": agent.run,
     "prometheus": prometheus.run,
 }
 

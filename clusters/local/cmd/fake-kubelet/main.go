@@ -13,7 +13,18 @@
 //     moves admitted pods to Running, and finishes them when told to by an
 //     annotation or after a duration given on the pod (see annotations below);
 //   - it confirms graceful deletions (deletes with grace period 0), so
-//     namespaces and pods are removed as on a real cluster.
+//     namespaces and pods are removed as on a real cluster;
+//   - with --pod-resources-dir DIR, it plays the GPU device plugin and serves
+//     the kubelet's pod-resources gRPC API (v1: List, Get,
+//     GetAllocatableResources) for each node on the unix socket DIR/<node>.sock
+//     (at most 107 bytes: a longer path is an error at start). A node has
+//     as many GPUs as its allocatable nvidia.com/gpu; an admitted pod's
+//     containers that request nvidia.com/gpu get that many, lowest free index
+//     first, freed when the pod finishes or is deleted. The API reports a GPU
+//     by its UUID, "GPU-" and the first 16 bytes of
+//     sha1("gangops-fake-gpu/<node>/<index>") as 8-4-4-4-12 lowercase hex
+//     (controller/agent/podresources.py's fake_gpu_uuid), one ContainerDevices
+//     entry per GPU as the kubelet's device manager reports them.
 //
 // Pod annotations (documented for users in clusters/local/README.md):
 //
@@ -21,6 +32,11 @@
 //	gangops.ai/fake-duration-seconds: "N"     finish the pod N seconds after it started
 //	gangops.ai/fake-exit-code: "N"            exit code used by fake-duration-seconds
 //	                                          (default 0: Succeeded; otherwise Failed)
+//
+// and the one it writes with the Running status of a pod given GPUs:
+//
+//	gangops.ai/fake-gpu-indices: "0,1"        the GPU indices of its containers, in the
+//	                                          order the pod-resources API lists them
 //
 // The node manifests come from the launcher (controller/devcluster), which
 // builds them from clusters/local/cluster.yaml, so the topology labels are
@@ -53,6 +69,7 @@ func main() {
 	qps := flag.Float64("qps", 500, "client-side request rate limit")
 	burst := flag.Int("burst", 1000, "client-side request burst")
 	workers := flag.Int("workers", 16, "parallel registrations and pod workers")
+	podResourcesDir := flag.String("pod-resources-dir", "", "serve each node's kubelet pod-resources API on the unix socket `DIR`/<node>.sock (none when empty)")
 	flag.Parse()
 
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
@@ -63,6 +80,7 @@ func main() {
 		leaseDurationSeconds: int32(*leaseDuration),
 		renewInterval:        *renewInterval,
 		workers:              *workers,
+		podResourcesDir:      *podResourcesDir,
 	}, float32(*qps), *burst); err != nil {
 		slog.Error("fake-kubelet failed", "err", err)
 		os.Exit(1)
@@ -96,6 +114,18 @@ func run(kubeconfig, nodesFile, readyFile string, opts options, qps float32, bur
 	defer stop()
 
 	k := newKubelet(cs, nodes, opts)
+	var podResources *podResourcesServer
+	if opts.podResourcesDir != "" {
+		names := make([]string, len(nodes))
+		for i := range nodes {
+			names[i] = nodes[i].Name
+		}
+		// Bound before registering, so a bad directory fails at once.
+		if podResources, err = listenPodResources(opts.podResourcesDir, names, k.pods); err != nil {
+			return err
+		}
+		defer podResources.stop()
+	}
 	if err := k.waitForAPI(ctx); err != nil {
 		return fmt.Errorf("waiting for the API server: %w", err)
 	}
@@ -106,6 +136,10 @@ func run(kubeconfig, nodesFile, readyFile string, opts options, qps float32, bur
 	slog.Info("nodes registered", "count", len(nodes), "elapsed", time.Since(start).Round(time.Millisecond))
 	if err := k.start(ctx); err != nil {
 		return err
+	}
+	if podResources != nil {
+		podResources.serve()
+		slog.Info("serving the pod-resources API", "dir", opts.podResourcesDir, "sockets", len(nodes))
 	}
 	if readyFile != "" {
 		if err := os.WriteFile(readyFile, []byte(fmt.Sprintf("%d\n", len(nodes))), 0o644); err != nil {

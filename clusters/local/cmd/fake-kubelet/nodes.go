@@ -47,6 +47,7 @@ type options struct {
 	leaseDurationSeconds int32
 	renewInterval        time.Duration
 	workers              int
+	podResourcesDir      string // see listenPodResources; "" for none
 }
 
 // node is what the fake kubelet knows of one of its nodes.

@@ -39,12 +39,17 @@ const (
 
 // podRecord is what the fake kubelet did with one pod.
 type podRecord struct {
+	key      string // namespace/name
 	uid      types.UID
 	node     string
 	requests corev1.ResourceList
 	started  metav1.Time
 	podIP    string
 	finished bool // a terminal phase was written and the resources released
+
+	// The containers the pod-resources API lists and their GPUs (devices.go);
+	// set while the pod is admitted and unfinished.
+	containers []containerGPUs
 }
 
 type podRunner struct {
@@ -55,7 +60,9 @@ type podRunner struct {
 
 	mu      sync.Mutex
 	records map[string]*podRecord
-	used    map[string]corev1.ResourceList // per node, resources of admitted, unfinished pods
+	used    map[string]corev1.ResourceList   // per node, resources of admitted, unfinished pods
+	active  map[string]map[string]*podRecord // per node, admitted, unfinished pods by key
+	gpus    map[string][]string              // per node, the key of the pod holding each GPU index
 	nextIP  atomic.Uint32
 }
 
@@ -69,6 +76,8 @@ func newPodRunner(cs kubernetes.Interface, nodes map[string]*node) *podRunner {
 		),
 		records: map[string]*podRecord{},
 		used:    map[string]corev1.ResourceList{},
+		active:  map[string]map[string]*podRecord{},
+		gpus:    map[string][]string{},
 	}
 }
 
@@ -198,13 +207,21 @@ func (r *podRunner) admit(ctx context.Context, key string, pod *corev1.Pod) (*po
 	var rec *podRecord
 	if reason == "" {
 		rec = &podRecord{
+			key:      key,
 			uid:      pod.UID,
 			node:     nodeName,
 			requests: requests,
 			started:  metav1.Now(),
-			podIP:    addrAt(podIPBase, r.nextIP.Add(1)).String(),
 		}
-		r.reserve(key, rec)
+		if requested, free, ok := r.assignGPUs(key, rec, pod, nil); ok {
+			rec.podIP = addrAt(podIPBase, r.nextIP.Add(1)).String()
+			r.reserve(key, rec)
+		} else {
+			// Sidecars add to the GPUs a pod holds beyond what its effective request counts.
+			reason = "OutOf" + string(gpuResource)
+			message = fmt.Sprintf("Node didn't have enough free devices: %s, requested: %d, free: %d", gpuResource, requested, free)
+			rec = nil
+		}
 	}
 	r.mu.Unlock()
 	if rec == nil {
@@ -215,22 +232,27 @@ func (r *podRunner) admit(ctx context.Context, key string, pod *corev1.Pod) (*po
 		// Remember the rejection: until the cache shows the pod Failed, a later sync
 		// must not admit it after all.
 		r.mu.Lock()
-		r.records[key] = &podRecord{uid: pod.UID, node: nodeName, finished: true}
+		r.records[key] = &podRecord{key: key, uid: pod.UID, node: nodeName, finished: true}
 		r.mu.Unlock()
 		slog.Info("pod rejected", "pod", key, "node", nodeName, "reason", reason, "message", message)
 		return nil, nil
 	}
-	if err := r.patchStatus(ctx, pod, runningStatus(pod, rec, r.nodes[nodeName].ip)); err != nil {
+	var annotations map[string]string
+	if indices := gpuIndices(rec); indices != "" {
+		annotations = map[string]string{annotationGPUIndices: indices}
+	}
+	if err := r.patch(ctx, pod, runningStatus(pod, rec, r.nodes[nodeName].ip), annotations); err != nil {
 		r.forget(key)
 		return nil, err
 	}
-	slog.Info("pod running", "pod", key, "node", nodeName)
+	slog.Info("pod running", "pod", key, "node", nodeName, "gpus", gpuIndices(rec))
 	return rec, nil
 }
 
 // adopt takes over a pod found Running (this process was restarted).
 func (r *podRunner) adopt(key string, pod *corev1.Pod) *podRecord {
 	rec := &podRecord{
+		key:      key,
 		uid:      pod.UID,
 		node:     pod.Spec.NodeName,
 		requests: podRequests(pod),
@@ -241,6 +263,10 @@ func (r *podRunner) adopt(key string, pod *corev1.Pod) *podRecord {
 		rec.started = *pod.Status.StartTime
 	}
 	r.mu.Lock()
+	prefer := parseGPUIndices(pod.Annotations[annotationGPUIndices])
+	if requested, free, ok := r.assignGPUs(key, rec, pod, prefer); !ok {
+		slog.Warn("running pod adopted without its GPUs", "pod", key, "node", rec.node, "requested", requested, "free", free)
+	}
 	r.reserve(key, rec)
 	r.mu.Unlock()
 	return rec
@@ -278,6 +304,10 @@ func amount(name corev1.ResourceName, q resource.Quantity) int64 {
 // reserve records rec and adds its requests to its node. Called with r.mu held.
 func (r *podRunner) reserve(key string, rec *podRecord) {
 	r.records[key] = rec
+	if r.active[rec.node] == nil {
+		r.active[rec.node] = map[string]*podRecord{}
+	}
+	r.active[rec.node][key] = rec
 	used := r.used[rec.node]
 	if used == nil {
 		used = corev1.ResourceList{}
@@ -296,6 +326,8 @@ func (r *podRunner) release(rec *podRecord) {
 		return
 	}
 	rec.finished = true
+	delete(r.active[rec.node], rec.key)
+	r.releaseGPUs(rec)
 	used := r.used[rec.node]
 	for name, q := range rec.requests {
 		total := used[name].DeepCopy()
@@ -346,10 +378,17 @@ func (r *podRunner) confirmDeletion(ctx context.Context, key string, pod *corev1
 // patchStatus writes status with the pod's UID as a precondition, like the
 // kubelet's status manager.
 func (r *podRunner) patchStatus(ctx context.Context, pod *corev1.Pod, status corev1.PodStatus) error {
-	body, err := json.Marshal(map[string]any{
-		"metadata": map[string]any{"uid": pod.UID},
-		"status":   status,
-	})
+	return r.patch(ctx, pod, status, nil)
+}
+
+// patch is patchStatus that also adds annotations (the status subresource
+// keeps metadata changes other than owner references and deletion).
+func (r *podRunner) patch(ctx context.Context, pod *corev1.Pod, status corev1.PodStatus, annotations map[string]string) error {
+	metadata := map[string]any{"uid": pod.UID}
+	if len(annotations) > 0 {
+		metadata["annotations"] = annotations
+	}
+	body, err := json.Marshal(map[string]any{"metadata": metadata, "status": status})
 	if err != nil {
 		return err
 	}

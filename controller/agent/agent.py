@@ -1,0 +1,411 @@
+"""The node agent's loop: sample every GPU under a deadline, attribute GPUs to pods,
+follow XID errors, keep each GPU's health, and publish one immutable `Snapshot` per
+round for the metrics endpoint and the Node publisher to read.
+
+`Agent.tick` is one sampling round and `Agent.poll_xids` one wait for XID events:
+`gangops agent` drives them from two threads; a process serving many fake nodes
+drives many agents from one loop. Nothing here reads the wall clock or sleeps
+outside the injected clock and the deadline lanes.
+
+What a reader of the metrics can rely on:
+
+- a value is never older than `interval + deadline`: a GPU that cannot be read
+  (lost, hung, an NVML error) has its series withdrawn in the same round, never
+  frozen at the last good reading (dcgm-exporter's known failure);
+- `gangops_nvml_up` is 0 while NVML itself is unusable, and the agent initialises it
+  again every `reinit_s` until it works;
+- each GPU's health (`health.py`) has a series of its own that stays while the
+  GPU's values are withdrawn.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from functools import partial
+from typing import Any
+
+from controller.agent import health as h
+from controller.agent.deadline import Lanes, Outcome
+from controller.agent.nvml import ErrorClass, GpuIdentity, Nvml, Sample, classify, error_name
+
+__all__ = ["Agent", "AgentConfig", "GpuView", "Owner", "Snapshot"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The container a GPU is allocated to (from the kubelet's pod-resources API)."""
+
+    namespace: str
+    pod: str
+    container: str
+
+
+OwnersReader = Callable[[], Mapping[str, Owner]]
+"""GPU UUID -> owner, for the GPUs some container holds; raises on failure."""
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    node: str
+    interval_s: float = 1.0
+    deadline_s: float = 2.0
+    clean_period_s: float = 600.0
+    """A reset-class fault clears after this long without a repeat (0: never)."""
+    reinit_s: float = 5.0
+    owners_ttl_s: float = 30.0
+    """How long owners read earlier stay in use while pod-resources cannot be read."""
+    xid_overrides: Mapping[int, h.XidClass] = field(default_factory=dict)
+
+    @property
+    def stale_after_s(self) -> float:
+        return self.interval_s + self.deadline_s
+
+
+@dataclass(frozen=True)
+class GpuView:
+    """One GPU as the last round saw it."""
+
+    identity: GpuIdentity
+    health: h.GpuHealth
+    sample: Sample | None
+    """None when withdrawn (unreadable this round)."""
+    sampled_at: float
+    owner: Owner | None
+    last_xid: int
+    xids: Mapping[int, int]
+    """XID -> how many since the agent started."""
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    node: str
+    taken_at: float
+    nvml_up: bool
+    driver_version: str
+    gpus: tuple[GpuView, ...]
+    errors: Mapping[tuple[str, str], int]
+    """(gpu index or "nvml" / "pod-resources", error name) -> count since start."""
+    owners_ok: bool
+    ticks: int
+    stale_after_s: float = 3.0
+
+    def fresh(self, now: float) -> Snapshot:
+        """This snapshot as of `now`: readings older than `stale_after_s` withdrawn, so
+        a stalled sampling loop never serves frozen values."""
+        cutoff = now - self.stale_after_s
+        if all(g.sample is None or g.sampled_at >= cutoff for g in self.gpus):
+            return self
+        gpus = tuple(
+            g if g.sample is None or g.sampled_at >= cutoff else replace(g, sample=None)
+            for g in self.gpus
+        )
+        return replace(self, gpus=gpus)
+
+    @property
+    def unhealthy(self) -> tuple[GpuView, ...]:
+        return tuple(g for g in self.gpus if not g.health.healthy)
+
+
+@dataclass
+class _Gpu:
+    identity: GpuIdentity
+    health: h.GpuHealth = field(default_factory=h.GpuHealth)
+    sample: Sample | None = None
+    sampled_at: float = 0.0
+    last_xid: int = 0
+    xids: Counter[int] = field(default_factory=Counter)
+
+
+class Agent:
+    """One node's GPUs. Thread-safe: `tick` and `poll_xids` may run concurrently."""
+
+    def __init__(
+        self,
+        nvml: Nvml,
+        config: AgentConfig,
+        *,
+        owners: OwnersReader | None = None,
+        on_held: Callable[[set[str] | None], None] | None = None,
+        lanes: Lanes | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        on_change: Callable[[Snapshot], None] | None = None,
+    ) -> None:
+        self.config = config
+        self._nvml = nvml
+        self._owners_reader = owners
+        self._on_held = on_held
+        self._clock = clock
+        self._lanes = lanes or Lanes(config.deadline_s, workers=4, name=f"nvml-{config.node}")
+        self._lock = threading.RLock()
+        self._gpus: list[_Gpu] = []
+        self._nvml_up = False
+        self._driver = ""
+        self._count = 0
+        self._next_init = 0.0
+        self._owners: Mapping[str, Owner] = {}
+        self._owners_at: float | None = None
+        self._errors: Counter[tuple[str, str]] = Counter()
+        self._ticks = 0
+        self.last_tick = time.monotonic()
+        """When the sampling loop last finished a round (for /healthz)."""
+        self._on_change = on_change
+        self._snapshot = self._build(clock())
+
+    # -- running
+
+    def start(
+        self, stop: threading.Event, *, on_tick: Callable[[Snapshot], None] | None = None
+    ) -> list[threading.Thread]:
+        """Run the sampling loop (a round every `interval_s`) and the XID loop on two
+        daemon threads until `stop` is set; `on_tick` gets each round's snapshot."""
+
+        def sample_loop() -> None:
+            next_at = time.monotonic()
+            while not stop.is_set():
+                try:
+                    snap = self.tick()
+                    if on_tick is not None:
+                        on_tick(snap)
+                except Exception:
+                    log.exception("sampling round failed node=%s; continuing", self.config.node)
+                self.last_tick = time.monotonic()
+                next_at += self.config.interval_s
+                stop.wait(max(0.0, next_at - time.monotonic()))
+                if next_at < time.monotonic():
+                    next_at = time.monotonic()
+
+        def xid_loop() -> None:
+            while not stop.is_set():
+                try:
+                    if self.poll_xids(0.5) == 0 and not self._nvml_up:
+                        stop.wait(0.5)
+                except Exception:
+                    log.exception("XID loop failed node=%s; continuing", self.config.node)
+                    stop.wait(1.0)
+
+        threads = [
+            threading.Thread(target=sample_loop, name="sample", daemon=True),
+            threading.Thread(target=xid_loop, name="xid", daemon=True),
+        ]
+        for t in threads:
+            t.start()
+        return threads
+
+    # -- reading
+
+    def snapshot(self) -> Snapshot:
+        """The last round's view (immutable; cheap)."""
+        return self._snapshot
+
+    def ready(self) -> bool:
+        s = self._snapshot
+        return s.nvml_up and s.ticks > 0
+
+    # -- one round
+
+    def tick(self) -> Snapshot:
+        now = self._clock()
+        if not self._nvml_up and now >= self._next_init:
+            self._initialise(now)
+        if self._nvml_up:
+            self._identify(now)
+            self._read_owners(now)
+            self._sample(now)
+        with self._lock:
+            self._ticks += 1
+            for g in self._gpus:
+                self._set_health(g, h.after_clean_period(g.health, self.config.clean_period_s, now))
+        return self._publish(now)
+
+    def _initialise(self, now: float) -> None:
+        self._next_init = now + self.config.reinit_s
+
+        def start() -> tuple[str, int]:
+            self._nvml.init()
+            return self._nvml.driver_version(), self._nvml.device_count()
+
+        out = self._lanes.run("nvml", start)
+        if not out.ok or out.value is None:
+            self._count_failure("nvml", out)
+            log.warning("NVML unavailable node=%s error=%s", self.config.node, _why(out))
+            return
+        driver, count = out.value
+        with self._lock:
+            self._driver, self._count = driver, count
+            self._nvml_up = True
+            # GPUs seen before NVML went down stay, unread until they answer again
+            self._gpus = [g for g in self._gpus if g.identity.index < count]
+        self._identify(now)
+        log.info("NVML up node=%s gpus=%d driver=%s", self.config.node, count, driver)
+
+    def _identify(self, now: float) -> None:
+        """Read the identity of GPUs not known yet (each in its own lane: one hung or
+        lost GPU does not keep the others, or NVML, from starting)."""
+        with self._lock:
+            known = {g.identity.index for g in self._gpus}
+        missing = [i for i in range(self._count) if i not in known]
+        if not missing:
+            return
+        outcomes = self._lanes.run_all({i: partial(self._nvml.identity, i) for i in missing})
+        with self._lock:
+            for i, out in outcomes.items():
+                if out.ok and out.value is not None:
+                    self._gpus.append(_Gpu(out.value))
+                else:
+                    self._count_failure(str(i), out)
+            self._gpus.sort(key=lambda g: g.identity.index)
+
+    def _read_owners(self, now: float) -> None:
+        if self._owners_reader is None:
+            return
+        out = self._lanes.run("pod-resources", self._owners_reader)
+        if out.ok and out.value is not None:
+            self._owners, self._owners_at = dict(out.value), now
+        else:
+            self._count_failure("pod-resources", out)
+            if self._owners_at is None or now - self._owners_at > self.config.owners_ttl_s:
+                self._owners = {}
+        if self._on_held is not None:
+            self._on_held(set(self._owners) if self._owners_at is not None else None)
+
+    def _sample(self, now: float) -> None:
+        with self._lock:
+            gpus = list(self._gpus)
+        outcomes = self._lanes.run_all(
+            {g.identity.index: partial(self._nvml.sample, g.identity.index) for g in gpus}
+        )
+        down = False
+        with self._lock:
+            for g in gpus:
+                out = outcomes[g.identity.index]
+                if out.ok and out.value is not None:
+                    g.sample, g.sampled_at = out.value, now
+                    self._set_health(g, h.after_sample(g.health, now))
+                    continue
+                g.sample = None  # never a stale value
+                self._count_failure(str(g.identity.index), out)
+                if out.hung is not None:
+                    self._set_health(g, h.on_hang(g.health, self.config.deadline_s, now))
+                elif out.error is not None:
+                    cls = classify(out.error)
+                    if cls is ErrorClass.GPU_LOST:
+                        self._set_health(g, h.on_lost(g.health, str(out.error), now))
+                    elif cls is ErrorClass.NVML_DOWN:
+                        down = True
+            if down:
+                self._nvml_down(now)
+
+    def _nvml_down(self, now: float) -> None:
+        """NVML itself stopped working: withdraw everything, initialise again later."""
+        self._nvml_up = False
+        self._next_init = now + self.config.reinit_s
+        for g in self._gpus:
+            g.sample = None
+        log.warning("NVML down node=%s; retrying in %gs", self.config.node, self.config.reinit_s)
+
+    # -- XID events
+
+    def poll_xids(self, timeout_s: float) -> int:
+        """Wait up to `timeout_s` for XID errors and apply them; how many arrived."""
+        if not self._nvml_up:
+            return 0
+        out = self._lanes.run("xid", partial(self._nvml.wait_xids, timeout_s))
+        if not out.ok or out.value is None:
+            self._count_failure("xid", out)
+            if out.error is not None and classify(out.error) is ErrorClass.NVML_DOWN:
+                with self._lock:
+                    self._nvml_down(self._clock())
+            return 0
+        if not out.value:
+            return 0
+        now = self._clock()
+        with self._lock:
+            by_uuid = {g.identity.uuid: g for g in self._gpus}
+            for event in out.value:
+                g = by_uuid.get(event.uuid)
+                if g is None:
+                    continue
+                cls = h.classify_xid(event.xid, dict(self.config.xid_overrides))
+                g.xids[event.xid] += 1
+                g.last_xid = event.xid
+                log.warning(
+                    "XID node=%s gpu=%d uuid=%s xid=%d class=%s",
+                    self.config.node,
+                    g.identity.index,
+                    g.identity.uuid,
+                    event.xid,
+                    cls.value,
+                )
+                self._set_health(g, h.on_xid(g.health, event.xid, cls, now))
+        self._publish(now)
+        return len(out.value)
+
+    # -- helpers
+
+    def _set_health(self, g: _Gpu, new: h.GpuHealth) -> None:
+        if new.state is not g.health.state:
+            log.warning(
+                "GPU health node=%s gpu=%d uuid=%s from=%s to=%s reason=%r",
+                self.config.node,
+                g.identity.index,
+                g.identity.uuid,
+                g.health.state.value,
+                new.state.value,
+                new.reason,
+            )
+        g.health = new
+
+    def _count_failure(self, where: str, out: Outcome[Any]) -> None:
+        name = "deadline_exceeded" if out.hung else error_name(out.error or Exception())
+        with self._lock:
+            self._errors[(where, name)] += 1
+
+    def _publish(self, now: float) -> Snapshot:
+        with self._lock:
+            previous = self._snapshot
+            self._snapshot = snap = self._build(now)
+        if self._on_change is not None and _health_of(previous) != _health_of(snap):
+            self._on_change(snap)
+        return snap
+
+    def _build(self, now: float) -> Snapshot:
+        stale = now - self.config.stale_after_s
+        return Snapshot(
+            node=self.config.node,
+            taken_at=now,
+            nvml_up=self._nvml_up,
+            driver_version=self._driver,
+            gpus=tuple(
+                GpuView(
+                    identity=g.identity,
+                    health=g.health,
+                    sample=g.sample if g.sample is not None and g.sampled_at >= stale else None,
+                    sampled_at=g.sampled_at,
+                    owner=self._owners.get(g.identity.uuid),
+                    last_xid=g.last_xid,
+                    xids=dict(g.xids),
+                )
+                for g in self._gpus
+            ),
+            errors=dict(self._errors),
+            owners_ok=self._owners_reader is None or self._owners_at == now,
+            ticks=self._ticks,
+            stale_after_s=self.config.stale_after_s,
+        )
+
+
+def _health_of(s: Snapshot) -> tuple[object, ...]:
+    return (s.nvml_up, tuple((g.identity.uuid, g.health.state) for g in s.gpus))
+
+
+def _why(out: Outcome[Any]) -> str:
+    if out.hung is not None:
+        return "deadline exceeded"
+    return repr(out.error)

@@ -1,0 +1,234 @@
+"""The agent driven by the scripted fake (replayed GPUs with a scenario): readings,
+pod attribution, XIDs, lost and hung GPUs, NVML down, every NVML error code."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pynvml
+import pytest
+
+from controller.agent.agent import Agent, AgentConfig, Owner
+from controller.agent.health import State
+from controller.agent.nvml import ErrorClass, classify, nvml_error
+from controller.agent.replay import Event, Replay, Scenario, load_recording
+
+from .conftest import Clock
+
+
+def _agent(
+    clock: Clock,
+    rec: Path | None,
+    events: list[Event] = (),  # type: ignore[assignment]
+    *,
+    gpus: int = 3,
+    owners: dict[str, Owner] | None = None,
+    deadline_s: float = 2.0,
+    real_time: bool = False,
+) -> tuple[Agent, Replay]:
+    replay = Replay(
+        node="node-a",
+        gpus=gpus,
+        memory_mib=49152,
+        recording=load_recording(rec) if rec else None,
+        scenario=Scenario(tuple(events)),
+        clock=time.monotonic if real_time else clock,
+    )
+    reader = (lambda: owners) if owners is not None else None
+    agent = Agent(
+        replay,
+        AgentConfig(node="node-a", deadline_s=deadline_s, reinit_s=5.0, clean_period_s=600),
+        owners=reader,
+        on_held=replay.set_held if owners is not None else None,
+        clock=time.monotonic if real_time else clock,
+    )
+    return agent, replay
+
+
+def _gpu(agent: Agent, index: int):  # type: ignore[no-untyped-def]
+    return agent.snapshot().gpus[index]
+
+
+def test_readings_follow_the_recording_in_container_order(
+    clock: Clock, recording_dir: Path
+) -> None:
+    agent, _ = _agent(clock, recording_dir)
+    agent.tick()
+    assert agent.ready()
+    utils = [g.sample["DCGM_FI_DEV_GPU_UTIL"] for g in agent.snapshot().gpus]  # type: ignore[index]
+    assert utils == [40.0, 70.0, 5.0]  # aaa, bbb, ccc
+    g0 = _gpu(agent, 0).sample
+    assert g0["DCGM_FI_DEV_FB_USED"] == 10 * 1024
+    assert (
+        g0["DCGM_FI_DEV_FB_USED"] + g0["DCGM_FI_DEV_FB_FREE"] + g0["DCGM_FI_DEV_FB_RESERVED"]
+        == 49152
+    )
+
+
+def test_only_gpus_a_pod_holds_play_their_series_and_carry_its_labels(
+    clock: Clock, recording_dir: Path
+) -> None:
+    from controller.agent.replay import fake_gpu_uuid
+
+    owner = Owner("nlp", "bert-worker-0", "trainer")
+    agent, _ = _agent(clock, recording_dir, owners={fake_gpu_uuid("node-a", 1): owner})
+    agent.tick()
+    g0, g1, _g2 = agent.snapshot().gpus
+    assert g1.owner == owner and g1.sample["DCGM_FI_DEV_GPU_UTIL"] == 70.0  # type: ignore[index]
+    assert g0.owner is None and g0.sample["DCGM_FI_DEV_GPU_UTIL"] == 0.0  # type: ignore[index]
+    assert g0.sample["DCGM_FI_DEV_FB_USED"] == 0.0  # type: ignore[index]
+
+
+def test_an_xid_is_counted_and_decides_health_by_its_class(clock: Clock) -> None:
+    events = [Event(at=1, kind="xid", gpu=1, xid=48), Event(at=1, kind="xid", gpu=2, xid=13)]
+    agent, _ = _agent(clock, None, events)
+    agent.tick()
+    clock.t += 1
+    assert agent.poll_xids(0) == 2
+    g1, g2 = agent.snapshot().gpus[1:]
+    assert (g1.last_xid, dict(g1.xids), g1.health.state) == (48, {48: 1}, State.RESET_REQUIRED)
+    assert (g2.last_xid, dict(g2.xids), g2.health.state) == (13, {13: 1}, State.HEALTHY)
+    # the clean period brings it back, with a reason
+    clock.t += 600
+    agent.tick()
+    assert _gpu(agent, 1).health.state is State.HEALTHY
+    assert "clean period" in _gpu(agent, 1).health.reason
+
+
+def test_a_lost_gpu_is_withdrawn_at_once_and_healthy_again_after_a_reset(clock: Clock) -> None:
+    events = [Event(at=1, kind="lost", gpu=0), Event(at=5, kind="reset", gpu=0, seconds=2)]
+    agent, _ = _agent(clock, None, events)
+    agent.tick()
+    assert _gpu(agent, 0).sample is not None
+    clock.t += 1
+    agent.tick()
+    g0 = _gpu(agent, 0)
+    assert g0.sample is None and g0.health.state is State.LOST
+    assert _gpu(agent, 1).sample is not None  # the others go on
+    clock.t += 7  # reset at 5 s, back at 7 s
+    agent.tick()
+    assert _gpu(agent, 0).health.state is State.HEALTHY
+    assert _gpu(agent, 0).sample is not None
+
+
+def test_a_hung_call_withdraws_that_gpu_within_the_deadline_and_never_waits_on_it_again() -> None:
+    deadline = 0.3
+    agent, _ = _agent(
+        Clock(),
+        None,
+        [Event(at=0.3, kind="hang", gpu=1, seconds=1.8)],
+        deadline_s=deadline,
+        real_time=True,
+    )
+    agent.tick()
+    time.sleep(0.35)
+    t0 = time.monotonic()
+    agent.tick()
+    first = time.monotonic() - t0
+    g1 = _gpu(agent, 1)
+    assert g1.sample is None and g1.health.state is State.UNRESPONSIVE
+    assert _gpu(agent, 0).sample is not None and _gpu(agent, 2).sample is not None
+    assert first < deadline + 0.5
+    t1 = time.monotonic()
+    agent.tick()  # the lane is still busy: skipped, not waited on
+    assert time.monotonic() - t1 < 0.2
+    assert _gpu(agent, 1).sample is None
+    time.sleep(1.6)
+    agent.tick()
+    assert _gpu(agent, 1).health.state is State.HEALTHY
+    assert agent.snapshot().errors[("1", "deadline_exceeded")] >= 1
+
+
+def test_nvml_down_withdraws_everything_and_nvml_is_initialised_again(clock: Clock) -> None:
+    agent, _ = _agent(clock, None, [Event(at=1, kind="driver-unloaded", seconds=3)])
+    agent.tick()
+    clock.t += 1
+    agent.tick()
+    s = agent.snapshot()
+    assert not s.nvml_up and all(g.sample is None for g in s.gpus)
+    assert not agent.ready()
+    clock.t += 2  # driver back at 4 s, but the next attempt is 5 s after the failure
+    agent.tick()
+    assert not agent.snapshot().nvml_up
+    clock.t += 3
+    agent.tick()
+    assert agent.snapshot().nvml_up and all(g.sample is not None for g in agent.snapshot().gpus)
+
+
+def test_nvml_absent_at_start_is_retried() -> None:
+    clock = Clock()
+    agent, _ = _agent(clock, None, [Event(at=0, kind="driver-unloaded", seconds=4)])
+    agent.tick()
+    assert not agent.snapshot().nvml_up and agent.snapshot().gpus == ()
+    clock.t += 5
+    agent.tick()
+    assert agent.snapshot().nvml_up and len(agent.snapshot().gpus) == 3
+
+
+_CODES = sorted(
+    {getattr(pynvml, n) for n in dir(pynvml) if n.startswith("NVML_ERROR_")}
+    - {pynvml.NVML_ERROR_NOT_SUPPORTED}
+)
+
+
+@pytest.mark.parametrize("code", _CODES)
+def test_every_nvml_error_withdraws_the_values_and_never_raises(clock: Clock, code: int) -> None:
+    agent, _ = _agent(clock, None, [Event(at=1, kind="error", gpu=0, error=code, seconds=1)])
+    agent.tick()
+    clock.t += 1
+    agent.tick()  # must not raise
+    s = agent.snapshot()
+    cls = classify(nvml_error(code))
+    if cls is ErrorClass.NVML_DOWN:
+        assert not s.nvml_up
+    else:
+        assert s.gpus[0].sample is None
+        assert s.gpus[1].sample is not None
+        want = State.LOST if cls is ErrorClass.GPU_LOST else State.HEALTHY
+        assert s.gpus[0].health.state is want
+    assert sum(s.errors.values()) >= 1
+
+
+def test_stale_readings_are_never_served(clock: Clock) -> None:
+    agent, _ = _agent(clock, None)
+    agent.tick()
+    snap = agent.snapshot()
+    assert all(g.sample for g in snap.fresh(clock.t + 2).gpus)
+    assert all(g.sample is None for g in snap.fresh(clock.t + 10).gpus)
+
+
+def test_a_memory_ramp_leaks(clock: Clock, recording_dir: Path) -> None:
+    agent, _ = _agent(
+        clock, recording_dir, [Event(at=0, kind="memory-ramp", gpu=2, mib_per_second=100)]
+    )
+    agent.tick()
+    before = _gpu(agent, 2).sample["DCGM_FI_DEV_FB_USED"]  # type: ignore[index]
+    clock.t += 10
+    agent.tick()
+    assert _gpu(agent, 2).sample["DCGM_FI_DEV_FB_USED"] == before + 1000  # type: ignore[index]
+
+
+def test_pod_resources_failing_keeps_owners_for_a_while_then_drops_them(clock: Clock) -> None:
+    from controller.agent.replay import fake_gpu_uuid
+
+    calls = {"fail": False}
+    owner = Owner("ns", "p", "c")
+
+    def reader() -> dict[str, Owner]:
+        if calls["fail"]:
+            raise OSError("socket gone")
+        return {fake_gpu_uuid("node-a", 0): owner}
+
+    replay = Replay(node="node-a", gpus=1, clock=clock)
+    agent = Agent(replay, AgentConfig(node="node-a", owners_ttl_s=30), owners=reader, clock=clock)
+    agent.tick()
+    assert _gpu(agent, 0).owner == owner
+    calls["fail"] = True
+    clock.t += 10
+    agent.tick()
+    assert _gpu(agent, 0).owner == owner
+    assert agent.snapshot().errors[("pod-resources", "oserror")] == 1
+    clock.t += 30
+    agent.tick()
+    assert _gpu(agent, 0).owner is None
