@@ -360,3 +360,13 @@ def test_dev_cluster_up_with_prometheus(tmp_path: Path) -> None:
         )
     assert down.returncode == 0, down.stderr
     assert _gone(prom_state["pid"])
+
+
+def test_reload_rereads_the_configuration_and_reports_a_refusal(tmp_path: Path) -> None:
+    with start_prometheus(tmp_path, PrometheusConfig()) as prom:
+        prom.reload()
+        prom.config_file.write_text("scrape_configs: [{job_name: 1, nope: 2}]\n")
+        with pytest.raises(PrometheusError, match=r"(?s)refused to reload .*field nope not found"):
+            prom.reload()
+        assert prom.alive()  # the running configuration stays
+        assert [s.value for s in prom.query("1 + 1")] == [2.0]
