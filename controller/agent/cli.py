@@ -10,7 +10,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -230,7 +230,8 @@ def owners_reader(socket_path: str) -> OwnersReader:
     return read
 
 
-def _publisher(args: argparse.Namespace) -> Any:
+def _kube_for_publishing(args: argparse.Namespace) -> Any:
+    """An API client when GPU health is to be published on the Nodes, else None."""
     want = args.publish_node
     if want == "off":
         return None
@@ -243,10 +244,18 @@ def _publisher(args: argparse.Namespace) -> Any:
             " (--publish-node on to insist)"
         )
         return None
-    from controller.agent.node import NodePublisher
     from controller.kube.client import connect
 
-    return NodePublisher(connect(args.kubeconfig, pool_size=2), args.node).start()
+    return connect(args.kubeconfig, pool_size=4)
+
+
+def _publisher(args: argparse.Namespace) -> Any:
+    kube = _kube_for_publishing(args)
+    if kube is None:
+        return None
+    from controller.agent.node import NodePublisher
+
+    return NodePublisher(kube, args.node).start()
 
 
 def _main(args: argparse.Namespace) -> int:
@@ -366,8 +375,20 @@ def _main_fleet(args: argparse.Namespace) -> int:
     def owners_for(node: str) -> OwnersReader | None:
         return owners_reader(str(Path(pr_dir) / f"{node}.sock")) if pr_dir else None
 
+    publishers: dict[str, Any] = {}
+    kube = _kube_for_publishing(args)
+
+    def publish(node: str) -> Callable[[Snapshot], None] | None:
+        if kube is None:
+            return None
+        from controller.agent.node import NodePublisher
+
+        publishers[node] = NodePublisher(kube, node).start()
+        return publishers[node].offer  # type: ignore[no-any-return]
+
     fleet = Fleet(
         nodes,
+        publish=publish,
         config=AgentConfig(
             node="",
             interval_s=args.interval,
@@ -418,4 +439,6 @@ def _main_fleet(args: argparse.Namespace) -> int:
     _wait_for_signal(received)
     stop.set()
     server.stop()
+    for p in publishers.values():
+        p.stop()
     return EXIT_OK

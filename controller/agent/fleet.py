@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from controller.agent.agent import Agent, AgentConfig, OwnersReader
+from controller.agent.agent import Agent, AgentConfig, OwnersReader, Snapshot
 from controller.agent.deadline import Lanes
 from controller.agent.exposition import CONTENT_TYPE, render
 from controller.agent.replay import Recording, Replay, Scenario
@@ -81,11 +81,13 @@ class Fleet:
         owners_for: Callable[[str], OwnersReader | None] = lambda _: None,
         hostname_label: str = "Hostname",
         workers: int = 16,
+        publish: Callable[[str], Callable[[Snapshot], None] | None] = lambda _: None,
     ) -> None:
         self._interval = config.interval_s
         self._hostname_label = hostname_label
         self._lanes = Lanes(config.deadline_s, workers=workers, name="fleet-nvml")
         self.agents: dict[str, Agent] = {}
+        self._offers: dict[str, Callable[[Snapshot], None]] = {}
         offset = 0
         for n in nodes:
             replay = Replay(
@@ -100,6 +102,9 @@ class Fleet:
             )
             offset += n.gpus
             owners = owners_for(n.name)
+            offer = publish(n.name)
+            if offer is not None:
+                self._offers[n.name] = offer
             self.agents[n.name] = Agent(
                 replay,
                 AgentConfig(
@@ -112,6 +117,7 @@ class Fleet:
                 owners=owners,
                 on_held=replay.set_held if owners is not None else None,
                 lanes=self._lanes,
+                on_change=offer,
             )
         self.last_round_s = 0.0
         self.last_tick = time.monotonic()
@@ -121,8 +127,11 @@ class Fleet:
         t0 = time.monotonic()
         for agent in self.agents.values():
             try:
-                agent.tick()
+                snap = agent.tick()
                 agent.poll_xids(0)
+                offer = self._offers.get(agent.config.node)
+                if offer is not None:
+                    offer(snap)
             except Exception:
                 log.exception("fleet round failed node=%s; continuing", agent.config.node)
         self.last_tick = time.monotonic()

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import bisect
 import csv
-import os
 import threading
 import time
 from array import array
@@ -45,6 +44,7 @@ import pynvml
 
 from controller.agent.nvml import GpuIdentity, Sample, XidEvent, nvml_error
 from controller.agent.podresources import fake_gpu_uuid
+from controller.datasets import TELEMETRY_ENV, telemetry_dir
 
 __all__ = [
     "DUTY_FILE",
@@ -60,20 +60,10 @@ __all__ = [
     "telemetry_dir",
 ]
 
-TELEMETRY_ENV = "GANGOPS_TELEMETRY"
 DUTY_FILE = "pod_gpu_duty_cycle.csv"
 MEMORY_FILE = "pod_gpu_memory_used_bytes.csv"
 _MIB = 1024 * 1024
 _RESERVED_MIB = 512.0
-
-
-def telemetry_dir() -> Path:
-    """The recorded telemetry: $GANGOPS_TELEMETRY, else ../shared/telemetry/genai2026
-    beside the checkout."""
-    env = os.environ.get(TELEMETRY_ENV)
-    if env:
-        return Path(env)
-    return Path(__file__).resolve().parents[2].parent / "shared" / "telemetry" / "genai2026"
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ It only registers the subcommand; the `gangops` entry point owns the parser.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import sys
@@ -33,6 +34,7 @@ from controller.devcluster.launcher import (
     stop_from_state,
 )
 from controller.devcluster.prometheus import Prometheus, start_for_cluster
+from controller.devcluster.telemetry import TelemetryOptions, start_agents
 from controller.progress import BuildProgress
 
 __all__ = ["add_subcommand", "default_state_file"]
@@ -143,6 +145,34 @@ def add_subcommand(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
         default=1.0,
         metavar="SECONDS",
         help="Prometheus' scrape and rule-evaluation interval (default: 1; production uses 15)",
+    )
+    up.add_argument(
+        "--telemetry",
+        action="store_true",
+        help="GPU telemetry for the fake nodes: node agents (`gangops agent --fake-nodes`)"
+        " replaying recorded GPU telemetry on each node's GPUs, following the pods the fake"
+        " kubelet gives them and publishing GPU health on the Nodes, scraped by the real"
+        " Prometheus (implies --prometheus)",
+    )
+    up.add_argument(
+        "--telemetry-dir",
+        type=Path,
+        metavar="DIR",
+        help="the recording to replay (pod_gpu_duty_cycle.csv, pod_gpu_memory_used_bytes.csv;"
+        " default $GANGOPS_TELEMETRY, else ../shared/telemetry/genai2026)",
+    )
+    up.add_argument(
+        "--telemetry-speed",
+        type=float,
+        default=60.0,
+        metavar="FACTOR",
+        help="replay this many times faster than recorded (default 60: a minute a second)",
+    )
+    up.add_argument(
+        "--scenario",
+        type=Path,
+        metavar="FILE",
+        help="scripted GPU faults for the agents (docs/agent.md; `node:` picks a node)",
     )
     _state_argument(up)
     up.set_defaults(func=_up)
@@ -264,17 +294,36 @@ def _up(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, _raise_stop)
     signal.signal(signal.SIGHUP, _raise_stop)
     try:
+        telemetry = (
+            TelemetryOptions(
+                replay_dir=args.telemetry_dir,
+                scenario=args.scenario,
+                speed=args.telemetry_speed,
+                scrape_interval_s=args.prometheus_interval,
+            )
+            if args.telemetry
+            else None
+        )
         return _run(
             options,
             detach=args.detach,
-            prometheus_interval_s=args.prometheus_interval if args.prometheus else None,
+            prometheus_interval_s=args.prometheus_interval
+            if args.prometheus or args.telemetry
+            else None,
+            telemetry=telemetry,
         )
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
 
 
-def _run(options: Options, *, detach: bool, prometheus_interval_s: float | None) -> int:
+def _run(
+    options: Options,
+    *,
+    detach: bool,
+    prometheus_interval_s: float | None,
+    telemetry: TelemetryOptions | None = None,
+) -> int:
     try:
         cluster = start(options)
     except DevClusterError as e:
@@ -287,8 +336,10 @@ def _run(options: Options, *, detach: bool, prometheus_interval_s: float | None)
     if prometheus_interval_s is not None:
         try:
             prom = start_for_cluster(cluster, scrape_interval_s=prometheus_interval_s)
+            if telemetry is not None:
+                start_agents(cluster, telemetry)
         except DevClusterError as e:
-            _err(f"Prometheus did not start (the cluster is stopped): {e}")
+            _err(f"Prometheus or the node agents did not start (the cluster is stopped): {e}")
             cluster.stop(grace=3.0)
             return 1
         except (KeyboardInterrupt, _Stop):
@@ -338,6 +389,12 @@ def _summary(cluster: DevCluster, prom: Prometheus | None, *, detach: bool) -> N
         + (
             f"  prometheus  {prom.url} (every {prom.config.scrape_interval_s:g}s; targets:"
             f" {cluster.prometheus_targets_file})\n"
+            + (
+                f"  agents      {len(json.loads(cluster.prometheus_targets_file.read_text()))}"
+                f" nodes' GPUs replayed (log {cluster.log_dir / 'gangops-agent.log'})\n"
+                if cluster.prometheus_targets_file.exists()
+                else ""
+            )
             if prom is not None
             else ""
         )

@@ -262,6 +262,25 @@ def _parent_death_hook() -> Callable[[], None] | None:
     return hook
 
 
+def launch(
+    name: str, argv: Sequence[str], *, log_file: Path, cwd: Path, tie_to_process: bool
+) -> Component:
+    """Start one process the way every component of a dev cluster is started: stdout and
+    stderr appended to `log_file`, its own process group (a terminal's Ctrl-C reaches
+    the launcher only), and, with `tie_to_process`, killed when the launcher dies."""
+    with log_file.open("ab") as out:
+        popen = subprocess.Popen(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=cwd,
+            start_new_session=True,
+            preexec_fn=_parent_death_hook() if tie_to_process else None,
+        )
+    return Component(name, popen.pid, _proc_start_time(popen.pid), log_file, popen)
+
+
 class ComponentState(TypedDict):
     name: str
     pid: int
@@ -508,6 +527,11 @@ class DevCluster:
         return _pod_resources_socket(self.options.data_dir, node)
 
     @property
+    def pod_resources_dir(self) -> Path:
+        """The directory of every node's pod-resources socket (`<node>.sock`)."""
+        return self.options.data_dir / _POD_RESOURCES_DIR
+
+    @property
     def prometheus_targets_file(self) -> Path:
         """The file_sd file (`data_dir/prometheus/targets.json`) listing what the
         cluster's Prometheus scrapes (`controller.devcluster.prometheus`): a JSON list of
@@ -583,21 +607,16 @@ class DevCluster:
             _write_state(self.options.state_file, self._state(ready=ready))
 
     def _spawn(self, name: str, args: Sequence[str]) -> Component:
-        logfile = self.log_dir / f"{name}.log"
-        with logfile.open("ab") as out:
-            popen = subprocess.Popen(
-                [str(self.options.bin_dir / name), *args],
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                cwd=self.options.data_dir,
-                start_new_session=True,  # own process group; a terminal's Ctrl-C reaches us only
-                preexec_fn=_parent_death_hook() if self.options.tie_to_process else None,
-            )
-        c = Component(name, popen.pid, _proc_start_time(popen.pid), logfile, popen)
+        c = launch(
+            name,
+            [str(self.options.bin_dir / name), *args],
+            log_file=self.log_dir / f"{name}.log",
+            cwd=self.options.data_dir,
+            tie_to_process=self.options.tie_to_process,
+        )
         self.components.append(c)
         self._save_state()
-        log.info("started component=%s pid=%d log=%s", name, popen.pid, logfile)
+        log.info("started component=%s pid=%d log=%s", name, c.pid, c.log)
         return c
 
     def _ssl(self) -> ssl.SSLContext:

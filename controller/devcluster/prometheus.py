@@ -28,7 +28,6 @@ import logging
 import math
 import os
 import shutil
-import subprocess
 import time
 import urllib.error
 import urllib.parse
@@ -43,8 +42,7 @@ from controller.devcluster.launcher import (
     DevCluster,
     DevClusterError,
     _free_ports,
-    _parent_death_hook,
-    _proc_start_time,
+    launch,
 )
 
 __all__ = [
@@ -444,18 +442,10 @@ def _start(
         "--web.enable-lifecycle",
     ]
     t0 = time.monotonic()
-    with log_file.open("ab") as out:
-        log_start = out.tell()  # what this attempt writes, for the errors it reports
-        popen = subprocess.Popen(
-            args,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            cwd=work_dir,
-            start_new_session=True,  # own process group, as the cluster's components
-            preexec_fn=_parent_death_hook() if tie_to_process else None,
-        )
-    component = Component("prometheus", popen.pid, _proc_start_time(popen.pid), log_file, popen)
+    log_start = log_file.stat().st_size if log_file.exists() else 0  # this attempt's lines
+    component = launch(
+        "prometheus", args, log_file=log_file, cwd=work_dir, tie_to_process=tie_to_process
+    )
     prom = Prometheus(
         url=f"http://{address}",
         config=config,
@@ -471,7 +461,7 @@ def _start(
     log.info(
         "prometheus ready url=%s pid=%d config=%s ready_s=%.2f",
         prom.url,
-        popen.pid,
+        component.pid,
         config_file,
         time.monotonic() - t0,
     )

@@ -21,12 +21,12 @@ The public traces are not part of the repository: `trace_path` finds them in
 from __future__ import annotations
 
 import csv
-import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from controller.clusterspec import LABEL_RACK, LABEL_ZONE, load_cluster
+from controller.datasets import TRACES_ENV, traces_dir
 from controller.scheduler.types import MILLI, Node, PodShape
 
 __all__ = [
@@ -40,7 +40,6 @@ __all__ = [
     "traces_dir",
 ]
 
-TRACES_ENV = "GANGOPS_TRACES"
 MIB = 1 << 20
 
 GANGOPS_COLUMNS = (
@@ -75,14 +74,6 @@ class TraceJob:
     def gpu_milli(self) -> int:
         """Milli-GPUs of the whole gang."""
         return self.workers * self.pod.gpu_total
-
-
-def traces_dir() -> Path:
-    """Where the public traces are: $GANGOPS_TRACES, else ../shared/traces."""
-    env = os.environ.get(TRACES_ENV)
-    if env:
-        return Path(env)
-    return Path(__file__).resolve().parents[2].parent / "shared" / "traces"
 
 
 def trace_path(relative: str) -> Path | None:
