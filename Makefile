@@ -41,6 +41,7 @@ lint: venv
 	$(BIN)/ruff check controller tests
 	$(BIN)/ruff format --check controller tests
 	$(BIN)/mypy
+	$(BIN)/mypy tests/unit/kube/fakes.py
 	$(BIN)/lint-imports
 
 bench: venv

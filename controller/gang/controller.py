@@ -33,7 +33,7 @@ from controller.gang.lifecycle import Plan, Write, action_write, cycle, cycle_wr
 from controller.gang.metrics import GangMetrics
 from controller.gang.record import Admission
 from controller.gang.view import JobView, Memo, job_views
-from controller.kube.client import RESOURCES, ApiError, Kube, NotLeaderError
+from controller.kube.client import RESOURCES, ApiError, KubeApi, NotLeaderError
 from controller.kube.clock import Clock, SystemClock
 from controller.kube.events import EventRecorder
 from controller.kube.informer import EventType, Informer
@@ -86,7 +86,7 @@ class GangController:
 
     def __init__(
         self,
-        kube: Kube,
+        kube: KubeApi,
         *,
         settings: GangSettings | None = None,
         clock: Clock | None = None,

@@ -15,7 +15,7 @@ import sys
 from controller.gang.lifecycle import cycle
 from controller.gang.record import format_time, parse_time
 from controller.gang.view import job_views
-from controller.kube.client import RESOURCES, ApiError, Kube
+from controller.kube.client import RESOURCES, ApiError, KubeApi
 from controller.kube.clock import Clock, SystemClock
 from controller.policy.compiler import DEFAULT_SYSTEM_NAMESPACE, POLICY_CONFIGMAP, POLICY_KEY
 from controller.scheduler.explain import explain
@@ -30,7 +30,7 @@ class ExplainError(Exception):
 
 
 def explain_job(
-    kube: Kube,
+    kube: KubeApi,
     job: str,
     *,
     system_namespace: str = DEFAULT_SYSTEM_NAMESPACE,

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from controller.kube.client import RESOURCES, Kube, NotLeaderError
+from controller.kube.client import RESOURCES, KubeApi, NotLeaderError
 from controller.kube.clock import Clock, SystemClock
 from controller.kube.informer import EventType, Informer
 from controller.policy.compiler import APPLY_ORDER, DEFAULT_SYSTEM_NAMESPACE
@@ -175,7 +175,7 @@ class Reconciler:
 
     def __init__(
         self,
-        kube: Kube,
+        kube: KubeApi,
         *,
         settings: ReconcilerSettings,
         clock: Clock | None = None,

@@ -13,7 +13,7 @@ import base64
 from pathlib import Path
 from typing import Protocol
 
-from controller.kube.client import RESOURCES, Kube
+from controller.kube.client import RESOURCES, KubeApi
 from controller.policy.build import Built, build
 from controller.reconciler.git import GitAuth, GitCache, GitError, auth_from_secret
 from controller.reconciler.spec import PolicySourceSpec, revision_string
@@ -37,7 +37,7 @@ class Revisions(Protocol):
 class GitRevisions:
     """Revisions read from Git through a local cache under `cache_dir`."""
 
-    def __init__(self, kube: Kube, *, cache_dir: Path, system_namespace: str) -> None:
+    def __init__(self, kube: KubeApi, *, cache_dir: Path, system_namespace: str) -> None:
         self._kube = kube
         self._cache_dir = cache_dir
         self._system_namespace = system_namespace
