@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from controller import __version__
+from controller.scheduler.policy import DEFAULT_SYSTEM_NAMESPACE
 
 __all__ = ["main"]
 
@@ -108,8 +109,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     r.add_argument(
         "--system-namespace",
-        default="gangops-system",
-        help="namespace of the scheduling-policy ConfigMap (default gangops-system)",
+        default=DEFAULT_SYSTEM_NAMESPACE,
+        help="namespace of the scheduling-policy ConfigMap (default %(default)s)",
     )
     _add_common(r)
     r.set_defaults(func=_render)
@@ -145,8 +146,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     pl.add_argument(
         "--system-namespace",
-        default="gangops-system",
-        help="namespace of the scheduling-policy ConfigMap (default gangops-system)",
+        default=DEFAULT_SYSTEM_NAMESPACE,
+        help="namespace of the scheduling-policy ConfigMap (default %(default)s)",
     )
     _add_common(pl)
     pl.set_defaults(func=_plan)

@@ -21,7 +21,6 @@ controller decides nothing itself.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -37,9 +36,13 @@ from controller.kube.client import RESOURCES, ApiError, KubeApi, NotLeaderError
 from controller.kube.clock import Clock, SystemClock
 from controller.kube.events import EventRecorder
 from controller.kube.informer import EventType, Informer
-from controller.policy.compiler import DEFAULT_SYSTEM_NAMESPACE, POLICY_CONFIGMAP, POLICY_KEY
 from controller.scheduler.cycle import GROW_INTERVAL_S, CycleResult
-from controller.scheduler.policy import SchedulingPolicy
+from controller.scheduler.policy import (
+    DEFAULT_SYSTEM_NAMESPACE,
+    POLICY_CONFIGMAP,
+    SchedulingPolicy,
+    UnreadablePolicy,
+)
 from controller.scheduler.types import MILLI, Admit, JobId
 
 __all__ = ["FIELD_MANAGER", "GangController", "GangSettings"]
@@ -197,8 +200,8 @@ class GangController:
             )
         else:
             try:
-                parsed = SchedulingPolicy.from_dict(json.loads(cm["data"][POLICY_KEY]))
-            except (KeyError, TypeError, ValueError) as e:
+                parsed = SchedulingPolicy.from_configmap(cm)
+            except UnreadablePolicy as e:
                 log.error("unreadable scheduling policy rv=%s error=%r", rv, str(e))
         self._policy_cache = (rv, parsed)
         return parsed

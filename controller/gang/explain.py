@@ -9,7 +9,6 @@ job: its place in the queue, what blocks it, what would have to change.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from controller.gang.lifecycle import cycle
@@ -17,9 +16,13 @@ from controller.gang.record import format_time, parse_time
 from controller.gang.view import job_views
 from controller.kube.client import RESOURCES, ApiError, KubeApi
 from controller.kube.clock import Clock, SystemClock
-from controller.policy.compiler import DEFAULT_SYSTEM_NAMESPACE, POLICY_CONFIGMAP, POLICY_KEY
 from controller.scheduler.explain import explain
-from controller.scheduler.policy import SchedulingPolicy
+from controller.scheduler.policy import (
+    DEFAULT_SYSTEM_NAMESPACE,
+    POLICY_CONFIGMAP,
+    SchedulingPolicy,
+    UnreadablePolicy,
+)
 from controller.scheduler.types import JobId
 
 __all__ = ["add_subcommand", "explain_job"]
@@ -51,8 +54,8 @@ def explain_job(
             "(is the policy reconciler running?)"
         )
     try:
-        policy = SchedulingPolicy.from_dict(json.loads(cm["data"][POLICY_KEY]))
-    except (KeyError, TypeError, ValueError) as e:
+        policy = SchedulingPolicy.from_configmap(cm)
+    except UnreadablePolicy as e:
         raise ExplainError(f"the scheduling policy is unreadable: {e}") from None
     now = (clock or SystemClock()).now().timestamp()
     nodes, _ = kube.list(RESOURCES["Node"], label_selector=node_selector)

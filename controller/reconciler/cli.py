@@ -11,6 +11,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from controller.scheduler.policy import DEFAULT_SYSTEM_NAMESPACE
+
 __all__ = ["add_subcommand"]
 
 
@@ -108,7 +110,7 @@ def add_subcommand(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
     p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, in-cluster, ...)")
     p.add_argument(
         "--system-namespace",
-        default="gangops-system",
+        default=DEFAULT_SYSTEM_NAMESPACE,
         help="the controller's namespace, created here (default %(default)s; give `gangops run`"
         " the same)",
     )
