@@ -20,6 +20,7 @@ from __future__ import annotations
 import random
 import time
 
+from controller.policy.validate import check_scheduling_policy
 from controller.scheduler.cycle import schedule
 from controller.scheduler.policy import SchedulingPolicy
 from controller.scheduler.snapshot import Snapshot
@@ -37,37 +38,42 @@ PROJECTS = ("nlp", "vision", "speech", "research", "platform")
 
 
 def _policy() -> SchedulingPolicy:
+    """Built by hand, so held to the compiled policy's schema."""
     share = NODES * GPUS // len(PROJECTS)
-    return SchedulingPolicy.from_dict(
-        {
-            "cluster": {
-                "reserve": {"gpu": 0, "tiers": []},
-                "gang": {"timeoutSeconds": 300, "backoffLimit": 3},
-                "preemption": {"enabled": True, "minRuntimeSeconds": 600, "maxPerHour": 20},
-                "fairShare": {"enabled": True, "borrowing": True},
-                "topology": {"levels": list(LEVELS)},
-            },
-            "tiers": [
-                {
-                    "name": n,
-                    "value": v,
-                    "preemptible": p,
-                    "preemptionPolicy": "PreemptLowerPriority",
-                }
-                for n, v, p in TIERS
-            ],
-            "projects": [
-                {
-                    "name": p,
-                    "namespaces": [p],
-                    "quota": {"guaranteed": {"gpu": share // 2}, "max": {"gpu": share * 2}},
-                    "users": {"default": {"guaranteed": {}, "max": {}}, "members": []},
-                    "jobs": {"maxGPU": 64, "tiers": [t[0] for t in TIERS], "defaultTier": "normal"},
-                }
-                for p in PROJECTS
-            ],
-        }
-    )
+    doc = {
+        "apiVersion": "policy.ai.operator/v1",
+        "kind": "SchedulingPolicy",
+        "cluster": {
+            "capacity": {},
+            "reserve": {"gpu": 0, "tiers": []},
+            "gang": {"timeoutSeconds": 300, "backoffLimit": 3},
+            "preemption": {"enabled": True, "minRuntimeSeconds": 600, "maxPerHour": 20},
+            "fairShare": {"enabled": True, "borrowing": True},
+            "topology": {"levels": list(LEVELS)},
+        },
+        "tiers": [
+            {
+                "name": n,
+                "value": v,
+                "preemptible": p,
+                "preemptionPolicy": "PreemptLowerPriority",
+                "globalDefault": False,
+            }
+            for n, v, p in TIERS
+        ],
+        "projects": [
+            {
+                "name": p,
+                "namespaces": [p],
+                "quota": {"guaranteed": {"gpu": share // 2}, "max": {"gpu": share * 2}},
+                "users": {"default": {"guaranteed": {}, "max": {}}, "members": []},
+                "jobs": {"maxGPU": 64, "tiers": [t[0] for t in TIERS], "defaultTier": "normal"},
+            }
+            for p in PROJECTS
+        ],
+    }
+    check_scheduling_policy(doc)
+    return SchedulingPolicy.from_dict(doc)
 
 
 def _nodes() -> list[Node]:

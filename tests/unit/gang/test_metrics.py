@@ -6,6 +6,7 @@ from a job's creation to its whole gang bound."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
 import threading
 import time
@@ -19,24 +20,17 @@ from controller.gang.controller import GangController
 from controller.gang.metrics import GangMetrics
 from controller.gang.record import Admission
 from controller.kube.clock import FakeClock
-from controller.scheduler.policy import SchedulingPolicy
+from controller.scheduler.policy import POLICY_CONFIGMAP, POLICY_KEY
 from controller.scheduler.types import Placement, PodPlacement
 from tests.unit.kube.fakes import FakeKube
-from tests.unit.scheduler.builders import policy
+from tests.unit.scheduler.builders import policy_doc
 
 from .builders import job, node, pod
 
 Obj = dict[str, Any]
-POLICY = policy(projects={"p": {"guaranteed": 4, "max": 8}, "q": {}})
+POLICY = policy_doc(projects={"p": {"guaranteed": 4, "max": 8}, "q": {}})
 """Project `p` (4 GPUs guaranteed, at most 8) and `q` (nothing guaranteed, no max)."""
 T0 = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)
-
-
-class Controller(GangController):
-    """The controller under test, with its policy given rather than read from a ConfigMap."""
-
-    def policy(self) -> SchedulingPolicy | None:
-        return POLICY
 
 
 def _in(obj: Obj, namespace: str) -> Obj:
@@ -70,11 +64,23 @@ def _run(
     clock: FakeClock | None = None,
     api: FakeKube | None = None,
     until: Callable[[], bool] = lambda: True,
-) -> Controller:
+) -> GangController:
     """One step over nodes a and b (8 GPUs each) and `objs`; then, once `until` holds
     (the writes it waits for have landed), the controller is stopped."""
     api = api or FakeKube()
-    c = Controller(api, clock=clock or FakeClock(T0), metrics=metrics)
+    c = GangController(api, clock=clock or FakeClock(T0), metrics=metrics)
+    c.config.assume(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": POLICY_CONFIGMAP,
+                "namespace": c.settings.system_namespace,
+                "resourceVersion": "1",
+            },
+            "data": {POLICY_KEY: json.dumps(POLICY)},
+        }
+    )
     for n in (node("a"), node("b")):
         c.nodes.assume(n)
     for o in objs:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from controller.policy.validate import check_scheduling_policy
 from controller.scheduler.policy import SchedulingPolicy
 from controller.scheduler.types import (
     Gang,
@@ -143,6 +144,30 @@ def policy(
     max_per_hour: int = 100,
 ) -> SchedulingPolicy:
     """A policy; each project is {guaranteed, max, users: {name: (g, max)}, tiers, job_max}."""
+    return SchedulingPolicy.from_dict(
+        policy_doc(
+            projects,
+            reserve=reserve,
+            reserve_tiers=reserve_tiers,
+            borrowing=borrowing,
+            preemption=preemption,
+            min_runtime=min_runtime,
+            max_per_hour=max_per_hour,
+        )
+    )
+
+
+def policy_doc(
+    projects: dict[str, dict[str, Any]] | None = None,
+    *,
+    reserve: int = 0,
+    reserve_tiers: tuple[str, ...] = ("critical",),
+    borrowing: bool = True,
+    preemption: bool = True,
+    min_runtime: int = 0,
+    max_per_hour: int = 100,
+) -> dict[str, Any]:
+    """`policy` as the compiled JSON; built by hand, so held to its schema."""
     projects = projects or {"p": {}}
     compiled_projects = []
     for name, spec in projects.items():
@@ -167,7 +192,10 @@ def policy(
             }
         )
     doc = {
+        "apiVersion": "policy.ai.operator/v1",
+        "kind": "SchedulingPolicy",
         "cluster": {
+            "capacity": {},
             "reserve": {"gpu": reserve, "tiers": list(reserve_tiers)},
             "gang": {"timeoutSeconds": 300, "backoffLimit": 3},
             "preemption": {
@@ -190,9 +218,11 @@ def policy(
                 "value": v,
                 "preemptible": t in PREEMPTIBLE,
                 "preemptionPolicy": "Never" if t == "batch" else "PreemptLowerPriority",
+                "globalDefault": False,
             }
             for t, v in TIERS.items()
         ],
         "projects": compiled_projects,
     }
-    return SchedulingPolicy.from_dict(doc)
+    check_scheduling_policy(doc)
+    return doc
