@@ -159,7 +159,7 @@ def _parser() -> argparse.ArgumentParser:
 def _add_plugins(sub: Any) -> None:
     """Subcommands that live with their own package."""
     from controller.devcluster.cli import add_subcommand as add_dev_cluster
-    from controller.gang.explain import add_subcommand as add_explain
+    from controller.gang.cli import add_subcommand as add_explain
     from controller.reconciler.cli import add_subcommand as add_install_crds
     from controller.run import add_subcommand as add_run
     from controller.sim.cli import add_subcommand as add_simulate

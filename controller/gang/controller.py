@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from controller.gang.binder import FIELD_MANAGER, Binder
-from controller.gang.lifecycle import Plan, Write, action_write, cycle, cycle_writes
+from controller.gang.lifecycle import Agenda, Write, action_write, cycle_writes, decide
 from controller.gang.metrics import GangMetrics
 from controller.gang.record import Admission
 from controller.gang.view import JobView, Memo, job_views
@@ -217,11 +217,11 @@ class GangController:
             busy = frozenset(self._busy)
             overrides = dict(self._overrides)
         memo = self._memo
-        memo.cycle()
+        memo.next_step()
         pods = self.pods.items()
         views = job_views(self.jobs.items(), pods, policy, overrides=overrides, memo=memo)
         node_objs = {o["metadata"]["name"]: o for o in self.nodes.items()}
-        todo, _, result = cycle(
+        todo, _, result = decide(
             views,
             node_objs,
             pods,
@@ -263,7 +263,7 @@ class GangController:
                 len(result.resizes),
             )
 
-    def _record_metrics(self, todo: Plan, views: list[JobView], result: CycleResult) -> None:
+    def _record_metrics(self, todo: Agenda, views: list[JobView], result: CycleResult) -> None:
         """Queue depth and GPUs allocated as this step leaves them (its admissions
         and growths counted, not one step late)."""
         admitted = {d.gang.id: d for d in result.decisions if isinstance(d, Admit)}

@@ -1,9 +1,11 @@
-"""`gangops explain NAMESPACE/NAME`: a dry-run cycle on the live cluster, for one job.
+"""The gang wing's command, `gangops explain NAMESPACE/NAME`: a dry-run step on the
+live cluster, for one job.
 
 It reads what the scheduler reads (nodes, every pod, every TrainingJob, the
-compiled policy), builds the same snapshot and runs the same cycle, writing
-nothing, and prints `controller.scheduler.explain.explain`'s account of the
-job: its place in the queue, what blocks it, what would have to change.
+compiled policy through `SchedulingPolicy.from_configmap`) and runs the same
+`lifecycle.decide` (plan, snapshot, cycle), writing nothing, and prints
+`controller.scheduler.explain.explain`'s account of the job: its place in the
+queue, what blocks it, what would have to change.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from controller.gang.lifecycle import cycle
+from controller.gang.lifecycle import decide
 from controller.gang.record import format_time, parse_time
 from controller.gang.view import job_views
 from controller.kube.client import RESOURCES, ApiError, KubeApi
@@ -68,7 +70,7 @@ def explain_job(
         return f"{job} cannot be scheduled as written: {mine.error}.\n"
     if phase in ("Succeeded", "Failed"):
         return f"{job} has finished: {phase} ({(obj.get('status') or {}).get('message', '')}).\n"
-    todo, snap, result = cycle(
+    todo, snap, result = decide(
         views, {n["metadata"]["name"]: n for n in nodes}, pods, policy, now=now
     )
     text = explain(JobId(job), result=result, snap=snap, policy=policy)
