@@ -32,6 +32,7 @@ from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
 __all__ = [
+    "FIELD_MANAGER",
     "RESOURCES",
     "ApiError",
     "Kube",
@@ -47,6 +48,11 @@ log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 Fence = Callable[[], bool]
+
+FIELD_MANAGER = "gangops"
+"""The field manager of what gangops applies: the compiled policy objects, the CRDs
+and admission policies, the system namespace. (The scheduler writes as its own,
+`gangops-scheduler`.)"""
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from controller.kube.client import RESOURCES, KubeApi
+from controller.kube.client import FIELD_MANAGER, RESOURCES, KubeApi
 
 __all__ = [
     "GROUP",
@@ -258,7 +258,7 @@ def install(kube: KubeApi, crds: list[dict[str, Any]], *, timeout_s: float = 30.
     """Server-side apply the CRDs and wait until the API server serves them
     (condition Established); raises TimeoutError naming those that are not."""
     for crd in crds:
-        kube.apply(crd, field_manager="gangops")
+        kube.apply(crd, field_manager=FIELD_MANAGER)
     pending = {c["metadata"]["name"] for c in crds}
     deadline = time.monotonic() + timeout_s
     while pending:

@@ -34,7 +34,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from controller.kube.client import ApiError, KubeApi, resource_for
+from controller.kube.client import FIELD_MANAGER, ApiError, KubeApi, resource_for
 from controller.policy.compiler import ANNOTATION_REVISION, APPLY_ORDER, object_key
 
 __all__ = [
@@ -57,7 +57,6 @@ log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 
-FIELD_MANAGER = "gangops"
 LABEL_SOURCE = "gangops.ai/policysource"
 """Which PolicySource an object belongs to (routes drift events; guards against two
 sources fighting over one object)."""
