@@ -133,28 +133,10 @@ def running(g: Gang, placement: dict[str, int], *, started: float = -10_000.0) -
     return Running(g, Placement(tuple(pods)), started)
 
 
-def policy(
-    projects: dict[str, dict[str, Any]] | None = None,
-    *,
-    reserve: int = 0,
-    reserve_tiers: tuple[str, ...] = ("critical",),
-    borrowing: bool = True,
-    preemption: bool = True,
-    min_runtime: int = 0,
-    max_per_hour: int = 100,
-) -> SchedulingPolicy:
-    """A policy; each project is {guaranteed, max, users: {name: (g, max)}, tiers, job_max}."""
-    return SchedulingPolicy.from_dict(
-        policy_doc(
-            projects,
-            reserve=reserve,
-            reserve_tiers=reserve_tiers,
-            borrowing=borrowing,
-            preemption=preemption,
-            min_runtime=min_runtime,
-            max_per_hour=max_per_hour,
-        )
-    )
+def policy(projects: dict[str, dict[str, Any]] | None = None, **kw: Any) -> SchedulingPolicy:
+    """A policy; each project is {guaranteed, max, users: {name: (g, max)}, tiers, job_max};
+    the keywords are `policy_doc`'s."""
+    return SchedulingPolicy.from_dict(policy_doc(projects, **kw))
 
 
 def policy_doc(
