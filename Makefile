@@ -44,6 +44,7 @@ lint: venv
 	$(BIN)/ruff check controller tests
 	$(BIN)/ruff format --check controller tests
 	$(BIN)/mypy
+	$(BIN)/mypy tests/unit/kube/fakes.py tests/unit/reconciler/fake_git.py
 	$(BIN)/lint-imports
 
 bench: venv

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from controller import __version__
+from controller.scheduler.policy import DEFAULT_SYSTEM_NAMESPACE
 
 __all__ = ["main"]
 
@@ -122,8 +123,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     r.add_argument(
         "--system-namespace",
-        default="gangops-system",
-        help="namespace of the scheduling-policy ConfigMap (default gangops-system)",
+        default=DEFAULT_SYSTEM_NAMESPACE,
+        help="namespace of the scheduling-policy ConfigMap (default %(default)s)",
     )
     _add_common(r)
     r.set_defaults(func=_render)
@@ -159,8 +160,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     pl.add_argument(
         "--system-namespace",
-        default="gangops-system",
-        help="namespace of the scheduling-policy ConfigMap (default gangops-system)",
+        default=DEFAULT_SYSTEM_NAMESPACE,
+        help="namespace of the scheduling-policy ConfigMap (default %(default)s)",
     )
     _add_common(pl)
     pl.set_defaults(func=_plan)
@@ -173,7 +174,7 @@ def _add_plugins(sub: Any) -> None:
     """Subcommands that live with their own package."""
     from controller.agent.cli import add_subcommand as add_agent
     from controller.devcluster.cli import add_subcommand as add_dev_cluster
-    from controller.gang.explain import add_subcommand as add_explain
+    from controller.gang.cli import add_subcommand as add_explain
     from controller.reconciler.cli import add_subcommand as add_install_crds
     from controller.run import add_subcommand as add_run
     from controller.sim.cli import add_subcommand as add_simulate

@@ -49,6 +49,7 @@ from controller.reconciler.controller import Reconciler, ReconcilerSettings
 from controller.reconciler.metrics import ReconcilerMetrics
 from controller.reconciler.webhook import PATH_PREFIX, Deliveries, handle_push
 from controller.scheduler.cycle import GROW_INTERVAL_S
+from controller.scheduler.policy import DEFAULT_SYSTEM_NAMESPACE
 
 __all__ = ["add_subcommand"]
 
@@ -314,9 +315,9 @@ def add_subcommand(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
     p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, in-cluster, ...)")
     p.add_argument(
         "--system-namespace",
-        default=os.environ.get("POD_NAMESPACE", "gangops-system"),
+        default=os.environ.get("POD_NAMESPACE", DEFAULT_SYSTEM_NAMESPACE),
         help="the controller's namespace: policy ConfigMap, Git secrets, the Lease "
-        "(default: $POD_NAMESPACE, else gangops-system)",
+        f"(default: $POD_NAMESPACE, else {DEFAULT_SYSTEM_NAMESPACE})",
     )
     p.add_argument("--metrics-addr", default=":8080", help="metrics and health (default :8080)")
     p.add_argument(

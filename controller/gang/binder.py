@@ -29,7 +29,7 @@ from controller.gang.view import JobView
 from controller.jobs.pods import headless_service, worker_pods
 from controller.jobs.spec import JobSpec
 from controller.jobs.status import job_status
-from controller.kube.client import RESOURCES, ApiError, Kube
+from controller.kube.client import RESOURCES, ApiError, KubeApi
 from controller.kube.clock import Clock
 from controller.kube.events import EventRecorder
 from controller.kube.informer import Informer
@@ -52,7 +52,7 @@ class Binder:
 
     def __init__(
         self,
-        kube: Kube,
+        kube: KubeApi,
         *,
         jobs: Informer,
         pods: Informer,

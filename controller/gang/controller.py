@@ -21,7 +21,6 @@ controller decides nothing itself.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -29,17 +28,21 @@ from dataclasses import dataclass
 from typing import Any
 
 from controller.gang.binder import FIELD_MANAGER, Binder
-from controller.gang.lifecycle import Plan, Write, action_write, cycle, cycle_writes
+from controller.gang.lifecycle import Agenda, Write, action_write, cycle_writes, decide
 from controller.gang.metrics import GangMetrics
 from controller.gang.record import Admission
 from controller.gang.view import JobView, Memo, job_views
-from controller.kube.client import RESOURCES, ApiError, Kube, NotLeaderError
+from controller.kube.client import RESOURCES, ApiError, KubeApi, NotLeaderError
 from controller.kube.clock import Clock, SystemClock
 from controller.kube.events import EventRecorder
 from controller.kube.informer import EventType, Informer
-from controller.policy.compiler import DEFAULT_SYSTEM_NAMESPACE, POLICY_CONFIGMAP, POLICY_KEY
 from controller.scheduler.cycle import GROW_INTERVAL_S, CycleResult
-from controller.scheduler.policy import SchedulingPolicy
+from controller.scheduler.policy import (
+    DEFAULT_SYSTEM_NAMESPACE,
+    POLICY_CONFIGMAP,
+    SchedulingPolicy,
+    UnreadablePolicy,
+)
 from controller.scheduler.types import MILLI, Admit, JobId
 
 __all__ = ["FIELD_MANAGER", "GangController", "GangSettings"]
@@ -86,7 +89,7 @@ class GangController:
 
     def __init__(
         self,
-        kube: Kube,
+        kube: KubeApi,
         *,
         settings: GangSettings | None = None,
         clock: Clock | None = None,
@@ -197,8 +200,8 @@ class GangController:
             )
         else:
             try:
-                parsed = SchedulingPolicy.from_dict(json.loads(cm["data"][POLICY_KEY]))
-            except (KeyError, TypeError, ValueError) as e:
+                parsed = SchedulingPolicy.from_configmap(cm)
+            except UnreadablePolicy as e:
                 log.error("unreadable scheduling policy rv=%s error=%r", rv, str(e))
         self._policy_cache = (rv, parsed)
         return parsed
@@ -214,11 +217,11 @@ class GangController:
             busy = frozenset(self._busy)
             overrides = dict(self._overrides)
         memo = self._memo
-        memo.cycle()
+        memo.next_step()
         pods = self.pods.items()
         views = job_views(self.jobs.items(), pods, policy, overrides=overrides, memo=memo)
         node_objs = {o["metadata"]["name"]: o for o in self.nodes.items()}
-        todo, _, result = cycle(
+        todo, _, result = decide(
             views,
             node_objs,
             pods,
@@ -260,7 +263,7 @@ class GangController:
                 len(result.resizes),
             )
 
-    def _record_metrics(self, todo: Plan, views: list[JobView], result: CycleResult) -> None:
+    def _record_metrics(self, todo: Agenda, views: list[JobView], result: CycleResult) -> None:
         """Queue depth and GPUs allocated as this step leaves them (its admissions
         and growths counted, not one step late)."""
         admitted = {d.gang.id: d for d in result.decisions if isinstance(d, Admit)}

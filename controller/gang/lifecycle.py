@@ -20,8 +20,9 @@ say what the job's recorded decision needs to move on:
 
 It also sorts the jobs for the cycle: the gangs that hold GPUs (`running`,
 with the pods they own) and the gangs that wait (`queue`, with their
-nominations). `cycle` runs `plan`, the snapshot and the scheduling cycle in
-one; the controller and `gangops explain` both call it.
+nominations); `plan` returns all this as the step's `Agenda`. `decide` runs
+`plan`, the snapshot and the scheduling cycle in one; the controller and
+`gangops explain` both call it.
 
 Last, it turns what was decided into `Write`s, each one job's whole write
 for the binder to carry out (`action_write` for an `Action`, `cycle_writes`
@@ -59,12 +60,12 @@ from controller.scheduler.types import (
 __all__ = [
     "Action",
     "ActionKind",
-    "Plan",
+    "Agenda",
     "Write",
     "WriteKind",
     "action_write",
-    "cycle",
     "cycle_writes",
+    "decide",
     "plan",
     "rollback_delay",
 ]
@@ -101,8 +102,8 @@ class Action:
 
 
 @dataclass
-class Plan:
-    """The jobs sorted for one cycle, and what the job controller must do."""
+class Agenda:
+    """The jobs sorted for one step's cycle, and what the job controller must do."""
 
     running: list[Running] = field(default_factory=list)
     owned: set[tuple[str, str]] = field(default_factory=set)
@@ -147,7 +148,7 @@ def _still_at(v: JobView | None, attempt: int) -> JobView | None:
 
 
 def _admitted(
-    v: JobView, out: Plan, nodes: Mapping[str, Obj], policy: SchedulingPolicy, now: float
+    v: JobView, out: Agenda, nodes: Mapping[str, Obj], policy: SchedulingPolicy, now: float
 ) -> None:
     adm = v.admission
     assert adm is not None and v.gang is not None
@@ -214,10 +215,10 @@ def plan(
     *,
     now: float,
     busy: frozenset[JobId] = frozenset(),
-) -> Plan:
+) -> Agenda:
     """Sort `views` for a cycle at time `now` (epoch seconds). Jobs in `busy` have
     writes in flight: they only count for what they hold."""
-    out = Plan()
+    out = Agenda()
     by_id = {v.id: v for v in views}
     for v in views:
         status = v.status
@@ -287,7 +288,7 @@ def plan(
     return out
 
 
-def cycle(
+def decide(
     views: Sequence[JobView],
     nodes: Mapping[str, Obj],
     pods: Iterable[Obj],
@@ -298,7 +299,7 @@ def cycle(
     memo: Memo | None = None,
     timer: Callable[[], float] | None = None,
     grow_interval: float = GROW_INTERVAL_S,
-) -> tuple[Plan, Snapshot, CycleResult]:
+) -> tuple[Agenda, Snapshot, CycleResult]:
     """One scheduling step's reading of the cluster and its decisions: `plan`,
     the snapshot, then the cycle. The controller and `gangops explain` both call
     this, so what explain shows is what the scheduler would decide. With a

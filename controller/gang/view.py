@@ -110,19 +110,19 @@ _Parsed = tuple[JobSpec | None, Gang | None, str | None, Admission | None]
 
 
 class Memo:
-    """What a cycle parsed from raw objects, kept for the next one: a scheduling step
+    """What a step parsed from raw objects, kept for the next one: a scheduling step
     reads every node, job and pod, but between two steps only a few change. An
     entry is reused while the object's uid and resourceVersion are the same (and,
     for a job, the policy object is the same); objects without both are parsed
-    every time. Entries not used during one cycle are dropped at the next `cycle`.
+    every time. Entries not used during one step are dropped at the next `next_step`.
     Not thread-safe: one scheduling loop owns it."""
 
     def __init__(self) -> None:
         self._old: dict[tuple[str, str, str], tuple[object, Any]] = {}
         self._new: dict[tuple[str, str, str], tuple[object, Any]] = {}
 
-    def cycle(self) -> None:
-        """Start a cycle: forget what the last-but-one cycle used and this one did not."""
+    def next_step(self) -> None:
+        """Start a step: forget what the last-but-one step used and this one did not."""
         self._old, self._new = self._new, {}
 
     def _memo(self, kind: str, obj: Mapping[str, Any], extra: object, fn: Callable[[], _T]) -> _T:

@@ -10,6 +10,10 @@ Writes have sharp edges removed, as in lightkube: server-side apply always
 names its field manager (there is no default), and every write passes the
 `fence` first, so a replica that has lost its leader Lease cannot write even
 if a thread is still running.
+
+`KubeApi` is the seam: the calls the controllers, informers, elector and
+recorders make. `Kube` is its one real implementation; unit tests pass the one
+fake (`tests/unit/fakes.FakeKube`), typed against the same Protocol.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, TypedDict, cast
+from typing import Any, Literal, Protocol, TypedDict, cast
 
 import urllib3
 from kubernetes import client as k8s
@@ -28,9 +32,11 @@ from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
 __all__ = [
+    "FIELD_MANAGER",
     "RESOURCES",
     "ApiError",
     "Kube",
+    "KubeApi",
     "NotLeaderError",
     "Resource",
     "WatchEvent",
@@ -42,6 +48,11 @@ log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 Fence = Callable[[], bool]
+
+FIELD_MANAGER = "gangops"
+"""The field manager of what gangops applies: the compiled policy objects, the CRDs
+and admission policies, the system namespace. (The scheduler writes as its own,
+`gangops-scheduler`.)"""
 
 
 @dataclass(frozen=True)
@@ -182,6 +193,66 @@ class WatchEvent(TypedDict):
 
     type: Literal["ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR"]
     object: Obj
+
+
+class KubeApi(Protocol):
+    """What gangops asks of the API server; see `Kube` for each call's contract."""
+
+    def get(self, res: Resource, name: str, namespace: str | None = None) -> Obj | None: ...
+
+    def list(
+        self,
+        res: Resource,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+    ) -> tuple[list[Obj], str]: ...
+
+    def watch(
+        self,
+        res: Resource,
+        *,
+        resource_version: str,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        timeout_s: int = 300,
+        on_open: Callable[[Any], None] | None = None,
+    ) -> Iterator[WatchEvent]: ...
+
+    def apply(
+        self,
+        obj: Obj,
+        *,
+        field_manager: str,
+        dry_run: bool = False,
+        force: bool = True,
+    ) -> Obj: ...
+
+    def create(self, obj: Obj, *, field_manager: str) -> Obj: ...
+
+    def replace(self, obj: Obj, *, field_manager: str) -> Obj: ...
+
+    def merge_patch(
+        self,
+        res: Resource,
+        name: str,
+        patch: Obj,
+        *,
+        field_manager: str,
+        namespace: str | None = None,
+        subresource: str | None = None,
+    ) -> Obj: ...
+
+    def bind(self, namespace: str, pod: str, node: str, *, field_manager: str) -> None: ...
+
+    def delete(
+        self,
+        res: Resource,
+        name: str,
+        *,
+        namespace: str | None = None,
+        uid: str | None = None,
+    ) -> bool: ...
 
 
 def connect(kubeconfig: str | None = None, *, pool_size: int = 32) -> Kube:

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from controller.kube.client import RESOURCES, Kube
+from controller.kube.client import FIELD_MANAGER, RESOURCES, KubeApi
 
 __all__ = [
     "GROUP",
@@ -254,11 +254,11 @@ def render_yaml(crd: dict[str, Any]) -> str:
     )
 
 
-def install(kube: Kube, crds: list[dict[str, Any]], *, timeout_s: float = 30.0) -> None:
+def install(kube: KubeApi, crds: list[dict[str, Any]], *, timeout_s: float = 30.0) -> None:
     """Server-side apply the CRDs and wait until the API server serves them
     (condition Established); raises TimeoutError naming those that are not."""
     for crd in crds:
-        kube.apply(crd, field_manager="gangops")
+        kube.apply(crd, field_manager=FIELD_MANAGER)
     pending = {c["metadata"]["name"] for c in crds}
     deadline = time.monotonic() + timeout_s
     while pending:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Literal
 
-from controller.kube.client import ApiError, Kube, NotLeaderError
+from controller.kube.client import ApiError, KubeApi, NotLeaderError
 from controller.kube.clock import Clock, SystemClock
 
 __all__ = ["EventRecorder"]
@@ -25,7 +25,7 @@ _MAX_MESSAGE = 1024
 class EventRecorder:
     """Writes core/v1 Events for one component; failures are logged, never raised."""
 
-    def __init__(self, kube: Kube, *, component: str, clock: Clock | None = None) -> None:
+    def __init__(self, kube: KubeApi, *, component: str, clock: Clock | None = None) -> None:
         self._kube = kube
         self._component = component
         self._clock = clock or SystemClock()

@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, Literal
 
-from controller.kube.client import ApiError, Kube, Resource
+from controller.kube.client import ApiError, KubeApi, Resource
 from controller.kube.clock import Clock, SystemClock
 
 __all__ = ["EventType", "Handler", "Informer", "key_of"]
@@ -51,7 +51,7 @@ class Informer:
 
     def __init__(
         self,
-        kube: Kube,
+        kube: KubeApi,
         resource: Resource,
         *,
         namespace: str | None = None,

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from controller.kube.client import RESOURCES, ApiError, Kube
+from controller.kube.client import RESOURCES, ApiError, KubeApi
 from controller.kube.clock import Clock, SystemClock
 
 __all__ = ["ElectionSettings", "LeaseElector"]
@@ -57,7 +57,7 @@ class LeaseElector:
 
     def __init__(
         self,
-        kube: Kube,
+        kube: KubeApi,
         *,
         identity: str,
         settings: ElectionSettings = ElectionSettings(),

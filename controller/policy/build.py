@@ -12,10 +12,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from controller.policy.compiler import DEFAULT_SYSTEM_NAMESPACE, compile_policy_set
+from controller.policy.compiler import compile_policy_set
 from controller.policy.diagnostics import Diagnostic
 from controller.policy.loader import DEFAULT_LIMITS, Limits, Source
 from controller.policy.validate import Resolver, ValidationResult, validate_sources
+from controller.scheduler.policy import DEFAULT_SYSTEM_NAMESPACE
 
 __all__ = ["Built", "build"]
 

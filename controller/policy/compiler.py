@@ -24,6 +24,7 @@ from typing import Any
 
 from controller.policy.model import RESOURCE_NAMES, PolicySet, PriorityTier, Project, QuotaPair
 from controller.quantity import format_quantity
+from controller.scheduler.policy import DEFAULT_SYSTEM_NAMESPACE, POLICY_CONFIGMAP, POLICY_KEY
 
 __all__ = [
     "ANNOTATION_REVISION",
@@ -32,8 +33,6 @@ __all__ = [
     "LABEL_MANAGED_BY",
     "LABEL_POD_SECURITY",
     "LABEL_PROJECT",
-    "POLICY_CONFIGMAP",
-    "POLICY_KEY",
     "QUOTA_NAME",
     "compile_policy_set",
     "object_key",
@@ -49,9 +48,6 @@ LABEL_TIER_PREEMPTIBLE = "gangops.ai/preemptible"
 ANNOTATION_SOURCE = "gangops.ai/source-file"
 ANNOTATION_REVISION = "gangops.ai/revision"
 QUOTA_NAME = "gangops-quota"
-POLICY_CONFIGMAP = "gangops-scheduling-policy"
-POLICY_KEY = "policy.json"
-DEFAULT_SYSTEM_NAMESPACE = "gangops-system"
 APPLY_ORDER = ("PriorityClass", "Namespace", "ResourceQuota", "LimitRange", "ConfigMap")
 """Kinds in the order they are applied; prune runs in reverse."""
 

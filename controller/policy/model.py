@@ -54,10 +54,6 @@ class Resources:
         value = getattr(self, name)
         return None if value is None else Fraction(value)
 
-    def is_empty(self) -> bool:
-        """True when no resource is set."""
-        return self.gpu is None and self.cpu is None and self.memory is None
-
     def to_dict(self) -> dict[str, str | int]:
         """The set amounts, as the policy language writes them."""
         out: dict[str, str | int] = {}

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -42,7 +42,13 @@ from controller.policy.model import (
 )
 from controller.quantity import QuantityError, parse_quantity
 
-__all__ = ["OutsideRepository", "ValidationResult", "schema_dir", "validate_sources"]
+__all__ = [
+    "OutsideRepository",
+    "ValidationResult",
+    "check_scheduling_policy",
+    "schema_dir",
+    "validate_sources",
+]
 
 Resolver = Callable[[str], Source | None]
 """Finds a file by its path relative to the policy root (for `capacityFrom`); None
@@ -82,6 +88,18 @@ def _validator(kind: str) -> Draft202012Validator:
     path = schema_dir() / f"{kind.lower()}.schema.json"
     schema = json.loads(path.read_text(encoding="utf-8"))
     return Draft202012Validator(_inline_refs(schema, schema.get("$defs", {})))
+
+
+def check_scheduling_policy(doc: Mapping[str, Any]) -> None:
+    """Raise ValueError unless `doc` is a compiled scheduling policy as
+    `schemas/schedulingpolicy.schema.json` describes it: the check for every copy
+    of it built by hand rather than by `compiler.scheduling_policy`."""
+    validator = _validator("SchedulingPolicy")
+    errors = sorted(validator.iter_errors(doc), key=lambda e: [str(p) for p in e.absolute_path])
+    if errors:
+        e = errors[0]
+        where = "/".join(str(p) for p in e.absolute_path) or "the top level"
+        raise ValueError(f"not a compiled scheduling policy: at {where}: {e.message}")
 
 
 def _inline_refs(node: Any, defs: dict[str, Any]) -> Any:

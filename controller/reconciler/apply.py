@@ -34,7 +34,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from controller.kube.client import ApiError, Kube, resource_for
+from controller.kube.client import FIELD_MANAGER, ApiError, KubeApi, resource_for
 from controller.policy.compiler import ANNOTATION_REVISION, APPLY_ORDER, object_key
 
 __all__ = [
@@ -57,7 +57,6 @@ log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 
-FIELD_MANAGER = "gangops"
 LABEL_SOURCE = "gangops.ai/policysource"
 """Which PolicySource an object belongs to (routes drift events; guards against two
 sources fighting over one object)."""
@@ -388,7 +387,7 @@ def prunable(ref: Ref, have: Obj, options: SyncOptions) -> bool:
 
 
 def sync(
-    kube: Kube,
+    kube: KubeApi,
     live: LiveObjects,
     pool: Executor,
     desired: list[Obj],
@@ -439,7 +438,7 @@ def sync(
 
 
 def _dry_run(
-    kube: Kube,
+    kube: KubeApi,
     pool: Executor,
     plan: SyncPlan,
     current: Mapping[Ref, Obj | None],
@@ -465,7 +464,7 @@ def _dry_run(
 
 
 def _apply_stages(
-    kube: Kube,
+    kube: KubeApi,
     live: LiveObjects,
     pool: Executor,
     recreate: list[Obj],
@@ -517,7 +516,7 @@ def _apply_stages(
 
 
 def _prune(
-    kube: Kube, live: LiveObjects, gone: list[Ref], options: SyncOptions, result: SyncResult
+    kube: KubeApi, live: LiveObjects, gone: list[Ref], options: SyncOptions, result: SyncResult
 ) -> list[str]:
     """Delete what `prunable` allows of `gone` (by uid, so never a newer object of
     the same name); returns the failures."""

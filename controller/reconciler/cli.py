@@ -11,6 +11,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from controller.scheduler.policy import DEFAULT_SYSTEM_NAMESPACE
+
 __all__ = ["add_subcommand"]
 
 
@@ -23,7 +25,7 @@ _NOT_SERVED = (
 
 def _install_crds(args: argparse.Namespace) -> int:
     from controller.jobs.admission import admission_objects, mutating_objects
-    from controller.kube.client import ApiError, connect
+    from controller.kube.client import FIELD_MANAGER, ApiError, connect
     from controller.kube.crds import crd_file_name, generate_crds, install, render_yaml
     from controller.policy.validate import schema_dir
 
@@ -51,15 +53,15 @@ def _install_crds(args: argparse.Namespace) -> int:
         kube = connect(args.kubeconfig)
         # The controller's own namespace (its Lease, the policy ConfigMap, Git secrets):
         # `gangops run` refuses to start without it.
-        kube.apply(namespace, field_manager="gangops")
+        kube.apply(namespace, field_manager=FIELD_MANAGER)
         install(kube, crds, timeout_s=args.timeout)
         for obj in admission_objects():
-            kube.apply(obj, field_manager="gangops")
+            kube.apply(obj, field_manager=FIELD_MANAGER)
             applied.append(obj)
         if args.mutating_policy != "off":
             try:
                 for obj in mutating_objects():
-                    kube.apply(obj, field_manager="gangops")
+                    kube.apply(obj, field_manager=FIELD_MANAGER)
                     applied.append(obj)
             except ApiError as e:
                 if e.status != 404:
@@ -108,7 +110,7 @@ def add_subcommand(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
     p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, in-cluster, ...)")
     p.add_argument(
         "--system-namespace",
-        default="gangops-system",
+        default=DEFAULT_SYSTEM_NAMESPACE,
         help="the controller's namespace, created here (default %(default)s; give `gangops run`"
         " the same)",
     )

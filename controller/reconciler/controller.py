@@ -37,10 +37,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from controller.kube.client import RESOURCES, Kube, NotLeaderError
+from controller.kube.client import RESOURCES, KubeApi, NotLeaderError
 from controller.kube.clock import Clock, SystemClock
 from controller.kube.informer import EventType, Informer
-from controller.policy.compiler import APPLY_ORDER, DEFAULT_SYSTEM_NAMESPACE
+from controller.policy.compiler import APPLY_ORDER
 from controller.reconciler.apply import (
     LABEL_SOURCE,
     Ref,
@@ -59,6 +59,7 @@ from controller.reconciler.status import (
     STALLING,
     diagnostics_text,
 )
+from controller.scheduler.policy import DEFAULT_SYSTEM_NAMESPACE
 
 __all__ = ["CR_SOURCE", "Reconciler", "ReconcilerSettings"]
 
@@ -175,7 +176,7 @@ class Reconciler:
 
     def __init__(
         self,
-        kube: Kube,
+        kube: KubeApi,
         *,
         settings: ReconcilerSettings,
         clock: Clock | None = None,

@@ -1,24 +1,50 @@
 """A PolicySource's revisions: resolve its ref, then read and build the files at a commit.
 
-`Revisions` is the seam between the reconciler and Git: `GitRevisions` is
-the real one (a `GitCache` per repository, credentials from the source's
-Secret), and a unit test gives the reconciler a fake. A damaged cache is
+`Revisions` is what the reconciler asks for; `GitRevisions` is the one
+implementation (credentials from the source's Secret, a damaged cache
 deleted and cloned again, once, without bothering anyone; every other Git
-failure is a `GitError` whose reason becomes the source's condition.
+failure is a `GitError` whose reason becomes the source's condition). It
+reads Git through the `GitRepos` seam: `git.GitCache` is the real one (bare
+clones on disk), and unit tests pass a fake holding commits in memory, so the
+reconciler's Git source is tested without a repository.
 """
 
 from __future__ import annotations
 
 import base64
+import threading
 from pathlib import Path
 from typing import Protocol
 
-from controller.kube.client import RESOURCES, Kube
+from controller.kube.client import RESOURCES, KubeApi
 from controller.policy.build import Built, build
-from controller.reconciler.git import GitAuth, GitCache, GitError, auth_from_secret
+from controller.policy.loader import Source
+from controller.policy.validate import Resolver
+from controller.reconciler.git import GitAuth, GitCache, GitError, GitRef, auth_from_secret
 from controller.reconciler.spec import PolicySourceSpec, revision_string
 
-__all__ = ["GitRevisions", "Revisions"]
+__all__ = ["GitRepos", "GitRevisions", "Revisions"]
+
+
+class GitRepos(Protocol):
+    """A cache of Git repositories, one per URL (see `git.GitCache` for each call)."""
+
+    def lock(self, url: str) -> threading.Lock:
+        """The lock to hold while using the cache of `url`."""
+        ...
+
+    def forget(self, url: str) -> None:
+        """Drop the cache of `url`; the next `resolve` clones again."""
+        ...
+
+    def resolve(self, url: str, ref: GitRef, *, auth: GitAuth, timeout_s: float) -> str:
+        """The commit `ref` names at `url` now, fetched (raises `GitError`)."""
+        ...
+
+    def read(self, url: str, sha: str, path: str) -> tuple[list[Source], Resolver]:
+        """The files under `path` at `sha`, and a resolver relative to `path`
+        (raises `GitError`: PathNotFound, or ArtifactFailed for a damaged cache)."""
+        ...
 
 
 class Revisions(Protocol):
@@ -35,13 +61,20 @@ class Revisions(Protocol):
 
 
 class GitRevisions:
-    """Revisions read from Git through a local cache under `cache_dir`."""
+    """Revisions read from Git through a cache (by default bare clones under `cache_dir`)."""
 
-    def __init__(self, kube: Kube, *, cache_dir: Path, system_namespace: str) -> None:
+    def __init__(
+        self,
+        kube: KubeApi,
+        *,
+        cache_dir: Path,
+        system_namespace: str,
+        git: GitRepos | None = None,
+    ) -> None:
         self._kube = kube
         self._cache_dir = cache_dir
         self._system_namespace = system_namespace
-        self._git = GitCache(cache_dir / "git")
+        self._git: GitRepos = git or GitCache(cache_dir / "git")
 
     def resolve(self, spec: PolicySourceSpec) -> str:
         auth = GitAuth()

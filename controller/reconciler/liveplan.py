@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from controller.kube.client import RESOURCES, ApiError, Kube, resource_for
+from controller.kube.client import RESOURCES, ApiError, KubeApi, resource_for
 from controller.policy.compiler import ANNOTATION_REVISION, APPLY_ORDER, LABEL_MANAGED_BY
 from controller.policy.plan import Plan, make_plan, object_id
 from controller.reconciler.apply import FIELD_MANAGER, LABEL_SOURCE, up_to_date
@@ -47,7 +47,7 @@ def _shape(desired: Obj) -> Obj:
     return {**desired, "metadata": meta}
 
 
-def _managed(kube: Kube, kinds: Iterable[str], selector: str) -> list[Obj]:
+def _managed(kube: KubeApi, kinds: Iterable[str], selector: str) -> list[Obj]:
     out: list[Obj] = []
     for kind in kinds:
         items, _ = kube.list(RESOURCES[kind], label_selector=selector)
@@ -60,7 +60,7 @@ def _labelled(obj: Obj, source: str) -> Obj:
     return {**obj, "metadata": {**meta, "labels": {**meta.get("labels", {}), LABEL_SOURCE: source}}}
 
 
-def live_plan(kube: Kube, desired: list[Obj], *, source: str | None = None) -> Plan:
+def live_plan(kube: KubeApi, desired: list[Obj], *, source: str | None = None) -> Plan:
     """The plan that takes the live cluster to `desired`.
 
     With `source` (a PolicySource name) the objects are compared as that

@@ -12,7 +12,7 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-from controller.kube.client import RESOURCES, ApiError, Kube
+from controller.kube.client import RESOURCES, ApiError, KubeApi
 from controller.kube.clock import Clock
 from controller.kube.events import EventRecorder
 from controller.kube.informer import Informer
@@ -33,7 +33,7 @@ class Reporter:
 
     def __init__(
         self,
-        kube: Kube,
+        kube: KubeApi,
         *,
         sources: Informer,
         policy_crs: dict[str, Informer],

@@ -36,7 +36,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from controller.kube.client import RESOURCES, ApiError, Kube
+from controller.kube.client import RESOURCES, ApiError, KubeApi
 from controller.kube.clock import Clock
 from controller.reconciler.spec import ANNOTATION_REQUESTED
 
@@ -149,7 +149,7 @@ def _is_push(headers: Mapping[str, str]) -> bool:
 
 
 def handle_push(
-    kube: Kube,
+    kube: KubeApi,
     *,
     path: str,
     headers: Mapping[str, str],

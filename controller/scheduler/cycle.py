@@ -36,7 +36,6 @@ from controller.scheduler.placement import place, shortfall
 from controller.scheduler.policy import SchedulingPolicy
 from controller.scheduler.snapshot import Snapshot
 from controller.scheduler.types import (
-    MILLI,
     Admit,
     Decision,
     Gang,
@@ -46,6 +45,7 @@ from controller.scheduler.types import (
     Preempt,
     Resize,
     Running,
+    format_gpus,
 )
 
 __all__ = ["GROW_INTERVAL_S", "CycleResult", "order", "quota", "schedule"]
@@ -71,11 +71,6 @@ class CycleResult:
     """Running elastic gangs grown onto idle GPUs this cycle."""
     phase_seconds: dict[str, float] = field(default_factory=dict)
     """Time each phase took (`schedule`: the decisions, `grow`), when a timer was given."""
-
-
-def _gpus(milli: int) -> str:
-    n = milli / MILLI
-    return f"{n:g}"
 
 
 def _ratio(used: int, guaranteed: int) -> float:
@@ -109,13 +104,13 @@ def _refused(policy: SchedulingPolicy, g: Gang) -> str | None:
         return f"tier {g.tier!r} is not allowed for project {project.name} (allowed: {allowed})"
     if project.job_max is not None and g.gpu_total > project.job_max:
         return (
-            f"asks for {_gpus(g.gpu_total)} GPUs; project {project.name} allows at most "
-            f"{_gpus(project.job_max)} per job"
+            f"asks for {format_gpus(g.gpu_total)} GPUs; project {project.name} allows at most "
+            f"{format_gpus(project.job_max)} per job"
         )
     if project.max is not None and g.gpu_total > project.max:
         return (
-            f"asks for {_gpus(g.gpu_total)} GPUs, more than project {project.name}'s max "
-            f"of {_gpus(project.max)}"
+            f"asks for {format_gpus(g.gpu_total)} GPUs, more than project {project.name}'s max "
+            f"of {format_gpus(project.max)}"
         )
     return None
 
@@ -128,20 +123,20 @@ def quota(snap: Snapshot, policy: SchedulingPolicy, g: Gang) -> str | None:
     used = snap.project_usage.get(g.project, 0)
     if project.max is not None and used + need > project.max:
         return (
-            f"project {project.name} at max: {_gpus(used)} of {_gpus(project.max)} GPUs in use, "
-            f"this job needs {_gpus(need)}"
+            f"project {project.name} at max: {format_gpus(used)} of "
+            f"{format_gpus(project.max)} GPUs in use, this job needs {format_gpus(need)}"
         )
     user = project.user(g.user)
     user_used = snap.user_usage.get((g.project, g.user), 0)
     if user.max is not None and user_used + need > user.max:
         return (
-            f"user {g.user} at max in project {project.name}: {_gpus(user_used)} of "
-            f"{_gpus(user.max)} GPUs in use, this job needs {_gpus(need)}"
+            f"user {g.user} at max in project {project.name}: {format_gpus(user_used)} of "
+            f"{format_gpus(user.max)} GPUs in use, this job needs {format_gpus(need)}"
         )
     if not policy.borrowing and used + need > project.guaranteed:
         return (
-            f"project {project.name} at its guarantee ({_gpus(used)} of "
-            f"{_gpus(project.guaranteed)} GPUs) and borrowing is disabled"
+            f"project {project.name} at its guarantee ({format_gpus(used)} of "
+            f"{format_gpus(project.guaranteed)} GPUs) and borrowing is disabled"
         )
     return None
 
@@ -155,8 +150,9 @@ def _outside_reserve(snap: Snapshot, policy: SchedulingPolicy, g: Gang) -> str |
         return None
     tiers = ", ".join(sorted(policy.reserve_tiers)) or "no tier"
     return (
-        f"needs {_gpus(g.gpu_total)} GPUs; {_gpus(max(0, usable - snap.outside_reserve))} "
-        f"are left outside the reserve ({_gpus(policy.reserve)} GPUs held for {tiers})"
+        f"needs {format_gpus(g.gpu_total)} GPUs; "
+        f"{format_gpus(max(0, usable - snap.outside_reserve))} are left outside the reserve "
+        f"({format_gpus(policy.reserve)} GPUs held for {tiers})"
     )
 
 
@@ -392,14 +388,15 @@ def _shrink_for(
     snap.assume(Running(g, placement, now))
     state.budget -= sum(1 for r, keep in done if keep < r.gang.submitted_workers)
     names = ", ".join(
-        f"{r.gang.id} from {_gpus(r.gang.gpu_total)} to {_gpus(keep * r.gang.pod.gpu_total)} GPUs"
+        f"{r.gang.id} from {format_gpus(r.gang.gpu_total)} to "
+        f"{format_gpus(keep * r.gang.pod.gpu_total)} GPUs"
         for r, keep in sorted(done, key=lambda rk: rk[0].gang.id)
     )
     return Preempt(
         g,
         (),
         placement,
-        f"shrinking elastic {names} to free {_gpus(g.gpu_total)} GPUs",
+        f"shrinking elastic {names} to free {format_gpus(g.gpu_total)} GPUs",
         tuple(sorted((r.gang.id, keep) for r, keep in done)),
     )
 
@@ -458,8 +455,9 @@ def _grow(
             Resize(
                 grown.gang,
                 grown.placement,
-                f"grown from {_gpus(g.gpu_total)} to {_gpus(grown.gang.gpu_total)} GPUs "
-                "on idle capacity (elastic, up to maxGPU); the gang restarts at the new size",
+                f"grown from {format_gpus(g.gpu_total)} to "
+                f"{format_gpus(grown.gang.gpu_total)} GPUs on idle capacity (elastic, up to "
+                "maxGPU); the gang restarts at the new size",
                 borrowed,
             )
         )
@@ -635,7 +633,7 @@ def _decide(
             g,
             tuple(sorted(r.gang.id for r in needed)),
             placement,
-            f"preempting {names} to free {_gpus(g.gpu_total)} GPUs",
+            f"preempting {names} to free {format_gpus(g.gpu_total)} GPUs",
         )
     reason = _outside_reserve(snap, policy, g) or shortfall(snap, g, exclude=exclude)
     held_here = exclude and place(snap, g) is not None

@@ -13,19 +13,23 @@ from __future__ import annotations
 from controller.scheduler.cycle import CycleResult
 from controller.scheduler.policy import SchedulingPolicy
 from controller.scheduler.snapshot import Snapshot
-from controller.scheduler.types import MILLI, Admit, Gang, JobId, Pending, Preempt, Running
+from controller.scheduler.types import (
+    Admit,
+    Gang,
+    JobId,
+    Pending,
+    Preempt,
+    Running,
+    format_gpus,
+)
 
 __all__ = ["explain"]
-
-
-def _gpus(milli: int) -> str:
-    return f"{milli / MILLI:g}"
 
 
 def _running_list(runs: list[Running], limit: int = 8) -> list[str]:
     runs = sorted(runs, key=lambda r: (-r.gang.gpu_total, r.gang.id))
     lines = [
-        f"    - {r.gang.id}: {_gpus(r.gang.gpu_total)} GPUs, tier {r.gang.tier}"
+        f"    - {r.gang.id}: {format_gpus(r.gang.gpu_total)} GPUs, tier {r.gang.tier}"
         f"{' (preemptible)' if r.gang.preemptible else ''}, user {r.gang.user}"
         for r in runs[:limit]
     ]
@@ -45,7 +49,7 @@ def explain(job: JobId, *, result: CycleResult, snap: Snapshot, policy: Scheduli
             return f"{job} is admitted and placed: {nodes}.\n"
         return f"{job} is not queued: it is unknown, finished, or not a gangops job.\n"
     g = decision.gang
-    head = f"{job}: {_gpus(g.gpu_total)} GPUs ({g.workers} workers), tier {g.tier}, "
+    head = f"{job}: {format_gpus(g.gpu_total)} GPUs ({g.workers} workers), tier {g.tier}, "
     out = [head + f"project {g.project}, user {g.user}"]
     position = result.order.index(job) + 1
     ahead = [d.gang for d in result.decisions[: position - 1]]
@@ -80,8 +84,9 @@ def _what_would_change(
         lines = ["What would have to change, any of:"]
         if project.max is not None and used + g.gpu_total > project.max:
             lines.append(
-                f"  - {_gpus(used + g.gpu_total - project.max)} GPUs of project {g.project}'s "
-                f"running work end, or its max ({_gpus(project.max)}) is raised in the "
+                f"  - {format_gpus(used + g.gpu_total - project.max)} GPUs of project "
+                f"{g.project}'s running work end, or its max ({format_gpus(project.max)}) is "
+                "raised in the "
                 "policies. Running in the project:"
             )
             lines += _running_list(mine)

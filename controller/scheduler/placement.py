@@ -32,7 +32,7 @@ from collections.abc import Container, Sequence
 
 from controller.scheduler.fragmentation import FragModel
 from controller.scheduler.snapshot import NodeState, Snapshot
-from controller.scheduler.types import MILLI, Gang, Placement, PodPlacement, PodShape
+from controller.scheduler.types import MILLI, Gang, Placement, PodPlacement, PodShape, format_gpus
 
 __all__ = ["LEVEL_NAMES", "place", "shortfall"]
 
@@ -186,9 +186,9 @@ def place(snap: Snapshot, gang: Gang, *, exclude: Container[str] = _NONE) -> Pla
 
 
 def _gpus(milli: int) -> str:
-    n = milli / MILLI
-    text = f"{n:g}"
-    return f"{text} GPU" if n == 1 else f"{text} GPUs"
+    """`1 GPU`, `1.5 GPUs`, `8 GPUs`."""
+    text = format_gpus(milli)
+    return f"{text} GPU" if text == "1" else f"{text} GPUs"
 
 
 def shortfall(snap: Snapshot, gang: Gang, *, exclude: Container[str] = _NONE) -> str:

@@ -1,21 +1,45 @@
 """The scheduler's policy: the compiled policy JSON, parsed into typed values.
 
-The compiler writes this JSON into the `gangops-scheduling-policy` ConfigMap
-(`controller.policy.compiler.scheduling_policy`); the controller reads it
-back from there and the simulator gets it straight from a `PolicySet`. Both
-go through `SchedulingPolicy.from_dict`, so the scheduler has one input
-format whatever the source. Amounts are milli-GPUs.
+The compiler writes this JSON (`controller.policy.compiler.scheduling_policy`,
+its shape is `schemas/schedulingpolicy.schema.json`) under `POLICY_KEY` of
+the `POLICY_CONFIGMAP` ConfigMap in the controller's namespace; the ConfigMap
+is the contract between the policy wing and the gang wing, so its name, key
+and reader (`SchedulingPolicy.from_configmap`, used by the gang controller
+and `gangops explain`) live here. The simulator gets the JSON straight from a
+`PolicySet`. Every source goes through `SchedulingPolicy.from_dict`, so the
+scheduler has one input format whatever the source. Amounts are milli-GPUs.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from controller.scheduler.types import MILLI
 
-__all__ = ["ProjectQuota", "SchedulingPolicy", "TierRule", "UserQuota"]
+__all__ = [
+    "DEFAULT_SYSTEM_NAMESPACE",
+    "POLICY_CONFIGMAP",
+    "POLICY_KEY",
+    "ProjectQuota",
+    "SchedulingPolicy",
+    "TierRule",
+    "UnreadablePolicy",
+    "UserQuota",
+]
+
+POLICY_CONFIGMAP = "gangops-scheduling-policy"
+"""The ConfigMap the compiled policy is written to."""
+POLICY_KEY = "policy.json"
+"""The ConfigMap's key that holds the compiled policy JSON."""
+DEFAULT_SYSTEM_NAMESPACE = "gangops-system"
+"""The controller's namespace, where the ConfigMap lives unless told otherwise."""
+
+
+class UnreadablePolicy(ValueError):
+    """The ConfigMap holds no readable compiled policy; the message says what is wrong."""
 
 
 def _gpu(d: Mapping[str, Any] | None, key: str) -> int | None:
@@ -89,6 +113,14 @@ class SchedulingPolicy:
             if namespace in p.namespaces:
                 return p
         return None
+
+    @classmethod
+    def from_configmap(cls, cm: Mapping[str, Any]) -> SchedulingPolicy:
+        """Read the compiled policy from its ConfigMap (raises `UnreadablePolicy`)."""
+        try:
+            return cls.from_dict(json.loads(cm["data"][POLICY_KEY]))
+        except (KeyError, TypeError, ValueError) as e:
+            raise UnreadablePolicy(str(e)) from e
 
     @classmethod
     def from_dict(cls, doc: Mapping[str, Any]) -> SchedulingPolicy:

@@ -4,7 +4,8 @@ A snapshot is built once per cycle from the informers' state (or the
 simulator's) and then changed only through `assume` and `forget`, which are
 exact inverses. That is what makes preemption's what-if cheap: forget the
 candidate victims, try the placement, assume them back — no copy of the
-world. Every change bumps `version`, so derived figures can be cached.
+world. Derived figures are cached per node (`NodeState.stamp`) and caught
+up from the nodes `assume` and `forget` changed.
 """
 
 from __future__ import annotations
@@ -133,12 +134,11 @@ class Snapshot:
         self.project_usage: dict[str, int] = {}
         self.user_usage: dict[tuple[str, str], int] = {}
         self.outside_reserve = 0
+        """Milli-GPUs used by tiers that may not use the reserve."""
         self.shrinkable: dict[str, int] = {}
         """Per project, running gangs that could give workers back (elastic with
         room above their floor, or grown): lets the cycle skip looking for
         shrinks where there is nothing to find."""
-        """Milli-GPUs used by tiers that may not use the reserve."""
-        self.version = 0
         self.free_milli = sum(len(ns.free) for ns in self.nodes) * MILLI
         """Free milli-GPUs on schedulable nodes."""
         self._candidates: dict[tuple[object, ...], list[NodeState]] = {}
@@ -259,7 +259,6 @@ class Snapshot:
         floor = min(g.min_workers or g.workers, g.submitted_workers)
         if floor < g.workers:
             self.shrinkable[g.project] = self.shrinkable.get(g.project, 0) + sign
-        self.version += 1
 
 
 def _statically_fits(node: Node, pod: PodShape) -> bool:

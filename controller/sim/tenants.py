@@ -61,8 +61,13 @@ class PolicyError(ValueError):
 
 def open_policy_doc(capacity_gpus: int) -> dict[str, Any]:
     """A policy for traces without tenants: one project owning the cluster,
-    one tier, no preemption (what the fragmentation experiment needs)."""
-    return {
+    one tier, no preemption (what the fragmentation experiment needs). Built by
+    hand, so held to the compiled policy's schema."""
+    from controller.policy.validate import check_scheduling_policy
+
+    doc = {
+        "apiVersion": "policy.ai.operator/v1",
+        "kind": "SchedulingPolicy",
         "cluster": {
             "capacity": {"gpu": capacity_gpus},
             "reserve": {"gpu": 0, "tiers": []},
@@ -78,7 +83,13 @@ def open_policy_doc(capacity_gpus: int) -> dict[str, Any]:
             },
         },
         "tiers": [
-            {"name": "normal", "value": 10000, "preemptible": False, "preemptionPolicy": "Never"}
+            {
+                "name": "normal",
+                "value": 10000,
+                "preemptible": False,
+                "preemptionPolicy": "Never",
+                "globalDefault": False,
+            }
         ],
         "projects": [
             {
@@ -90,6 +101,8 @@ def open_policy_doc(capacity_gpus: int) -> dict[str, Any]:
             }
         ],
     }
+    check_scheduling_policy(doc)
+    return doc
 
 
 def load_policy_doc(root: Path) -> dict[str, Any]:

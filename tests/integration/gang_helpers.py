@@ -11,7 +11,8 @@ from typing import Any
 
 from controller.gang.controller import GangController, GangSettings
 from controller.kube.client import RESOURCES, Kube
-from controller.policy.compiler import POLICY_CONFIGMAP, POLICY_KEY
+from controller.policy.validate import check_scheduling_policy
+from controller.scheduler.policy import POLICY_CONFIGMAP, POLICY_KEY
 
 from .kube import GPU, wait_for
 
@@ -31,8 +32,9 @@ def policy_doc(
     min_runtime_s: float = 0,
 ) -> dict[str, Any]:
     """A compiled scheduling policy: `projects` maps a project name to
-    `{"namespace": ..., "guaranteed": GPUs, "max": GPUs or None}`."""
-    return {
+    `{"namespace": ..., "guaranteed": GPUs, "max": GPUs or None}`. Built by hand,
+    so held to the compiled policy's schema."""
+    doc = {
         "apiVersion": "policy.ai.operator/v1",
         "kind": "SchedulingPolicy",
         "cluster": {
@@ -69,14 +71,16 @@ def policy_doc(
                 "namespaces": [p["namespace"]],
                 "quota": {
                     "guaranteed": {"gpu": p.get("guaranteed", 0)},
-                    **({"max": {"gpu": p["max"]}} if p.get("max") is not None else {}),
+                    "max": {"gpu": p["max"]} if p.get("max") is not None else {},
                 },
-                "users": {"default": {}, "members": []},
+                "users": {"default": {"guaranteed": {}, "max": {}}, "members": []},
                 "jobs": {"maxGPU": None, "tiers": [HIGH, BATCH], "defaultTier": BATCH},
             }
             for name, p in projects.items()
         ],
     }
+    check_scheduling_policy(doc)
+    return doc
 
 
 @dataclass

@@ -12,7 +12,7 @@ from collections.abc import Callable
 import pytest
 
 from controller.devcluster import DevCluster
-from controller.gang.explain import explain_job
+from controller.gang.cli import explain_job
 from controller.kube.client import RESOURCES, ApiError, Kube
 
 from .gang_helpers import BATCH, HIGH, GangEnv, policy_doc

@@ -53,8 +53,8 @@ from controller.devcluster import Options, ensure_binaries, start
 from controller.jobs.admission import admission_objects
 from controller.kube.client import RESOURCES, ApiError, Kube, connect
 from controller.kube.crds import generate_crds, install
-from controller.policy.compiler import POLICY_CONFIGMAP, POLICY_KEY
-from controller.policy.validate import schema_dir
+from controller.policy.validate import check_scheduling_policy, schema_dir
+from controller.scheduler.policy import POLICY_CONFIGMAP, POLICY_KEY
 from tests.perf.devcluster import thousand_node_cluster
 from tests.perf.harness import Result, print_table
 
@@ -92,7 +92,10 @@ def _setup(kube: Kube, *, gpus: int) -> None:
         field_manager="bench",
     )
     policy = {
+        "apiVersion": "policy.ai.operator/v1",
+        "kind": "SchedulingPolicy",
         "cluster": {
+            "capacity": {},
             "reserve": {"gpu": 0, "tiers": []},
             "gang": {"timeoutSeconds": 300, "backoffLimit": 3},
             "preemption": {"enabled": False, "minRuntimeSeconds": 0, "maxPerHour": 0},
@@ -106,11 +109,12 @@ def _setup(kube: Kube, *, gpus: int) -> None:
                    "preemptionPolicy": "PreemptLowerPriority", "globalDefault": False}],
         "projects": [{
             "name": "bench", "namespaces": ["gangs", "paced"],
-            "quota": {"guaranteed": {"gpu": gpus}},
-            "users": {"default": {}, "members": []},
+            "quota": {"guaranteed": {"gpu": gpus}, "max": {}},
+            "users": {"default": {"guaranteed": {}, "max": {}}, "members": []},
             "jobs": {"maxGPU": None, "tiers": [TIER], "defaultTier": TIER},
         }],
     }  # fmt: skip
+    check_scheduling_policy(policy)
     kube.apply(
         {
             "apiVersion": "v1",

@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import random
 import time
+from typing import Any
 
+from controller.policy.validate import check_scheduling_policy
 from controller.scheduler.cycle import schedule
 from controller.scheduler.policy import SchedulingPolicy
 from controller.scheduler.snapshot import Snapshot
@@ -36,38 +38,43 @@ TIERS = (("critical", 1_000_000, False), ("high", 100_000, False), ("normal", 10
 PROJECTS = ("nlp", "vision", "speech", "research", "platform")
 
 
-def _policy() -> SchedulingPolicy:
+def _policy_doc() -> dict[str, Any]:
+    """The compiled policy; built by hand, so held to its schema (outside the timing)."""
     share = NODES * GPUS // len(PROJECTS)
-    return SchedulingPolicy.from_dict(
-        {
-            "cluster": {
-                "reserve": {"gpu": 0, "tiers": []},
-                "gang": {"timeoutSeconds": 300, "backoffLimit": 3},
-                "preemption": {"enabled": True, "minRuntimeSeconds": 600, "maxPerHour": 20},
-                "fairShare": {"enabled": True, "borrowing": True},
-                "topology": {"levels": list(LEVELS)},
-            },
-            "tiers": [
-                {
-                    "name": n,
-                    "value": v,
-                    "preemptible": p,
-                    "preemptionPolicy": "PreemptLowerPriority",
-                }
-                for n, v, p in TIERS
-            ],
-            "projects": [
-                {
-                    "name": p,
-                    "namespaces": [p],
-                    "quota": {"guaranteed": {"gpu": share // 2}, "max": {"gpu": share * 2}},
-                    "users": {"default": {"guaranteed": {}, "max": {}}, "members": []},
-                    "jobs": {"maxGPU": 64, "tiers": [t[0] for t in TIERS], "defaultTier": "normal"},
-                }
-                for p in PROJECTS
-            ],
-        }
-    )
+    doc = {
+        "apiVersion": "policy.ai.operator/v1",
+        "kind": "SchedulingPolicy",
+        "cluster": {
+            "capacity": {},
+            "reserve": {"gpu": 0, "tiers": []},
+            "gang": {"timeoutSeconds": 300, "backoffLimit": 3},
+            "preemption": {"enabled": True, "minRuntimeSeconds": 600, "maxPerHour": 20},
+            "fairShare": {"enabled": True, "borrowing": True},
+            "topology": {"levels": list(LEVELS)},
+        },
+        "tiers": [
+            {
+                "name": n,
+                "value": v,
+                "preemptible": p,
+                "preemptionPolicy": "PreemptLowerPriority",
+                "globalDefault": False,
+            }
+            for n, v, p in TIERS
+        ],
+        "projects": [
+            {
+                "name": p,
+                "namespaces": [p],
+                "quota": {"guaranteed": {"gpu": share // 2}, "max": {"gpu": share * 2}},
+                "users": {"default": {"guaranteed": {}, "max": {}}, "members": []},
+                "jobs": {"maxGPU": 64, "tiers": [t[0] for t in TIERS], "defaultTier": "normal"},
+            }
+            for p in PROJECTS
+        ],
+    }
+    check_scheduling_policy(doc)
+    return doc
 
 
 def _nodes() -> list[Node]:
@@ -114,11 +121,13 @@ def run() -> list[Result]:
     rng = random.Random(42)
     queue = _queue(rng)
     pods = sum(g.workers for g in queue)
+    doc = _policy_doc()
     best: tuple[float, int, list[float]] | None = None
     for _ in range(3):
         snap = Snapshot(_nodes(), levels=LEVELS)
         t0 = time.perf_counter()
-        result = schedule(snap, queue, _policy(), now=0.0, timer=time.perf_counter)
+        policy = SchedulingPolicy.from_dict(doc)
+        result = schedule(snap, queue, policy, now=0.0, timer=time.perf_counter)
         elapsed = time.perf_counter() - t0
         placed = sum(d.gang.workers for d in result.decisions if isinstance(d, Admit))
         if best is None or elapsed < best[0]:

@@ -15,7 +15,7 @@ from controller.kube.client import RESOURCES, ApiError
 from controller.kube.clock import FakeClock
 from controller.kube.events import EventRecorder
 from controller.kube.informer import Informer
-from tests.unit.reconciler.fakes import FakeKube
+from tests.unit.kube.fakes import FakeKube
 
 from .builders import POLICY, admission, job
 
@@ -35,13 +35,13 @@ def _launch(kube: FakeKube, clock: FakeClock, *, retry_s: float) -> None:
     (v,) = job_views([job("j", adm=admission("a", "b"))], [], POLICY)
     with ThreadPoolExecutor(4) as pool:
         binder = Binder(
-            kube,  # type: ignore[arg-type]
-            jobs=Informer(kube, RESOURCES["TrainingJob"], clock=clock),  # type: ignore[arg-type]
-            pods=Informer(kube, RESOURCES["Pod"], clock=clock),  # type: ignore[arg-type]
+            kube,
+            jobs=Informer(kube, RESOURCES["TrainingJob"], clock=clock),
+            pods=Informer(kube, RESOURCES["Pod"], clock=clock),
             pod_pool=pool,
             clock=clock,
             metrics=GangMetrics(),
-            events=EventRecorder(kube, component="test", clock=clock),  # type: ignore[arg-type]
+            events=EventRecorder(kube, component="test", clock=clock),
             stop=threading.Event(),
             quota_retry_s=retry_s,
         )

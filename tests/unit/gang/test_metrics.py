@@ -1,11 +1,12 @@
 """The scheduler's metrics after a `GangController.step`, with the caches filled by
-hand and a fake API server behind the writers: queue depth by project and tier,
+hand and the fake API server (`FakeKube`) behind the writers: queue depth by project and tier,
 GPUs by project, user and kind (guaranteed or borrowed), cycles, and the time
 from a job's creation to its whole gang bound."""
 
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
 import threading
 import time
@@ -18,60 +19,18 @@ from prometheus_client import CollectorRegistry
 from controller.gang.controller import GangController
 from controller.gang.metrics import GangMetrics
 from controller.gang.record import Admission
-from controller.kube.client import Resource
 from controller.kube.clock import FakeClock
-from controller.scheduler.policy import SchedulingPolicy
+from controller.scheduler.policy import POLICY_CONFIGMAP, POLICY_KEY
 from controller.scheduler.types import Placement, PodPlacement
-from tests.unit.scheduler.builders import policy
+from tests.unit.kube.fakes import FakeKube
+from tests.unit.scheduler.builders import policy_doc
 
 from .builders import job, node, pod
 
 Obj = dict[str, Any]
-POLICY = policy(projects={"p": {"guaranteed": 4, "max": 8}, "q": {}})
+POLICY = policy_doc(projects={"p": {"guaranteed": 4, "max": 8}, "q": {}})
 """Project `p` (4 GPUs guaranteed, at most 8) and `q` (nothing guaranteed, no max)."""
 T0 = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)
-
-
-class FakeApi:
-    """The calls the writers make, answered from memory."""
-
-    def __init__(self) -> None:
-        self.objects: dict[tuple[str, str, str], Obj] = {}
-        self.bound: dict[str, str] = {}
-        self.rv = 100
-
-    def _stored(self, obj: Obj) -> Obj:
-        self.rv += 1
-        meta = {**obj["metadata"], "resourceVersion": str(self.rv)}
-        out = {**obj, "metadata": meta}
-        self.objects[(obj["kind"], meta.get("namespace", ""), meta["name"])] = out
-        return out
-
-    def merge_patch(
-        self, res: Resource, name: str, patch: Obj, *, namespace: str | None = None, **_: Any
-    ) -> Obj:
-        base = self.objects.get((res.kind, namespace or "", name)) or {
-            "kind": res.kind,
-            "metadata": {"name": name, "namespace": namespace},
-        }
-        status = {**(base.get("status") or {}), **patch["status"]}  # a merge patch
-        return self._stored({**base, "status": {k: v for k, v in status.items() if v is not None}})
-
-    def create(self, obj: Obj, *, field_manager: str) -> Obj:
-        return self._stored(obj)
-
-    def get(self, res: Resource, name: str, namespace: str | None = None) -> Obj | None:
-        return self.objects.get((res.kind, namespace or "", name))
-
-    def bind(self, namespace: str, name: str, node: str, *, field_manager: str) -> None:
-        self.bound[f"{namespace}/{name}"] = node
-
-
-class Controller(GangController):
-    """The controller under test, with its policy given rather than read from a ConfigMap."""
-
-    def policy(self) -> SchedulingPolicy | None:
-        return POLICY
 
 
 def _in(obj: Obj, namespace: str) -> Obj:
@@ -103,13 +62,25 @@ def _run(
     metrics: GangMetrics,
     *,
     clock: FakeClock | None = None,
-    api: FakeApi | None = None,
+    api: FakeKube | None = None,
     until: Callable[[], bool] = lambda: True,
-) -> Controller:
+) -> GangController:
     """One step over nodes a and b (8 GPUs each) and `objs`; then, once `until` holds
     (the writes it waits for have landed), the controller is stopped."""
-    api = api or FakeApi()
-    c = Controller(api, clock=clock or FakeClock(T0), metrics=metrics)  # type: ignore[arg-type]
+    api = api or FakeKube()
+    c = GangController(api, clock=clock or FakeClock(T0), metrics=metrics)
+    c.config.assume(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": POLICY_CONFIGMAP,
+                "namespace": c.settings.system_namespace,
+                "resourceVersion": "1",
+            },
+            "data": {POLICY_KEY: json.dumps(POLICY)},
+        }
+    )
     for n in (node("a"), node("b")):
         c.nodes.assume(n)
     for o in objs:
@@ -183,7 +154,7 @@ def test_a_gang_bound_is_timed_from_its_jobs_creation() -> None:
     m = GangMetrics()
     clock = FakeClock(T0)
     clock.advance(7.5)
-    api = FakeApi()
+    api = FakeKube()
     new = waiting("new", 2, tier="high")
     new["metadata"]["creationTimestamp"] = "2025-01-01T00:00:00Z"
     bound = "gangops_gang_bound_seconds_count"
@@ -230,7 +201,7 @@ def test_a_scrape_during_an_update_sees_the_last_whole_set_not_a_half_cleared_on
 
 def test_a_job_admitted_in_a_step_counts_at_once_not_one_step_late() -> None:
     m = GangMetrics()
-    api = FakeApi()
+    api = FakeKube()
     bound = "gangops_gang_bound_seconds_count"
     _run(
         [waiting("now", 2, tier="normal", ns="q")],
@@ -246,7 +217,7 @@ def test_a_job_admitted_in_a_step_counts_at_once_not_one_step_late() -> None:
 
 def test_a_gang_bound_again_after_it_ran_is_not_timed_again() -> None:
     m = GangMetrics()
-    api = FakeApi()
+    api = FakeKube()
     again = waiting("again", 2, tier="high")
     again["status"] = {"startedAt": "2024-12-31T23:00:00Z", "restarts": 1, "attempts": 1}
     done = lambda: any(k[0] == "Pod" for k in api.objects)  # noqa: E731
@@ -254,7 +225,7 @@ def test_a_gang_bound_again_after_it_ran_is_not_timed_again() -> None:
     assert _samples(m.registry, "gangops_gang_bound_seconds_count") == {}
 
 
-def _busy(api: FakeApi) -> bool:
+def _busy(api: FakeKube) -> bool:
     return sum(1 for k in api.objects if k[0] == "Pod") < 2
 
 

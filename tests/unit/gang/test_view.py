@@ -113,8 +113,8 @@ def test_the_memo_reparses_a_job_under_a_new_policy_and_forgets_what_a_cycle_did
     assert memo.job(j, POLICY)[1] is gang
     other = replace(POLICY, gang_timeout_seconds=1.0)
     assert memo.job(j, other)[1] is not gang
-    memo.cycle()
-    memo.cycle()  # nothing used it during a whole cycle
+    memo.next_step()
+    memo.next_step()  # nothing used it during a whole cycle
     assert memo.job(j, other)[0] is not spec
 
 
@@ -128,7 +128,7 @@ def test_views_and_snapshot_are_the_same_with_and_without_the_memo() -> None:
         p["metadata"]["resourceVersion"] = "1"
     memo = Memo()
     for _ in range(2):
-        memo.cycle()
+        memo.next_step()
         plain = job_views([running, job("q", 2)], pods, POLICY)
         memoised = job_views([running, job("q", 2)], pods, POLICY, memo=memo)
         assert [(v.id, v.spec, v.gang, v.admission, v.pods) for v in memoised] == [

@@ -42,7 +42,7 @@ QUOTA = {
 @pytest.mark.parametrize("dry_run", [False, True], ids=["apply", "dry run"])
 def test_apply_sends_an_apply_patch_with_its_field_manager(dry_run: bool) -> None:
     api = FakeApiClient()
-    out = Kube(api, timeout_s=7).apply(QUOTA, field_manager="gangops", dry_run=dry_run)  # type: ignore[arg-type]
+    out = Kube(api, timeout_s=7).apply(QUOTA, field_manager="gangops", dry_run=dry_run)
     (call,) = api.calls
     assert (call["method"], call["path"]) == (
         "PATCH",
@@ -58,5 +58,5 @@ def test_apply_sends_an_apply_patch_with_its_field_manager(dry_run: bool) -> Non
 def test_apply_without_a_field_manager_sends_nothing() -> None:
     api = FakeApiClient()
     with pytest.raises(ValueError, match="field manager"):
-        Kube(api).apply(QUOTA, field_manager="")  # type: ignore[arg-type]
+        Kube(api).apply(QUOTA, field_manager="")
     assert api.calls == []

@@ -24,8 +24,6 @@ from controller.policy.compiler import (
     LABEL_MANAGED_BY,
     LABEL_POD_SECURITY,
     LABEL_PROJECT,
-    POLICY_CONFIGMAP,
-    POLICY_KEY,
     QUOTA_NAME,
     compile_policy_set,
     split_evenly,
@@ -34,6 +32,7 @@ from controller.policy.loader import Source
 from controller.policy.sources import working_tree
 from controller.policy.validate import validate_sources
 from controller.quantity import parse_quantity
+from controller.scheduler.policy import POLICY_CONFIGMAP, POLICY_KEY
 from tests.unit.policy.builders import (
     REPO,
     TIERS,

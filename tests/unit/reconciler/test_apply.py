@@ -22,8 +22,7 @@ from controller.reconciler.apply import (
     up_to_date,
 )
 from controller.reconciler.status import kstatus
-
-from .fakes import FakeKube
+from tests.unit.kube.fakes import FakeKube
 
 
 def quota(gpu: str, *, revision: str = "r1", extra: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -298,7 +297,7 @@ def test_a_revision_refused_at_the_dry_run_applies_nothing_and_stalls() -> None:
     kube.refuse["high"] = ApiError(422, "Invalid", "value: must be no more than 1000000000")
     with ThreadPoolExecutor(2) as pool:
         result = sync(
-            kube,  # type: ignore[arg-type]
+            kube,
             _Cache(),
             pool,
             [PC, _obj("Namespace", "b"), _obj("PriorityClass", "low", value=1)],

@@ -14,7 +14,7 @@ from controller.kube.client import RESOURCES
 from controller.kube.clock import FakeClock
 from controller.reconciler.spec import ANNOTATION_REQUESTED
 from controller.reconciler.webhook import Deliveries, WebhookResponse, handle_push, verify
-from tests.unit.reconciler.fakes import FakeKube
+from tests.unit.kube.fakes import FakeKube
 
 SECRET = b"topsecret"
 BODY = b'{"ref":"refs/heads/main"}'
@@ -69,7 +69,7 @@ def _push(kube: FakeKube, path: str, payload: dict[str, Any], **headers: str) ->
     body = json.dumps(payload).encode()
     sig = "sha256=" + hmac.new(SECRET, body, hashlib.sha256).hexdigest()
     return handle_push(
-        kube,  # type: ignore[arg-type]
+        kube,
         path=path,
         headers={"X-GitHub-Event": "push", "X-Hub-Signature-256": sig, **headers},
         body=body,

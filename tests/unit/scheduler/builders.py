@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from controller.policy.validate import check_scheduling_policy
 from controller.scheduler.policy import SchedulingPolicy
 from controller.scheduler.types import (
     Gang,
@@ -132,7 +133,13 @@ def running(g: Gang, placement: dict[str, int], *, started: float = -10_000.0) -
     return Running(g, Placement(tuple(pods)), started)
 
 
-def policy(
+def policy(projects: dict[str, dict[str, Any]] | None = None, **kw: Any) -> SchedulingPolicy:
+    """A policy; each project is {guaranteed, max, users: {name: (g, max)}, tiers, job_max};
+    the keywords are `policy_doc`'s."""
+    return SchedulingPolicy.from_dict(policy_doc(projects, **kw))
+
+
+def policy_doc(
     projects: dict[str, dict[str, Any]] | None = None,
     *,
     reserve: int = 0,
@@ -141,8 +148,8 @@ def policy(
     preemption: bool = True,
     min_runtime: int = 0,
     max_per_hour: int = 100,
-) -> SchedulingPolicy:
-    """A policy; each project is {guaranteed, max, users: {name: (g, max)}, tiers, job_max}."""
+) -> dict[str, Any]:
+    """`policy` as the compiled JSON; built by hand, so held to its schema."""
     projects = projects or {"p": {}}
     compiled_projects = []
     for name, spec in projects.items():
@@ -167,7 +174,10 @@ def policy(
             }
         )
     doc = {
+        "apiVersion": "policy.ai.operator/v1",
+        "kind": "SchedulingPolicy",
         "cluster": {
+            "capacity": {},
             "reserve": {"gpu": reserve, "tiers": list(reserve_tiers)},
             "gang": {"timeoutSeconds": 300, "backoffLimit": 3},
             "preemption": {
@@ -190,9 +200,11 @@ def policy(
                 "value": v,
                 "preemptible": t in PREEMPTIBLE,
                 "preemptionPolicy": "Never" if t == "batch" else "PreemptLowerPriority",
+                "globalDefault": False,
             }
             for t, v in TIERS.items()
         ],
         "projects": compiled_projects,
     }
-    return SchedulingPolicy.from_dict(doc)
+    check_scheduling_policy(doc)
+    return doc

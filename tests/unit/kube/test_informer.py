@@ -31,7 +31,7 @@ def test_list_then_watch_bookmarks_and_relist_on_410() -> None:
         [{"type": "ERROR", "object": {"code": 410, "reason": "Expired"}}],
     ]
     inf = Informer(
-        kube,  # type: ignore[arg-type]
+        kube,
         RESOURCES["ConfigMap"],
         handler=lambda t, o: events.append((t, o["metadata"]["name"])),
         clock=FakeClock(),
@@ -55,7 +55,7 @@ def test_list_then_watch_bookmarks_and_relist_on_410() -> None:
 
 
 def test_assume_keeps_the_newer_object() -> None:
-    inf = Informer(FakeKube(), RESOURCES["ConfigMap"])  # type: ignore[arg-type]
+    inf = Informer(FakeKube(), RESOURCES["ConfigMap"])
     inf.assume(cm("a", "7"))
     inf.assume(cm("a", "5"))  # an older watch event arriving late
     assert inf.get("a", "ns")["metadata"]["resourceVersion"] == "7"  # type: ignore[index]
@@ -67,7 +67,7 @@ def test_errors_back_off_and_retry_until_stopped() -> None:
     kube = FakeKube()
     clock = FakeClock()
     kube.down = True
-    inf = Informer(kube, RESOURCES["ConfigMap"], clock=clock)  # type: ignore[arg-type]
+    inf = Informer(kube, RESOURCES["ConfigMap"], clock=clock)
     waits: list[float] = []
 
     def wait(event: Any, seconds: float) -> bool:

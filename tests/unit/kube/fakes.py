@@ -1,10 +1,12 @@
-"""The one fake of the unit tests: `FakeKube`, the `controller.kube.client.Kube` seam.
-
-(The gang metrics tests still keep a second, `FakeApi`; moving them here is left to do.)
+"""The one fake of the unit tests: `FakeKube`, typed against the
+`controller.kube.client.KubeApi` seam, so it is passed wherever the real
+client is (no `type: ignore`).
 
 It keeps objects in a dict with increasing resourceVersions and honours
 compare-and-swap on replace, which is all the Lease elector relies on; list
-and watch replay scripted pages and events for the informer.
+and watch replay scripted pages and events for the informer; merge patches
+(the gang binder's record and status writes) follow RFC 7386; binds are
+noted in `bound`.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import copy
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from controller.kube.client import ApiError, Resource
+from controller.kube.client import ApiError, KubeApi, Resource, WatchEvent
 
 Obj = dict[str, Any]
 
@@ -24,7 +26,7 @@ class FakeKube:
         self.rv = 100
         self.writes: list[tuple[str, str]] = []
         self.lists: list[tuple[list[Obj], str]] = []
-        self.watches: list[list[Obj] | ApiError] = []
+        self.watches: list[list[WatchEvent] | ApiError] = []
         self.down = False
         self.refuse: dict[str, ApiError] = {}
         """Objects (by name) every apply refuses."""
@@ -74,6 +76,7 @@ class FakeKube:
         *,
         field_manager: str,
         namespace: str | None = None,
+        subresource: str | None = None,
     ) -> Obj:
         self._check()
         key = self._key(res.kind, name, namespace)
@@ -90,7 +93,13 @@ class FakeKube:
         self.writes.append((verb, key[2]))
         return copy.deepcopy(stored)
 
-    def list(self, res: Resource, **_: Any) -> tuple[list[Obj], str]:
+    def list(
+        self,
+        res: Resource,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+    ) -> tuple[list[Obj], str]:
         self._check()
         return self.lists.pop(0)
 
@@ -99,9 +108,11 @@ class FakeKube:
         res: Resource,
         *,
         resource_version: str,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        timeout_s: int = 300,
         on_open: Callable[[Any], None] | None = None,
-        **_: Any,
-    ) -> Iterator[dict[str, Any]]:
+    ) -> Iterator[WatchEvent]:
         script = self.watches.pop(0) if self.watches else []
         if isinstance(script, ApiError):
             raise script
@@ -123,14 +134,22 @@ class FakeKube:
             return copy.deepcopy({**obj, "metadata": {**meta, "resourceVersion": "0"}})
         return self._store(key, obj, "apply")
 
-    def delete(self, res: Resource, name: str, *, namespace: str | None = None, **_: Any) -> None:
+    def delete(
+        self,
+        res: Resource,
+        name: str,
+        *,
+        namespace: str | None = None,
+        uid: str | None = None,
+    ) -> bool:
         self._check()
-        self.objects.pop(self._key(res.kind, name, namespace), None)
+        gone = self.objects.pop(self._key(res.kind, name, namespace), None)
         self.writes.append(("delete", name))
+        return gone is not None
 
-    def bind(self, namespace: str, name: str, node: str, *, field_manager: str) -> None:
+    def bind(self, namespace: str, pod: str, node: str, *, field_manager: str) -> None:
         self._check()
-        self.bound[f"{namespace}/{name}"] = node
+        self.bound[f"{namespace}/{pod}"] = node
 
 
 def _merged(target: Obj, patch: Obj) -> Obj:
@@ -144,3 +163,7 @@ def _merged(target: Obj, patch: Obj) -> Obj:
         else:
             out[k] = copy.deepcopy(v)
     return out
+
+
+_: type[KubeApi] = FakeKube
+"""mypy holds the fake to the seam: a signature that drifts from `KubeApi` fails here."""

@@ -1,25 +1,30 @@
-"""`gangops explain NAMESPACE/NAME`: a dry-run cycle on the live cluster, for one job.
+"""The gang wing's command, `gangops explain NAMESPACE/NAME`: a dry-run step on the
+live cluster, for one job.
 
 It reads what the scheduler reads (nodes, every pod, every TrainingJob, the
-compiled policy), builds the same snapshot and runs the same cycle, writing
-nothing, and prints `controller.scheduler.explain.explain`'s account of the
-job: its place in the queue, what blocks it, what would have to change.
+compiled policy through `SchedulingPolicy.from_configmap`) and runs the same
+`lifecycle.decide` (plan, snapshot, cycle), writing nothing, and prints
+`controller.scheduler.explain.explain`'s account of the job: its place in the
+queue, what blocks it, what would have to change.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
-from controller.gang.lifecycle import cycle
+from controller.gang.lifecycle import decide
 from controller.gang.record import format_time, parse_time
 from controller.gang.view import job_views
-from controller.kube.client import RESOURCES, ApiError, Kube
+from controller.kube.client import RESOURCES, ApiError, KubeApi
 from controller.kube.clock import Clock, SystemClock
-from controller.policy.compiler import DEFAULT_SYSTEM_NAMESPACE, POLICY_CONFIGMAP, POLICY_KEY
 from controller.scheduler.explain import explain
-from controller.scheduler.policy import SchedulingPolicy
+from controller.scheduler.policy import (
+    DEFAULT_SYSTEM_NAMESPACE,
+    POLICY_CONFIGMAP,
+    SchedulingPolicy,
+    UnreadablePolicy,
+)
 from controller.scheduler.types import JobId
 
 __all__ = ["add_subcommand", "explain_job"]
@@ -30,7 +35,7 @@ class ExplainError(Exception):
 
 
 def explain_job(
-    kube: Kube,
+    kube: KubeApi,
     job: str,
     *,
     system_namespace: str = DEFAULT_SYSTEM_NAMESPACE,
@@ -51,8 +56,8 @@ def explain_job(
             "(is the policy reconciler running?)"
         )
     try:
-        policy = SchedulingPolicy.from_dict(json.loads(cm["data"][POLICY_KEY]))
-    except (KeyError, TypeError, ValueError) as e:
+        policy = SchedulingPolicy.from_configmap(cm)
+    except UnreadablePolicy as e:
         raise ExplainError(f"the scheduling policy is unreadable: {e}") from None
     now = (clock or SystemClock()).now().timestamp()
     nodes, _ = kube.list(RESOURCES["Node"], label_selector=node_selector)
@@ -65,7 +70,7 @@ def explain_job(
         return f"{job} cannot be scheduled as written: {mine.error}.\n"
     if phase in ("Succeeded", "Failed"):
         return f"{job} has finished: {phase} ({(obj.get('status') or {}).get('message', '')}).\n"
-    todo, snap, result = cycle(
+    todo, snap, result = decide(
         views, {n["metadata"]["name"]: n for n in nodes}, pods, policy, now=now
     )
     text = explain(JobId(job), result=result, snap=snap, policy=policy)

@@ -14,8 +14,8 @@ SETTINGS = ElectionSettings(
 
 def _pair() -> tuple[FakeKube, FakeClock, LeaseElector, LeaseElector]:
     kube, clock = FakeKube(), FakeClock()
-    a = LeaseElector(kube, identity="a", settings=SETTINGS, clock=clock)  # type: ignore[arg-type]
-    b = LeaseElector(kube, identity="b", settings=SETTINGS, clock=clock)  # type: ignore[arg-type]
+    a = LeaseElector(kube, identity="a", settings=SETTINGS, clock=clock)
+    b = LeaseElector(kube, identity="b", settings=SETTINGS, clock=clock)
     return kube, clock, a, b
 
 
@@ -79,7 +79,7 @@ def test_renew_deadline_must_be_shorter_than_the_lease() -> None:
 
     with pytest.raises(ValueError, match="renew_deadline_s"):
         LeaseElector(
-            FakeKube(),  # type: ignore[arg-type]
+            FakeKube(),
             identity="x",
             settings=ElectionSettings(lease_duration_s=5, renew_deadline_s=5),
         )

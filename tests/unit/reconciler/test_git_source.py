@@ -1,0 +1,184 @@
+"""The reconciler's Git source without a repository: a PolicySource reconciled
+over the typed fakes of its two seams, the API server (`FakeKube`) and Git
+(`FakeGit`). What Git answers (a new commit, an invalid revision, an
+unreachable remote, a damaged cache, a Secret's credentials) and what the
+reconciler then applies and reports. Real repositories are the integration
+tests' (tests/integration/test_reconciler_git.py)."""
+
+from __future__ import annotations
+
+import base64
+import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from controller.kube.client import RESOURCES
+from controller.kube.clock import FakeClock
+from controller.reconciler.controller import Reconciler, ReconcilerSettings
+from controller.reconciler.fetch import GitRevisions
+from controller.scheduler.policy import DEFAULT_SYSTEM_NAMESPACE, POLICY_CONFIGMAP
+from tests.unit.kube.fakes import FakeKube
+from tests.unit.policy.builders import policy_files, project
+
+from .fake_git import FakeGit
+
+Obj = dict[str, Any]
+URL = "https://git.example/platform/policies.git"
+GOOD, NEXT = "a" * 40, "b" * 40
+FILES = policy_files(project("nlp").max(gpu=8).build())
+INVALID = {**FILES, "projects/nlp.yaml": FILES["projects/nlp.yaml"].replace("gpu: 8", "gpu: -1")}
+
+
+class World:
+    """A reconciler between the two fakes, with one PolicySource, `team`."""
+
+    def __init__(self, tmp: Path, *, spec: Obj | None = None) -> None:
+        self.kube, self.git, self.clock = FakeKube(), FakeGit(), FakeClock()
+        settings = ReconcilerSettings(cache_dir=tmp, retry_base_s=1.0, retry_max_s=8.0)
+        revisions = GitRevisions(
+            self.kube,
+            cache_dir=tmp,
+            system_namespace=settings.system_namespace,
+            git=self.git,
+        )
+        self.reconciler = Reconciler(
+            self.kube,
+            settings=settings,
+            clock=self.clock,
+            revisions=revisions,
+            rng=random.Random(0),
+        )
+        source = {
+            "apiVersion": "policy.ai.operator/v1",
+            "kind": "PolicySource",
+            "metadata": {"name": "team", "generation": 1},
+            "spec": spec or {"url": URL, "ref": {"branch": "main"}, "interval": "1m"},
+        }
+        self.reconciler.sources.assume(self.kube.create(source, field_manager="test"))
+
+    def reconcile(self, *, fetch: bool = True) -> float | None:
+        return self.reconciler.reconcile("team", fetch=fetch)
+
+    def status(self) -> Obj:
+        obj = self.kube.get(RESOURCES["PolicySource"], "team")
+        assert obj is not None
+        status: Obj = obj.get("status") or {}
+        return status
+
+    def condition(self, kind: str) -> Obj:
+        (cond,) = [c for c in self.status()["conditions"] if c["type"] == kind]
+        return cond
+
+    def applied(self) -> set[tuple[str, str]]:
+        """(kind, name) of what the revision put in the cluster."""
+        return {
+            (kind, name)
+            for kind, _, name in self.kube.objects
+            if kind not in ("PolicySource", "Event")
+        }
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[World]:
+    w = World(tmp_path)
+    yield w
+    w.reconciler.stop()
+
+
+def test_the_branchs_commit_is_applied_and_reported_ready(world: World) -> None:
+    world.git.push(URL, "main", GOOD, FILES)
+    assert world.reconcile() == pytest.approx(60 * (1 + random.Random(0).uniform(0, 0.1)))
+    assert ("ConfigMap", POLICY_CONFIGMAP) in world.applied()
+    assert ("Namespace", "nlp") in world.applied()
+    cm = world.kube.get(RESOURCES["ConfigMap"], POLICY_CONFIGMAP, DEFAULT_SYSTEM_NAMESPACE)
+    assert cm is not None
+    assert cm["metadata"]["annotations"]["gangops.ai/revision"] == f"main@sha1:{GOOD}"
+    assert world.condition("Ready")["status"] == "True"
+    assert world.status()["lastAppliedRevision"] == f"main@sha1:{GOOD}"
+
+
+def test_an_invalid_commit_applies_nothing_and_keeps_the_last_good_one(world: World) -> None:
+    world.git.push(URL, "main", GOOD, FILES)
+    world.reconcile()
+    before = {k: v["metadata"]["resourceVersion"] for k, v in world.kube.objects.items()}
+    world.git.push(URL, "main", NEXT, INVALID)
+    world.reconcile()
+    assert world.condition("Stalled")["reason"] == "ValidationFailed"
+    assert "projects/nlp.yaml" in world.condition("Stalled")["message"]
+    assert world.status()["lastAppliedRevision"] == f"main@sha1:{GOOD}"
+    assert world.status()["lastAttemptedRevision"] == f"main@sha1:{NEXT}"
+    after = {k: v["metadata"]["resourceVersion"] for k, v in world.kube.objects.items()}
+    assert {k: v for k, v in after.items() if k[0] != "PolicySource" and k[0] != "Event"} == {
+        k: v for k, v in before.items() if k[0] != "PolicySource" and k[0] != "Event"
+    }
+    assert world.kube.dry_runs.count(POLICY_CONFIGMAP) == 1  # only the good revision's
+
+
+def test_an_unreachable_remote_is_retried_with_a_doubling_delay(world: World) -> None:
+    world.git.push(URL, "main", GOOD, FILES)
+    world.git.down.add(URL)
+    assert [world.reconcile() for _ in range(5)] == [1.0, 2.0, 4.0, 8.0, 8.0]
+    assert world.condition("Ready")["reason"] == "GitOperationFailed"
+    assert world.applied() == set()
+    world.git.down.clear()
+    world.reconcile()
+    assert world.condition("Ready")["status"] == "True"
+    world.git.down.add(URL)
+    assert world.reconcile() == 1.0  # a success starts the doubling over
+
+
+def test_a_moved_branch_is_followed_at_the_next_poll_not_before(world: World) -> None:
+    world.git.push(URL, "main", GOOD, FILES)
+    world.reconcile()
+    resolves = len(world.git.auths)
+    world.git.push(URL, "main", NEXT, FILES)
+    world.reconcile(fetch=False)  # drift correction: the revision in hand
+    assert len(world.git.auths) == resolves
+    assert world.status()["lastAppliedRevision"] == f"main@sha1:{GOOD}"
+    world.clock.advance(61)
+    world.reconcile(fetch=False)  # the poll is due
+    assert world.status()["lastAppliedRevision"] == f"main@sha1:{NEXT}"
+
+
+def test_a_damaged_cache_is_cloned_again_once_without_a_word(world: World) -> None:
+    world.git.push(URL, "main", GOOD, FILES)
+    world.git.damaged[GOOD] = 1
+    world.reconcile()
+    assert world.git.forgotten == [URL]
+    assert world.condition("Ready")["status"] == "True"
+
+
+def test_a_missing_path_is_reported(tmp_path: Path) -> None:
+    w = World(tmp_path, spec={"url": URL, "ref": {"branch": "main"}, "path": "nowhere"})
+    w.git.push(URL, "main", GOOD, FILES)
+    w.reconcile()
+    assert w.condition("Ready")["reason"] == "PathNotFound"
+    assert w.applied() == set()
+    w.reconciler.stop()
+
+
+def test_credentials_come_from_the_sources_secret(tmp_path: Path) -> None:
+    spec = {"url": URL, "ref": {"branch": "main"}, "secretRef": {"name": "git-credentials"}}
+    w = World(tmp_path, spec=spec)
+    w.git.push(URL, "main", GOOD, FILES)
+    w.reconcile()
+    assert w.condition("Ready")["reason"] == "SecretNotFound"
+    assert w.git.auths == []
+    secret = {"username": b"bot", "password": b"s3cret"}
+    w.kube.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "git-credentials", "namespace": DEFAULT_SYSTEM_NAMESPACE},
+            "data": {k: base64.b64encode(v).decode() for k, v in secret.items()},
+        },
+        field_manager="test",
+    )
+    w.reconcile()
+    assert w.condition("Ready")["status"] == "True"
+    basic = base64.b64encode(b"bot:s3cret").decode()
+    assert w.git.auths[-1].env["GIT_CONFIG_VALUE_0"] == f"Authorization: Basic {basic}"
+    w.reconciler.stop()
