@@ -25,7 +25,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 from controller.agent.agent import Snapshot
-from controller.kube.client import RESOURCES, ApiError, Kube
+from controller.kube.client import RESOURCES, ApiError, KubeApi
 
 __all__ = ["CONDITION", "FIELD_MANAGER", "UNHEALTHY_ANNOTATION", "NodePublisher", "node_patch"]
 
@@ -60,7 +60,7 @@ class NodePublisher:
 
     def __init__(
         self,
-        kube: Kube,
+        kube: KubeApi,
         node: str,
         *,
         resync_s: float = 60.0,

@@ -226,6 +226,7 @@ class KubeApi(Protocol):
         field_manager: str,
         dry_run: bool = False,
         force: bool = True,
+        subresource: str | None = None,
     ) -> Obj: ...
 
     def create(self, obj: Obj, *, field_manager: str) -> Obj: ...

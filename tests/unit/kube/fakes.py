@@ -119,13 +119,35 @@ class FakeKube:
         yield from script
 
     def apply(
-        self, obj: Obj, *, field_manager: str, dry_run: bool = False, force: bool = True
+        self,
+        obj: Obj,
+        *,
+        field_manager: str,
+        dry_run: bool = False,
+        force: bool = True,
+        subresource: str | None = None,
     ) -> Obj:
         """Server-side apply; an object named in `refuse` is refused (as admission
-        or validation would refuse it), dry run or not."""
+        or validation would refuse it), dry run or not. Applying a subresource needs
+        the object to exist (404 otherwise); status conditions merge by type, as the
+        API server merges a list-map."""
         self._check()
         meta = obj["metadata"]
         key = self._key(obj["kind"], meta["name"], meta.get("namespace"))
+        if subresource is not None:
+            have = self.objects.get(key)
+            if have is None:
+                raise ApiError(404, "NotFound", meta["name"])
+            merged = copy.deepcopy(have)
+            status = merged.setdefault("status", {})
+            for k, v in obj.get("status", {}).items():
+                if k == "conditions":
+                    by_type = {c["type"]: c for c in status.get("conditions", [])}
+                    by_type.update({c["type"]: c for c in v})
+                    status["conditions"] = list(by_type.values())
+                else:
+                    status[k] = v
+            return self._store(key, merged, "apply_" + subresource)
         if dry_run:
             self.dry_runs.append(key[2])
         if meta["name"] in self.refuse:

@@ -1,0 +1,113 @@
+"""GPU health on the Node (one fake at the API seam: tests/unit/kube/fakes.FakeKube)."""
+
+from __future__ import annotations
+
+import time
+
+from controller.agent.agent import Agent, AgentConfig
+from controller.agent.node import CONDITION, UNHEALTHY_ANNOTATION, NodePublisher, node_patch
+from controller.agent.replay import Event, Replay, Scenario
+from controller.kube.client import RESOURCES
+from tests.unit.kube.fakes import FakeKube
+
+from .conftest import Clock
+
+
+def _node(kube: FakeKube, name: str = "n1") -> None:
+    kube.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": name},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+        },
+        field_manager="kubelet",
+    )
+
+
+def _snapshot(clock: Clock, events: tuple[Event, ...] = ()):  # type: ignore[no-untyped-def]
+    agent = Agent(
+        Replay(node="n1", gpus=4, clock=clock, scenario=Scenario(events)),
+        AgentConfig(node="n1"),
+        clock=clock,
+    )
+    agent.tick()
+    clock.t += 1
+    agent.poll_xids(0)
+    agent.tick()
+    return agent.snapshot()
+
+
+def test_the_patch_says_which_gpus_and_why(clock: Clock) -> None:
+    assert node_patch(_snapshot(Clock())) == ("", "False", "GPUsHealthy", "4 GPUs healthy")
+    annotation, status, reason, message = node_patch(
+        _snapshot(
+            clock, (Event(at=0.5, kind="xid", gpu=3, xid=79), Event(at=0.5, kind="lost", gpu=1))
+        )
+    )
+    assert (annotation, status, reason) == ("1,3", "True", "UnhealthyGPUs")
+    assert "gpu 1" in message and "lost" in message and "XID 79" in message
+
+
+def _wait(pred, timeout: float = 5.0) -> None:  # type: ignore[no-untyped-def]
+    end = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < end, "timed out"
+        time.sleep(0.02)
+
+
+def test_published_on_change_beside_the_kubelets_conditions_and_again_after_an_outage(
+    clock: Clock,
+) -> None:
+    kube = FakeKube()
+    _node(kube)
+    pub = NodePublisher(kube, "n1", resync_s=60).start()
+    try:
+        pub.offer(_snapshot(Clock()))
+        _wait(lambda: pub.writes == 1)
+        node = kube.get(RESOURCES["Node"], "n1")
+        assert node is not None
+        assert node["metadata"]["annotations"][UNHEALTHY_ANNOTATION] == ""
+        conditions = {c["type"]: c for c in node["status"]["conditions"]}
+        assert conditions["Ready"]["status"] == "True"
+        assert conditions[CONDITION]["status"] == "False"
+        # the API server is away when the GPU fails: written once it is back
+        kube.down = True
+        pub.offer(_snapshot(clock, (Event(at=0.5, kind="xid", gpu=2, xid=48),)))
+        _wait(lambda: pub.failures >= 1)
+        kube.down = False
+        _wait(lambda: pub.writes == 2, timeout=10)
+        node = kube.get(RESOURCES["Node"], "n1")
+        assert node is not None
+        assert node["metadata"]["annotations"][UNHEALTHY_ANNOTATION] == "2"
+        cond = next(c for c in node["status"]["conditions"] if c["type"] == CONDITION)
+        assert cond["status"] == "True" and "XID 48" in cond["message"]
+    finally:
+        pub.stop()
+
+
+def test_an_unchanged_state_is_not_written_again_before_the_resync(clock: Clock) -> None:
+    kube = FakeKube()
+    _node(kube)
+    pub = NodePublisher(kube, "n1", resync_s=60).start()
+    try:
+        snap = _snapshot(Clock())
+        pub.offer(snap)
+        _wait(lambda: pub.writes == 1)
+        for _ in range(5):
+            pub.offer(snap)
+        time.sleep(0.3)
+        assert pub.writes == 1
+    finally:
+        pub.stop()
+
+
+def test_a_missing_node_is_not_created() -> None:
+    kube = FakeKube()
+    pub = NodePublisher(kube, "ghost", resync_s=60).start()
+    try:
+        pub.offer(_snapshot(Clock()))
+        _wait(lambda: pub.failures >= 1)
+        assert kube.get(RESOURCES["Node"], "ghost") is None
+    finally:
+        pub.stop()
