@@ -9,7 +9,12 @@ Run: `.venv/bin/python -m tests.perf agent` (part of `make bench`).
 - scrape: 500 sequential GETs of /metrics on that process, p99;
 - XID to metric: 40 scripted XIDs, 0.25 s apart, on an agent running its real loops
   (`Agent.start`) in this process; each XID's delay from its scheduled time to the
-  first snapshot (what /metrics renders) that counts it, p99.
+  first snapshot (what /metrics renders) that counts it, p99;
+- 1,000 fake nodes: `gangops agent --fake-nodes` for the 1,000-node benchmark cluster
+  (8,000 replayed GPUs, the per-node agent code, sampling every 5 s) scraped by the
+  real Prometheus every 5 s (production scrapes every 15 s), over a 30 s window once
+  every target is up: missed and failed scrapes (0 means it keeps up), scrape p99,
+  and the agents' process RSS. `--fleet-only` runs just this.
 """
 
 from __future__ import annotations
@@ -115,16 +120,81 @@ def _xid_figure() -> list[Result]:
     return [Result("agent: XID to metric p99", _p99(seen), "s", XID_P99_MAX_S)]
 
 
+FLEET_NODES = 1000
+FLEET_INTERVAL_S = 5.0
+FLEET_WINDOW_S = 30.0
+FLEET_SCRAPE_P99_MAX_S = 2.0
+"""Well inside the 5 s scrape timeout; one process renders every node's page."""
+
+
+def _fleet_figures() -> list[Result]:
+    import json
+    import shutil
+
+    from controller.devcluster.nodes import node_manifests
+    from controller.devcluster.prometheus import (
+        AGENT_JOB,
+        PrometheusConfig,
+        scrape_health,
+        start_prometheus,
+    )
+    from tests.perf.devcluster import thousand_node_cluster
+
+    if shutil.which("prometheus") is None:
+        print("agent fleet: prometheus is not installed (scripts/debian-deps.sh); skipped")
+        return []
+    with tempfile.TemporaryDirectory(prefix="gangops-bench-fleet-") as tmp:
+        nodes = Path(tmp, "nodes.json")
+        nodes.write_text(json.dumps(node_manifests(thousand_node_cluster(FLEET_NODES))))
+        targets = Path(tmp, "targets.json")
+        cmd = [sys.executable, "-m", "controller.cli", "agent", "--fake-nodes", str(nodes),
+               "--listen", "127.0.0.1:0", "--targets-file", str(targets),
+               "--replay", str(telemetry_dir()), "--speed", "60",
+               "--interval", f"{FLEET_INTERVAL_S:g}", "--publish-node", "off"]  # fmt: skip
+        agents = subprocess.Popen(cmd, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 120
+            while not targets.exists():
+                if agents.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("the fleet of agents did not start")
+                time.sleep(0.2)
+            config = PrometheusConfig(scrape_interval_s=FLEET_INTERVAL_S, file_sd_files=(targets,))
+            with start_prometheus(Path(tmp, "p"), config) as prom:
+                deadline = time.monotonic() + 120
+                while (
+                    sum(t.health == "up" for t in prom.targets() if t.job == AGENT_JOB)
+                    < FLEET_NODES
+                ):
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"not all {FLEET_NODES} agents up after 120 s")
+                    time.sleep(1)
+                time.sleep(FLEET_WINDOW_S + FLEET_INTERVAL_S)
+                h = scrape_health(prom, window_s=FLEET_WINDOW_S)
+                series = prom.query("count(DCGM_FI_DEV_GPU_UTIL)")
+                rss = _rss_mib(agents.pid)
+        finally:
+            agents.terminate()
+            agents.wait(timeout=30)
+    gpus = int(series[0].value) if series else 0
+    print(f"agent fleet: {FLEET_NODES} nodes, {gpus} GPUs' series, agents RSS {rss:.0f} MiB; {h}")
+    prefix = f"agent fleet {FLEET_NODES} nodes at {FLEET_INTERVAL_S:g}s:"
+    return [
+        Result(f"{prefix} GPUs in Prometheus", gpus, "", FLEET_NODES * 8, higher_is_better=True),
+        Result(f"{prefix} missed scrapes", h.missed_scrapes, "", 0),
+        Result(f"{prefix} failed scrapes", h.failed_scrapes, "", 0),
+        Result(f"{prefix} scrape p99", h.scrape_duration_p99_s, "s", FLEET_SCRAPE_P99_MAX_S),
+    ]
+
+
 def run() -> list[Result]:
     if not telemetry_dir().is_dir():
         print(f"agent: no telemetry at {telemetry_dir()}; set GANGOPS_TELEMETRY")
         return []
     load_recording(telemetry_dir())  # fail early on a bad recording
-    with tempfile.TemporaryDirectory():
-        return _process_figures() + _xid_figure()
+    return _process_figures() + _xid_figure() + _fleet_figures()
 
 
 if __name__ == "__main__":
-    results = run()
+    results = _fleet_figures() if "--fleet-only" in sys.argv else run()
     print_table(results)
     sys.exit(0 if all(r.ok for r in results) else 1)
