@@ -119,8 +119,9 @@ def _frag_score(model: FragModel, ns: NodeState, pod: PodShape) -> _Score:
     total = sum(free)
     if pod.shared:
         best: _Score | None = None
+        whole_ok = ns.usable_whole > 0
         for value in set(free):
-            if value < pod.gpu_milli:
+            if value < pod.gpu_milli or (value == MILLI and not whole_ok):
                 continue
             after = list(before_free)
             after[after.index(value)] = value - pod.gpu_milli

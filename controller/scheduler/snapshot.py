@@ -32,7 +32,7 @@ class Foreign:
 class NodeState:
     """One node's free resources during a cycle."""
 
-    __slots__ = ("cpu", "domains", "free", "mem", "name", "node", "stamp", "whole")
+    __slots__ = ("bad", "cpu", "domains", "free", "mem", "name", "node", "stamp", "whole")
 
     def __init__(self, node: Node, levels: Sequence[str]) -> None:
         self.node = node
@@ -40,19 +40,30 @@ class NodeState:
         self.free = [MILLI] * node.gpus
         """Free milli-GPUs of each device."""
         self.whole = node.gpus
-        """Devices with nothing allocated."""
+        """Devices with nothing allocated (unhealthy ones included: see `usable_whole`)."""
+        self.bad = node.bad_gpus
+        """GPUs out of service: never offered. Which devices they are is the device
+        plugin's business; counting them among the free devices whenever possible is
+        the conservative reading (a pod may already sit on one)."""
         self.cpu: int | None = node.cpu_milli or None
         self.mem: int | None = node.memory or None
         self.domains = tuple(node.labels.get(level) for level in levels)
         self.stamp = 0
         """Bumped on every change (keys cached per-node scores)."""
 
+    @property
+    def usable_whole(self) -> int:
+        """Whole free devices that may be handed out (the unhealthy ones held back)."""
+        return self.whole - self.bad if self.bad < self.whole else 0
+
     def slots(self, pod: PodShape) -> int:
         """How many more pods of `pod`'s shape fit on this node right now."""
         if pod.shared:
             n = sum(f // pod.gpu_milli for f in self.free)
+            if self.bad:
+                n -= min(self.bad, self.whole) * (MILLI // pod.gpu_milli)
         elif pod.gpus:
-            n = self.whole // pod.gpus
+            n = self.usable_whole // pod.gpus
         else:
             n = 1 << 30
         if self.cpu is not None and pod.cpu_milli:
@@ -89,8 +100,11 @@ class NodeState:
         """Devices for one more pod: whole GPUs lowest index first; a shared
         pod goes on the fullest device it fits on, so whole GPUs stay whole."""
         if pod.shared:
+            whole_ok = self.usable_whole > 0
             best = min(
-                (f - pod.gpu_milli, i) for i, f in enumerate(self.free) if f >= pod.gpu_milli
+                (f - pod.gpu_milli, i)
+                for i, f in enumerate(self.free)
+                if f >= pod.gpu_milli and (f < MILLI or whole_ok)
             )
             return (best[1],)
         out = [i for i, f in enumerate(self.free) if f == MILLI][: pod.gpus]
@@ -128,7 +142,8 @@ class Snapshot:
         """Per pod shape, per node: (node stamp, placement score) (see `placement`)."""
         self.nodes = [NodeState(n, self.levels) for n in nodes if n.schedulable]
         self.by_name = {ns.name: ns for ns in self.nodes}
-        self.capacity = sum(ns.node.gpus for ns in self.nodes) * MILLI
+        self.capacity = sum(ns.node.gpus - ns.bad for ns in self.nodes) * MILLI
+        """Milli-GPUs in service on schedulable nodes."""
         self.reserve_tiers = reserve_tiers
         self.running: dict[JobId, Running] = {}
         self.project_usage: dict[str, int] = {}

@@ -118,6 +118,15 @@ class Node:
     taints: tuple[Taint, ...] = ()
     schedulable: bool = True
     """False when the node is not Ready, cordoned, or tainted by an alert action."""
+    unhealthy: frozenset[int] = frozenset()
+    """Indices of GPUs out of service (the node agent's annotation, or telemetry): the
+    node offers `gpus - len(unhealthy)`. Which physical GPU a pod gets is the device
+    plugin's choice, so the core counts them, conservatively: they are assumed to be
+    among the free ones whenever they can be."""
+
+    @property
+    def bad_gpus(self) -> int:
+        return len([i for i in self.unhealthy if 0 <= i < self.gpus])
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,95 @@
+"""GPUs out of service (the node agent's annotation, or telemetry) are never offered:
+a node with one bad GPU of eight offers seven, to placement, packing and preemption's
+what-ifs alike."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from controller.scheduler.cycle import schedule
+from controller.scheduler.placement import place
+from controller.scheduler.snapshot import Snapshot
+from controller.scheduler.types import MILLI, Admit, Node, Pending, Preempt
+from tests.unit.scheduler.builders import job, node, policy, running
+
+LEVELS = ("nvidia.com/gpu.clique", "topology.kubernetes.io/rack", "topology.kubernetes.io/zone")
+
+
+def _bad(n: Node, *gpus: int) -> Node:
+    return replace(n, unhealthy=frozenset(gpus))
+
+
+def test_a_node_with_one_bad_gpu_of_eight_offers_seven() -> None:
+    snap = Snapshot([_bad(node("a"), 3)], levels=LEVELS)
+    assert place(snap, job("eight").gang(8).build()) is None
+    assert place(snap, job("seven").gang(7).build()) is not None
+    assert snap.capacity == 7 * MILLI
+
+
+def test_the_gang_goes_to_the_healthy_node() -> None:
+    snap = Snapshot([_bad(node("a"), 0), node("b")], levels=LEVELS)
+    p = place(snap, job("g").gang(8).build())
+    assert p is not None and set(p.nodes()) == {"b"}
+
+
+def test_a_whole_node_gang_waits_when_a_node_has_a_bad_gpu() -> None:
+    snap = Snapshot([_bad(node("a"), 5), node("b")], levels=LEVELS)
+    result = schedule(snap, [job("big").gang(16, per_worker=8).build()], policy(), now=0.0)
+    (d,) = result.decisions
+    assert isinstance(d, Pending) and d.code == "Capacity"
+
+
+def test_shared_pods_do_not_open_the_last_whole_device_that_is_bad() -> None:
+    # 2 GPUs, 1 bad, 1 used whole: nothing left for a half GPU
+    n = _bad(node("a", 2), 1)
+    whole = job("w").gang(1).build()
+    snap = Snapshot([n], levels=LEVELS, running=[running(whole, {"a": 1})])
+    half = job("h").share(500).build()
+    assert place(snap, half) is None
+
+
+def test_preemption_never_frees_room_that_is_only_a_bad_gpu() -> None:
+    low = job("low").tier("batch").gang(8).build()
+    snap = Snapshot([_bad(node("a"), 7)], levels=LEVELS, running=[running(low, {"a": 8})])
+    high8 = job("high8").tier("high").gang(8).build()
+    result = schedule(snap, [high8], policy(), now=0.0)
+    assert isinstance(result.decisions[0], Pending)
+    high7 = job("high7").tier("high").gang(7).build()
+    result = schedule(snap, [high7], policy(), now=0.0)
+    assert isinstance(result.decisions[0], Preempt)
+
+
+@st.composite
+def clusters(draw: st.DrawFn) -> tuple[list[Node], list[object]]:
+    nodes = []
+    for i in range(draw(st.integers(1, 5))):
+        gpus = draw(st.sampled_from([4, 8]))
+        bad = draw(st.sets(st.integers(0, gpus - 1), max_size=gpus))
+        nodes.append(_bad(node(f"n{i}", gpus, clique=f"c{i // 2}"), *bad))
+    queue = [
+        job(f"q{i}").gang(per * draw(st.integers(1, 4)), per_worker=per).at(float(i)).build()
+        for i, per in enumerate(
+            draw(st.lists(st.sampled_from([1, 2, 4, 8]), min_size=1, max_size=10))
+        )
+    ]
+    return nodes, queue
+
+
+@settings(max_examples=200, deadline=None)
+@given(clusters())
+def test_never_more_gpus_placed_on_a_node_than_it_has_in_service(
+    scenario: tuple[list[Node], list[object]],
+) -> None:
+    nodes, queue = scenario
+    snap = Snapshot(nodes, levels=LEVELS)
+    result = schedule(snap, queue, policy(), now=0.0)  # type: ignore[arg-type]
+    placed: dict[str, int] = {}
+    for d in result.decisions:
+        if isinstance(d, Admit):
+            for p in d.placement.pods:
+                placed[p.node] = placed.get(p.node, 0) + len(p.devices)
+    for n in nodes:
+        assert placed.get(n.name, 0) <= n.gpus - n.bad_gpus
