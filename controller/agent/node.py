@@ -26,13 +26,12 @@ from datetime import UTC, datetime
 
 from controller.agent.agent import Snapshot
 from controller.kube.client import RESOURCES, ApiError, KubeApi
+from controller.nodehealth import CONDITION, UNHEALTHY_ANNOTATION, format_indices
 
 __all__ = ["CONDITION", "FIELD_MANAGER", "UNHEALTHY_ANNOTATION", "NodePublisher", "node_patch"]
 
 log = logging.getLogger(__name__)
 
-UNHEALTHY_ANNOTATION = "gangops.ai/unhealthy-gpus"
-CONDITION = "GPUProblem"
 FIELD_MANAGER = "gangops-agent"
 
 
@@ -43,7 +42,7 @@ def _rfc3339(t: float) -> str:
 def node_patch(s: Snapshot) -> tuple[str, str, str, str]:
     """(annotation value, condition status, reason, message) for a snapshot."""
     bad = sorted(s.unhealthy, key=lambda g: g.identity.index)
-    indices = ",".join(str(g.identity.index) for g in bad)
+    indices = format_indices(g.identity.index for g in bad)
     if not s.nvml_up:
         return indices, "Unknown", "NVMLDown", "NVML does not answer on this node"
     if not bad:

@@ -19,6 +19,7 @@ from typing import Any, TypeVar, cast
 from controller.gang.record import Admission
 from controller.jobs.pods import LABEL_ATTEMPT, LABEL_JOB
 from controller.jobs.spec import GPU_RESOURCE, JobSpec, SpecError, parse_job, to_gang
+from controller.nodehealth import unhealthy_gpus
 from controller.quantity import QuantityError, parse_quantity
 from controller.scheduler.policy import SchedulingPolicy
 from controller.scheduler.snapshot import Foreign, Snapshot
@@ -84,6 +85,7 @@ def node_of(obj: Mapping[str, Any]) -> Node:
         labels=labels,
         taints=taints,
         schedulable=not spec.get("unschedulable") and node_ready(obj),
+        unhealthy=unhealthy_gpus(obj),
     )
 
 

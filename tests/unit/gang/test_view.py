@@ -59,6 +59,14 @@ def test_nodes_not_ready_or_cordoned_are_not_schedulable_and_taints_are_read() -
     assert (ok.gpus, ok.gpu_model, ok.cpu_milli, ok.schedulable) == (4, "H100", 96_000, True)
 
 
+def test_the_node_agents_unhealthy_gpus_are_read_and_a_malformed_entry_is_ignored() -> None:
+    n = node("n")
+    n["metadata"]["annotations"] = {"gangops.ai/unhealthy-gpus": "1, 3,x,,12"}
+    got = node_of(n)
+    assert got.unhealthy == frozenset({1, 3, 12}) and got.bad_gpus == 2  # 12: not on this node
+    assert node_of(node("m")).unhealthy == frozenset()
+
+
 def test_pod_requests_read_gpu_limits_when_requests_are_absent() -> None:
     p = foreign("x", "a", 3)
     p["spec"]["containers"].append({"name": "s", "resources": {"requests": {"cpu": "500m"}}})
