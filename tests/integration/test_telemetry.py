@@ -17,6 +17,7 @@ import pytest
 from controller.devcluster import DevCluster
 from controller.devcluster.prometheus import Prometheus
 from controller.devcluster.telemetry import TelemetryOptions, start_telemetry
+from controller.kube.client import RESOURCES
 
 from .gang_helpers import GangEnv, policy_doc
 from .kube import wait_for
@@ -152,3 +153,37 @@ def test_a_scripted_xid_is_counted_and_a_hung_call_withdraws_only_that_gpu(
     }
     assert ("4", 0.0) in health and ("1", 0.0) in health and ("0", 1.0) in health
     print(f"XID counted and hung GPU withdrawn within {time.monotonic() - t_fault:.1f}s")
+
+
+def test_gpus_the_agent_took_out_are_avoided_by_the_next_placement(
+    telemetry: Telemetry, gang_env: GangEnv, dev_cluster: DevCluster
+) -> None:
+    from controller.agent.podresources import PodResourcesClient, fake_gpu_uuid
+
+    node = telemetry.fault_node
+    env = gang_env
+    env.nodes = [node]
+
+    def annotated() -> str | None:
+        obj = env.kube.get(RESOURCES["Node"], node)
+        value = ((obj or {}).get("metadata", {}).get("annotations") or {}).get(
+            "gangops.ai/unhealthy-gpus"
+        )
+        return value if value == "1,4" else None
+
+    wait_for("the agent's unhealthy-gpus annotation", annotated, timeout=30)
+    env.set_policy(policy_doc({"p": {"namespace": env.namespace, "guaranteed": 16}}))
+    env.start()
+    env.create(env.job("eight", gang=8))
+    status = wait_for(
+        "eight to wait for capacity",
+        lambda: (s := env.status("eight")).get("reason") == "Capacity" and s,
+        timeout=30,
+    )
+    assert "hold 6 of 8" in status["message"], status["message"]  # 2 of 8 out of service
+    env.create(env.job("six", gang=6))
+    env.wait_phase("six", "Running")
+    with PodResourcesClient(dev_cluster.pod_resources_socket(node)) as client:
+        held = {u for u, o in client.list_devices().items() if o.namespace == env.namespace}
+    assert len(held) == 6
+    assert fake_gpu_uuid(node, 1) not in held and fake_gpu_uuid(node, 4) not in held

@@ -23,6 +23,11 @@ const (
 	// the order the pod-resources API lists the containers ("0,1"). It is written
 	// with the Running status; a restarted fake-kubelet adopts the same GPUs.
 	annotationGPUIndices = "gangops.ai/fake-gpu-indices"
+
+	// annotationUnhealthyGPUs is where the node agent lists the node's GPUs out of
+	// service ("1,3"; controller/nodehealth.py). Like the NVIDIA device plugin with a
+	// device marked Unhealthy, the fake kubelet never gives them to a pod.
+	annotationUnhealthyGPUs = "gangops.ai/unhealthy-gpus"
 )
 
 // fakeGPUUUID is the UUID of GPU index on node: "GPU-", then the first 16 bytes
@@ -80,9 +85,10 @@ func (r *podRunner) assignGPUs(key string, rec *podRecord, pod *corev1.Pod, pref
 		want += int(q.Value())
 	}
 	holders := r.gpuHolders(rec.node)
+	bad := r.unhealthy[rec.node]
 	var unheld []int
 	for i, h := range holders {
-		if h == "" {
+		if h == "" && !bad[i] {
 			unheld = append(unheld, i)
 		}
 	}
@@ -90,7 +96,7 @@ func (r *podRunner) assignGPUs(key string, rec *podRecord, pod *corev1.Pod, pref
 		return want, len(unheld), false
 	}
 	pick := unheld[:want]
-	if len(prefer) == want && allFree(holders, prefer) {
+	if len(prefer) == want && allFree(holders, prefer) { // a pod adopted after a restart keeps its GPUs
 		pick = prefer
 	}
 	rec.containers = make([]containerGPUs, 0, len(containers))
@@ -104,6 +110,21 @@ func (r *podRunner) assignGPUs(key string, rec *podRecord, pod *corev1.Pod, pref
 		pick = pick[n:]
 	}
 	return want, len(unheld), true
+}
+
+// setUnhealthy records the node's GPUs out of service (from its annotation).
+func (r *podRunner) setUnhealthy(node string, indices []int) {
+	bad := map[int]bool{}
+	for _, i := range indices {
+		bad[i] = true
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(bad) == 0 {
+		delete(r.unhealthy, node)
+	} else {
+		r.unhealthy[node] = bad
+	}
 }
 
 func allFree(holders []string, indices []int) bool {

@@ -137,3 +137,22 @@ func TestParseGPUIndices(t *testing.T) {
 		}
 	}
 }
+
+func TestUnhealthyGPUsAreNeverGivenOut(t *testing.T) {
+	r := newPodRunner(nil, map[string]*node{"n": gpuNode("n", 4)})
+	r.setUnhealthy("n", parseGPUIndices("0,2"))
+
+	a, ok := admitGPUs(t, r, gpuPod("a", "n", container("main", 2)), nil)
+	if !ok || gpuIndices(a) != "1,3" {
+		t.Fatalf("pod a on a node with GPUs 0 and 2 out of service: %v, want [1 3]", indices(a))
+	}
+	if _, ok := admitGPUs(t, r, gpuPod("b", "n", container("main", 1)), nil); ok {
+		t.Fatal("pod b was given an unhealthy GPU")
+	}
+	// back in service: given out again
+	r.setUnhealthy("n", nil)
+	b, ok := admitGPUs(t, r, gpuPod("b", "n", container("main", 1)), nil)
+	if !ok || gpuIndices(b) != "0" {
+		t.Fatalf("pod b after GPU 0 came back: %v, want [0]", indices(b))
+	}
+}

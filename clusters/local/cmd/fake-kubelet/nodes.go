@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -270,7 +271,12 @@ func (k *kubelet) start(ctx context.Context) error {
 	nodeInformer := nodeInformers.Core().V1().Nodes()
 	k.nodeLister = nodeInformer.Lister()
 	enqueue := func(obj any) {
-		if n, ok := obj.(*corev1.Node); ok && k.nodes[n.Name] != nil && !isReady(n) {
+		n, ok := obj.(*corev1.Node)
+		if !ok || k.nodes[n.Name] == nil {
+			return
+		}
+		k.pods.setUnhealthy(n.Name, parseGPUIndices(n.Annotations[annotationUnhealthyGPUs]))
+		if !isReady(n) {
 			k.nodeQueue.Add(n.Name)
 		}
 	}
@@ -347,7 +353,19 @@ func (k *kubelet) restoreReady(ctx context.Context, name string) error {
 	}
 	n := cur.DeepCopy()
 	want := k.readyStatus(k.nodes[name], metav1.Now())
-	n.Status.Conditions = want.Conditions
+	// Replace the kubelet's own conditions; keep everyone else's (the node agent's
+	// GPUProblem, node-problem-detector's), as the kubelet's status patch does.
+	own := map[corev1.NodeConditionType]bool{}
+	for _, c := range want.Conditions {
+		own[c.Type] = true
+	}
+	conditions := slices.Clone(want.Conditions)
+	for _, c := range cur.Status.Conditions {
+		if !own[c.Type] {
+			conditions = append(conditions, c)
+		}
+	}
+	n.Status.Conditions = conditions
 	if _, err := k.cs.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
 		return err
 	}

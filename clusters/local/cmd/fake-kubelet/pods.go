@@ -63,7 +63,9 @@ type podRunner struct {
 	used    map[string]corev1.ResourceList   // per node, resources of admitted, unfinished pods
 	active  map[string]map[string]*podRecord // per node, admitted, unfinished pods by key
 	gpus    map[string][]string              // per node, the key of the pod holding each GPU index
-	nextIP  atomic.Uint32
+	// per node, GPU indices out of service (the node agent's annotation): never given out
+	unhealthy map[string]map[int]bool
+	nextIP    atomic.Uint32
 }
 
 func newPodRunner(cs kubernetes.Interface, nodes map[string]*node) *podRunner {
@@ -74,10 +76,11 @@ func newPodRunner(cs kubernetes.Interface, nodes map[string]*node) *podRunner {
 			workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "pods"},
 		),
-		records: map[string]*podRecord{},
-		used:    map[string]corev1.ResourceList{},
-		active:  map[string]map[string]*podRecord{},
-		gpus:    map[string][]string{},
+		records:   map[string]*podRecord{},
+		used:      map[string]corev1.ResourceList{},
+		active:    map[string]map[string]*podRecord{},
+		gpus:      map[string][]string{},
+		unhealthy: map[string]map[int]bool{},
 	}
 }
 
