@@ -35,6 +35,7 @@ from dataclasses import dataclass, field, replace
 from controller.scheduler.placement import place, shortfall
 from controller.scheduler.policy import SchedulingPolicy
 from controller.scheduler.snapshot import Snapshot
+from controller.scheduler.telemetry import Hints
 from controller.scheduler.types import (
     Admit,
     Decision,
@@ -165,6 +166,38 @@ def _fit(
     return place(snap, g, exclude=exclude)
 
 
+def _busy_decile(hints: Hints | None, job: JobId) -> int:
+    """0 (idle) .. 10 (busy, or unknown): the telemetry's utilisation in tenths, so
+    small differences do not outrank the progress a victim would lose."""
+    if hints is None:
+        return 10
+    u = hints.utilisation.get(job)
+    return 10 if u is None else min(10, int(u // 10))
+
+
+def _lend_limit(snap: Snapshot, policy: SchedulingPolicy, hints: Hints, g: Gang) -> str | None:
+    """Why `g` may not borrow now: the idle guarantee it would take is what another
+    project is forecast to ask for within the horizon. None when it may (or does not
+    borrow)."""
+    if not hints.protect:
+        return None
+    project = policy.projects[g.project]
+    used = snap.project_usage.get(g.project, 0)
+    if used + g.gpu_total <= project.guaranteed:
+        return None
+    kept = {p: m for p, m in hints.protect.items() if p != g.project}
+    protected = sum(kept.values())
+    idle = snap.capacity - sum(snap.project_usage.values())
+    if idle - g.gpu_total >= protected:
+        return None
+    who = ", ".join(f"{p} ({format_gpus(m)})" for p, m in sorted(kept.items()))
+    return (
+        f"would borrow idle guarantee that is forecast to be asked for soon by {who}; "
+        f"{format_gpus(max(0, idle - protected))} GPUs may be lent now, it needs "
+        f"{format_gpus(g.gpu_total)}"
+    )
+
+
 def _borrowed(snap: Snapshot, policy: SchedulingPolicy, g: Gang) -> int:
     project = policy.projects[g.project]
     used = snap.project_usage.get(g.project, 0)
@@ -184,6 +217,7 @@ class _State:
     chosen again until that lands (it would be decided twice)."""
     reserved_for: Gang | None = None
     reserved_start: float | None = None
+    hints: Hints = field(default_factory=Hints)
 
 
 def _excluded(state: _State, g: Gang, now: float) -> frozenset[str]:
@@ -230,10 +264,12 @@ def _preempt(
     exclude: frozenset[str],
     holder: bool,
     protected: frozenset[JobId] = frozenset(),
+    hints: Hints | None = None,
 ) -> tuple[list[Running], Placement] | None:
     """The fewest whole gangs to evict so `g` fits: borrowed work first, then
-    the lowest tier, then the most recently started (least progress lost);
-    never the `protected` ones. The snapshot is left as it was found."""
+    the lowest tier, then the idlest GPUs over the telemetry's window (friendly
+    reclamation; unknown counts as busy), then the most recently started (least
+    progress lost); never the `protected` ones. The snapshot is left as it was found."""
     if not policy.preemption_enabled or not g.may_preempt or budget <= 0:
         return None
     ranked = []
@@ -242,7 +278,8 @@ def _preempt(
             continue
         ok, borrowed = _victim_ok(snap, policy, g, r, now, holder)
         if ok:
-            ranked.append(((not borrowed, r.gang.priority, -r.started, r.gang.id), r))
+            idle = _busy_decile(hints, r.gang.id)
+            ranked.append(((not borrowed, r.gang.priority, idle, -r.started, r.gang.id), r))
     if not ranked:
         return None
     ranked.sort(key=lambda kr: kr[0])
@@ -441,6 +478,7 @@ def _grow(
         while extra > 0 and (
             quota(snap, policy, replace(g, workers=extra)) is not None
             or _outside_reserve(snap, policy, replace(g, workers=extra)) is not None
+            or _lend_limit(snap, policy, state.hints, replace(g, workers=extra)) is not None
         ):
             extra -= 1
         more = place(snap, replace(g, workers=extra)) if extra > 0 else None
@@ -501,6 +539,7 @@ def schedule(
     timer: Callable[[], float] | None = None,
     grow_interval: float = GROW_INTERVAL_S,
     protected: frozenset[JobId] = frozenset(),
+    hints: Hints | None = None,
 ) -> CycleResult:
     """Run one cycle over `queue` (the pending gangs) and return the decisions.
 
@@ -517,6 +556,7 @@ def schedule(
         budget=max(0, policy.max_preemptions_per_hour - preemptions_last_hour),
         nominated=nominated or {},
         protected=protected,
+        hints=hints or Hints(),
     )
     for job, placement in state.nominated.items():
         for n in placement.nodes():
@@ -590,7 +630,7 @@ def _decide(
     if refused is not None:
         return Pending(g, refused, "Refused")
     exclude = _excluded(state, g, now)
-    blocked = quota(snap, policy, g)
+    blocked = quota(snap, policy, g) or _lend_limit(snap, policy, state.hints, g)
     if blocked is not None:
         if state.nominated.get(g.id):  # its shrinks have not landed yet
             return Pending(g, _WAITING, "Capacity")
@@ -620,7 +660,7 @@ def _decide(
         return _shrink_for(snap, state, g, shrinks, now)
     victims = _preempt(
         snap, policy, g, now=now, budget=state.budget, exclude=exclude, holder=holder,
-        protected=state.protected,
+        protected=state.protected, hints=state.hints,
     )  # fmt: skip
     if victims is not None:
         needed, placement = victims
