@@ -41,6 +41,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from controller.gang.controller import GangController, GangSettings
 from controller.gang.metrics import GangMetrics
+from controller.gang.telemetry import PrometheusTelemetry, TelemetryMetrics
 from controller.httpserver import HttpServer, Limits, Request, Response, ServerError, text
 from controller.kube.client import RESOURCES, ApiError, Kube, connect
 from controller.kube.clock import SystemClock
@@ -138,6 +139,18 @@ def _run(args: argparse.Namespace) -> int:
         grow_interval_s=args.grow_interval,
     )
     gang_metrics = GangMetrics(metrics.registry)
+    telemetry = None
+    if args.scheduler and args.prometheus_url:
+        telemetry = PrometheusTelemetry(
+            args.prometheus_url,
+            interval_s=args.telemetry_interval,
+            metrics=TelemetryMetrics(metrics.registry),
+        ).start()
+        log.info(
+            "telemetry from Prometheus url=%s interval_s=%g",
+            args.prometheus_url,
+            args.telemetry_interval,
+        )
     stop = threading.Event()
     exit_code = 0
     reconciler: Reconciler | None = None
@@ -154,7 +167,11 @@ def _run(args: argparse.Namespace) -> int:
         if args.scheduler:
             nonlocal scheduler
             scheduler = GangController(
-                fenced, settings=gang_settings, clock=clock, metrics=gang_metrics
+                fenced,
+                settings=gang_settings,
+                clock=clock,
+                metrics=gang_metrics,
+                telemetry=telemetry.current if telemetry is not None else None,
             )
             scheduler.start()
 
@@ -337,6 +354,22 @@ def add_subcommand(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
         action=argparse.BooleanOptionalAction,
         default=True,
         help="run the TrainingJob controller and gang scheduler (default on)",
+    )
+    p.add_argument(
+        "--prometheus-url",
+        default=os.environ.get("GANGOPS_PROMETHEUS_URL") or None,
+        help="Prometheus scraping the node agents: the scheduler reads GPU health,"
+        " utilisation and memory from it in the background (at most three queries a"
+        " round) for friendly reclamation and demand forecasts; without it, or while it is"
+        " unreachable, scheduling goes by requests (and the agents' Node annotations)"
+        " (default: $GANGOPS_PROMETHEUS_URL)",
+    )
+    p.add_argument(
+        "--telemetry-interval",
+        type=float,
+        default=15.0,
+        metavar="SECONDS",
+        help="how often the telemetry is read from Prometheus (default 15)",
     )
     p.add_argument("--job-selector", help="schedule only TrainingJobs matching this label selector")
     p.add_argument("--node-selector", help="place gangs only on nodes matching this selector")

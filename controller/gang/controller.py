@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -37,15 +38,24 @@ from controller.kube.clock import Clock, SystemClock
 from controller.kube.events import EventRecorder
 from controller.kube.informer import EventType, Informer
 from controller.scheduler.cycle import GROW_INTERVAL_S, CycleResult
+from controller.scheduler.forecast import DemandHistory, Forecast, forecast
 from controller.scheduler.policy import (
     DEFAULT_SYSTEM_NAMESPACE,
     POLICY_CONFIGMAP,
     SchedulingPolicy,
     UnreadablePolicy,
 )
-from controller.scheduler.types import MILLI, Admit, JobId
+from controller.scheduler.telemetry import Telemetry
+from controller.scheduler.types import MILLI, Admit, Gang, JobId
 
 __all__ = ["FIELD_MANAGER", "GangController", "GangSettings"]
+
+DEMAND_WINDOW_S = 3600.0
+"""The demand forecast's sliding window."""
+DEMAND_HORIZON_S = 600.0
+"""How far ahead the forecast looks: lending an idle guarantee its owner will ask
+for within ten minutes costs a preemption soon after."""
+DEMAND_SAMPLE_S = 15.0
 
 log = logging.getLogger(__name__)
 
@@ -94,8 +104,15 @@ class GangController:
         settings: GangSettings | None = None,
         clock: Clock | None = None,
         metrics: GangMetrics | None = None,
+        telemetry: Callable[[], Telemetry] | None = None,
     ) -> None:
         self._kube = kube
+        self._telemetry = telemetry
+        """The latest telemetry (`telemetry.PrometheusTelemetry.current`); None: requests
+        only, plus the node agents' annotations, which the nodes carry anyway."""
+        self._demand = DemandHistory(window_s=DEMAND_WINDOW_S)
+        self._demand_at = -1e18
+        self.last_telemetry: Telemetry | None = None
         self.settings = settings or GangSettings()
         self._clock = clock or SystemClock()
         self.metrics = metrics or GangMetrics()
@@ -221,7 +238,9 @@ class GangController:
         pods = self.pods.items()
         views = job_views(self.jobs.items(), pods, policy, overrides=overrides, memo=memo)
         node_objs = {o["metadata"]["name"]: o for o in self.nodes.items()}
-        todo, _, result = decide(
+        telemetry = self._telemetry() if self._telemetry is not None else None
+        self.last_telemetry = telemetry
+        todo, snap, result = decide(
             views,
             node_objs,
             pods,
@@ -231,7 +250,10 @@ class GangController:
             memo=memo,
             timer=self._clock.monotonic,
             grow_interval=self.settings.grow_interval_s,
+            telemetry=telemetry,
+            forecasts=self._forecasts() if telemetry is not None else None,
         )
+        self._record_demand(now, snap.project_usage, todo.queue)
         t_write = self._clock.monotonic()
         self.metrics.cycle.observe(t_write - t0)
         self.last_result = result
@@ -248,6 +270,25 @@ class GangController:
         self._observe_phases(result, self._clock.monotonic() - t_write)
         self._record_metrics(todo, views, result)
         return result
+
+    def _forecasts(self) -> dict[str, Forecast]:
+        """Each project's demand forecast over the horizon, from the sliding window."""
+        return {
+            p: forecast(self._demand.series(p), horizon_s=DEMAND_HORIZON_S)
+            for p in self._demand.names()
+        }
+
+    def _record_demand(self, now: float, usage: Mapping[str, int], queue: Sequence[Gang]) -> None:
+        """A project's demand: the GPUs it holds plus those its queued gangs ask for
+        (sampled at most every `DEMAND_SAMPLE_S`)."""
+        if now - self._demand_at < DEMAND_SAMPLE_S:
+            return
+        self._demand_at = now
+        demand = dict(usage)
+        for g in queue:
+            demand[g.project] = demand.get(g.project, 0) + g.gpu_total
+        for project, milli in demand.items():
+            self._demand.add(project, now, float(milli))
 
     def _observe_phases(self, result: CycleResult, write_s: float) -> None:
         """Each phase's time, as a histogram and a debug line (the writes themselves

@@ -44,8 +44,16 @@ from controller.gang.view import JobView, Memo, build_snapshot, node_of, node_re
 from controller.jobs.pods import LABEL_ATTEMPT
 from controller.jobs.status import Phase
 from controller.scheduler.cycle import GROW_INTERVAL_S, CycleResult, schedule
+from controller.scheduler.forecast import Forecast
 from controller.scheduler.policy import SchedulingPolicy
 from controller.scheduler.snapshot import Snapshot
+from controller.scheduler.telemetry import (
+    Hints,
+    Telemetry,
+    job_utilisation,
+    protect_from_forecasts,
+    with_health,
+)
 from controller.scheduler.types import (
     Admit,
     Gang,
@@ -299,18 +307,25 @@ def decide(
     memo: Memo | None = None,
     timer: Callable[[], float] | None = None,
     grow_interval: float = GROW_INTERVAL_S,
+    telemetry: Telemetry | None = None,
+    forecasts: Mapping[str, Forecast] | None = None,
 ) -> tuple[Agenda, Snapshot, CycleResult]:
     """One scheduling step's reading of the cluster and its decisions: `plan`,
     the snapshot, then the cycle. The controller and `gangops explain` both call
     this, so what explain shows is what the scheduler would decide. With a
     `timer`, `result.phase_seconds` says how long plan, snapshot, schedule and
-    grow took."""
+    grow took. `telemetry` adds its unhealthy GPUs to the nodes and the running
+    gangs' utilisation to the cycle's hints; `forecasts` (per project, demand in
+    milli-GPUs) hold back the idle guarantee their owners will ask for."""
     t0 = timer() if timer else 0.0
     todo = plan(views, nodes, policy, now=now, busy=busy)
     t1 = timer() if timer else 0.0
     parse = node_of if memo is None else memo.node
+    parsed = [parse(o) for o in nodes.values()]
+    if telemetry is not None:
+        parsed = with_health(parsed, telemetry)
     snap = build_snapshot(
-        [parse(o) for o in nodes.values()],
+        parsed,
         pods,
         todo.running,
         todo.owned,
@@ -329,10 +344,46 @@ def decide(
         timer=timer,
         grow_interval=grow_interval,
         protected=frozenset(todo.protected),
+        hints=_hints(views, todo, snap, policy, now, telemetry, forecasts),
     )
     if timer:
         result.phase_seconds = {"plan": t1 - t0, "snapshot": t2 - t1, **result.phase_seconds}
     return todo, snap, result
+
+
+def _hints(
+    views: Sequence[JobView],
+    todo: Agenda,
+    snap: Snapshot,
+    policy: SchedulingPolicy,
+    now: float,
+    telemetry: Telemetry | None,
+    forecasts: Mapping[str, Forecast] | None,
+) -> Hints | None:
+    """What telemetry and the demand forecasts add to this cycle (None: nothing)."""
+    if telemetry is None and not forecasts:
+        return None
+    utilisation: dict[JobId, float] = {}
+    if telemetry is not None:
+        by_id = {v.id: v for v in views}
+        jobs = {
+            r.gang.id: (
+                r.started,
+                [
+                    (str(p["metadata"].get("namespace", "")), str(p["metadata"]["name"]))
+                    for p in by_id[r.gang.id].pods
+                    if not pod_terminal(p)
+                ],
+            )
+            for r in todo.running
+            if r.gang.id in by_id
+        }
+        utilisation = job_utilisation(telemetry, jobs, now)
+    protect: dict[str, int] = {}
+    if forecasts:
+        guaranteed = {name: p.guaranteed for name, p in policy.projects.items()}
+        protect = protect_from_forecasts(forecasts, snap.project_usage, guaranteed)
+    return Hints(utilisation=utilisation, protect=protect)
 
 
 # ----------------------------------------------------------------- writes

@@ -132,5 +132,5 @@ class DemandHistory:
     def series(self, key: str) -> list[tuple[float, float]]:
         return list(self._series.get(key, ()))
 
-    def keys(self) -> list[str]:
+    def names(self) -> list[str]:
         return list(self._series)

@@ -1,0 +1,258 @@
+"""The scheduler's telemetry provider: a background reader of Prometheus that keeps one
+frozen `Telemetry` ready for each scheduling step (never queried inside the step).
+
+Every `interval_s` (15 s by default) it sends at most three batched queries for the
+whole cluster, grouped by node and GPU or by pod, never one per node:
+
+1. health: `gangops_gpu_healthy` (the node agent's series), per node and GPU;
+2. utilisation: per pod, the mean over its GPUs of `DCGM_FI_DEV_GPU_UTIL` averaged
+   over 1, 5 and 15 minutes, its 5-minute p95 and 15-minute slope, in one query (each
+   statistic tagged by a `stat` label);
+3. memory: per pod, `DCGM_FI_DEV_FB_USED` summed and its GPUs counted.
+
+What is never done: read an error, a timeout, a `warnings` answer's gaps or an empty
+result as zero load (the bug Volcano users hit). A failed query keeps the signal's
+last good value and its age; the core treats a stale signal as unknown (utilisation:
+busy; health: the GPUs known bad stay out, until a reading says they are healthy).
+The age of each signal and the query errors are metrics
+(`gangops_telemetry_age_seconds`, `gangops_telemetry_query_errors_total`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from controller.scheduler.telemetry import PodUsage, Signal, Telemetry
+
+__all__ = ["QUERIES", "PrometheusTelemetry", "TelemetryMetrics"]
+
+log = logging.getLogger(__name__)
+
+_UTIL = 'DCGM_FI_DEV_GPU_UTIL{pod!=""}'
+_STATS = {
+    "avg1m": f"avg_over_time({_UTIL}[1m])",
+    "avg5m": f"avg_over_time({_UTIL}[5m])",
+    "avg15m": f"avg_over_time({_UTIL}[15m])",
+    "p95_5m": f"quantile_over_time(0.95, {_UTIL}[5m])",
+    "trend": f"deriv({_UTIL}[15m]) * 60",
+}
+QUERIES = {
+    "health": "gangops_gpu_healthy",
+    "usage": " or ".join(
+        f'label_replace(avg by (namespace, pod) ({expr}), "stat", "{stat}", "", "")'
+        for stat, expr in _STATS.items()
+    ),
+    "memory": (
+        'label_replace(sum by (namespace, pod) (DCGM_FI_DEV_FB_USED{pod!=""}),'
+        ' "stat", "used", "", "")'
+        ' or label_replace(count by (namespace, pod) (DCGM_FI_DEV_FB_USED{pod!=""}),'
+        ' "stat", "gpus", "", "")'
+    ),
+}
+"""The three queries, whole-cluster, batched."""
+
+
+class TelemetryMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.age = Gauge(
+            "gangops_telemetry_age_seconds",
+            "Age of each telemetry signal the scheduler uses (health, usage); grows while"
+            " Prometheus cannot be read, and past the limit the scheduler falls back to"
+            " requests alone (usage) or keeps known-bad GPUs out (health).",
+            ["signal"],
+            registry=registry,
+        )
+        self.errors = Counter(
+            "gangops_telemetry_query_errors_total",
+            "Telemetry queries that failed (error, timeout, empty or unusable answer).",
+            ["signal", "reason"],
+            registry=registry,
+        )
+
+
+class QueryError(Exception):
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class PrometheusTelemetry:
+    """`current()` is the latest `Telemetry`; `start()` refreshes it in the background."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        interval_s: float = 15.0,
+        timeout_s: float = 5.0,
+        max_age_s: float = 120.0,
+        clock: Callable[[], float] = time.time,
+        metrics: TelemetryMetrics | None = None,
+        fetch: Callable[[str, float], bytes] | None = None,
+    ) -> None:
+        self.url = url.rstrip("/")
+        self.interval_s = interval_s
+        self.timeout_s = timeout_s
+        self._clock = clock
+        self.metrics = metrics or TelemetryMetrics(CollectorRegistry())
+        self._fetch = fetch or _http_get
+        self._current = Telemetry(max_age_s=max_age_s)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def current(self) -> Telemetry:
+        t = self._current
+        now = self._clock()
+        for name, sig in (("health", t.health), ("usage", t.usage)):
+            age = sig.age(now)
+            self.metrics.age.labels(name).set(age if age is not None else math.inf)
+        return t
+
+    def start(self) -> PrometheusTelemetry:
+        self._thread = threading.Thread(target=self._run, name="telemetry", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.timeout_s + 1)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.refresh()
+            except Exception:
+                log.exception("telemetry refresh failed; keeping the last values")
+            self._stop.wait(self.interval_s)
+
+    # -- one refresh
+
+    def refresh(self) -> Telemetry:
+        """Run the (at most three) queries and publish the new `Telemetry`."""
+        t = self._current
+        now = self._clock()
+        try:
+            rows = self._query("health")
+            unhealthy = _health(rows, t.unhealthy)
+            t = replace(t, unhealthy=unhealthy, health=Signal(at=now))
+        except QueryError as e:
+            t = replace(t, health=Signal(at=t.health.at, error=str(e)))
+            self.metrics.errors.labels("health", e.reason).inc()
+        try:
+            usage = self._query("usage")
+            memory = self._query("memory", allow_empty=True)
+            t = replace(t, pods=_pods(usage, memory), usage=Signal(at=now))
+        except QueryError as e:
+            t = replace(t, usage=Signal(at=t.usage.at, error=str(e)))
+            self.metrics.errors.labels("usage", e.reason).inc()
+        if t.health.error or t.usage.error:
+            log.warning("telemetry: %s", t.describe(now))
+        self._current = t
+        return t
+
+    def _query(self, name: str, *, allow_empty: bool = False) -> list[dict[str, Any]]:
+        query = QUERIES[name]
+        url = f"{self.url}/api/v1/query?" + urllib.parse.urlencode({"query": query})
+        try:
+            raw = self._fetch(url, self.timeout_s)
+        except TimeoutError:
+            raise QueryError(
+                "timeout", f"Prometheus at {self.url}: no answer in {self.timeout_s:g}s"
+            ) from None
+        except (urllib.error.URLError, OSError) as e:
+            raise QueryError("unreachable", f"Prometheus at {self.url}: {e}") from None
+        try:
+            doc = json.loads(raw)
+        except ValueError:
+            raise QueryError("malformed", f"Prometheus at {self.url}: not JSON") from None
+        if not isinstance(doc, dict) or doc.get("status") != "success":
+            err = doc.get("error") if isinstance(doc, dict) else None
+            raise QueryError("error", f"Prometheus at {self.url}: {err or 'query failed'}")
+        if doc.get("warnings"):
+            log.warning("Prometheus warnings for %s: %s", name, doc["warnings"])
+            raise QueryError(
+                "warnings", f"Prometheus warned: {'; '.join(map(str, doc['warnings']))}"
+            )
+        data = doc.get("data") or {}
+        result = data.get("result")
+        if data.get("resultType") != "vector" or not isinstance(result, list):
+            raise QueryError("malformed", f"Prometheus at {self.url}: not an instant vector")
+        if not result and not allow_empty:
+            raise QueryError(
+                "empty", f"no {name} series in Prometheus (are the node agents scraped?)"
+            )
+        return result
+
+
+def _http_get(url: str, timeout_s: float) -> bytes:
+    with urllib.request.urlopen(url, timeout=timeout_s) as r:
+        body: bytes = r.read()
+        return body
+
+
+def _value(row: dict[str, Any]) -> float | None:
+    try:
+        v = float(row["value"][1])
+    except (KeyError, IndexError, TypeError, ValueError):
+        return None
+    return None if math.isnan(v) or math.isinf(v) else v
+
+
+def _health(
+    rows: list[dict[str, Any]], before: dict[str, frozenset[int]] | Any
+) -> dict[str, frozenset[int]]:
+    """GPUs reading 0 are out; a GPU reading 1 is back; one without a reading keeps
+    what was known (a bad GPU whose agent went silent stays out)."""
+    bad = {n: set(s) for n, s in dict(before).items()}
+    for row in rows:
+        m = row.get("metric") or {}
+        node = m.get("Hostname") or m.get("hostname") or m.get("node")
+        v = _value(row)
+        if not node or v is None or not str(m.get("gpu", "")).isdigit():
+            continue
+        gpu = int(m["gpu"])
+        if v == 0:
+            bad.setdefault(node, set()).add(gpu)
+        else:
+            bad.get(node, set()).discard(gpu)
+    return {n: frozenset(s) for n, s in bad.items() if s}
+
+
+def _pods(
+    usage: list[dict[str, Any]], memory: list[dict[str, Any]]
+) -> dict[tuple[str, str], PodUsage]:
+    stats: dict[tuple[str, str], dict[str, float]] = {}
+    for row in [*usage, *memory]:
+        m = row.get("metric") or {}
+        key = (m.get("namespace"), m.get("pod"))
+        v = _value(row)
+        if not key[0] or not key[1] or v is None:
+            continue
+        stats.setdefault((str(key[0]), str(key[1])), {})[str(m.get("stat", ""))] = v
+    out = {}
+    for key, s in stats.items():
+        if "avg5m" not in s:
+            continue  # no utilisation for it: unknown, not idle
+        out[key] = PodUsage(
+            avg_1m=s.get("avg1m", s["avg5m"]),
+            avg_5m=s["avg5m"],
+            avg_15m=s.get("avg15m", s["avg5m"]),
+            p95_5m=s.get("p95_5m", s["avg5m"]),
+            trend_per_min=s.get("trend", 0.0),
+            memory_used_mib=s.get("used", 0.0),
+            gpus=int(s.get("gpus", 0)),
+        )
+    return out
