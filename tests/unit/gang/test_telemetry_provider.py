@@ -1,0 +1,142 @@
+"""The Prometheus telemetry provider at its one seam (the HTTP fetch): answers parsed
+into the core's Telemetry; errors, timeouts, warnings, NaN and empty answers never read
+as zero load; each signal keeps its last good value and ages."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.parse
+from typing import Any
+
+import pytest
+
+from controller.gang.telemetry import QUERIES, PrometheusTelemetry
+
+
+class Prom:
+    """Answers by query name; an exception instance is raised instead."""
+
+    def __init__(self) -> None:
+        self.answers: dict[str, Any] = {}
+        self.asked: list[str] = []
+
+    def __call__(self, url: str, timeout: float) -> bytes:
+        query = urllib.parse.parse_qs(urllib.parse.urlparse(url).query)["query"][0]
+        name = next(n for n, q in QUERIES.items() if q == query)
+        self.asked.append(name)
+        a = self.answers[name]
+        if isinstance(a, BaseException):
+            raise a
+        return a if isinstance(a, bytes) else json.dumps(a).encode()
+
+
+def vector(*rows: tuple[dict[str, str], str], warnings: list[str] | None = None) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "status": "success",
+        "data": {
+            "resultType": "vector",
+            "result": [{"metric": m, "value": [1.0, v]} for m, v in rows],
+        },
+    }
+    if warnings:
+        doc["warnings"] = warnings
+    return doc
+
+
+def healthy(node: str, gpu: int, value: str) -> tuple[dict[str, str], str]:
+    return {"Hostname": node, "gpu": str(gpu)}, value
+
+
+def stat(pod: str, name: str, value: str) -> tuple[dict[str, str], str]:
+    return {"namespace": "ns", "pod": pod, "stat": name}, value
+
+
+def good(prom: Prom) -> None:
+    prom.answers = {
+        "health": vector(healthy("a", 0, "1"), healthy("a", 3, "0"), healthy("b", 1, "1")),
+        "usage": vector(
+            stat("p", "avg1m", "3"),
+            stat("p", "avg5m", "2.5"),
+            stat("p", "avg15m", "2"),
+            stat("p", "p95_5m", "9"),
+            stat("p", "trend", "-0.5"),
+            stat("q", "avg5m", "NaN"),
+        ),
+        "memory": vector(stat("p", "used", "20480"), stat("p", "gpus", "2")),
+    }
+
+
+class Clock:
+    t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_three_queries_make_the_snapshot() -> None:
+    prom, clock = Prom(), Clock()
+    good(prom)
+    t = PrometheusTelemetry("http://prom:9090", fetch=prom, clock=clock).refresh()
+    assert sorted(prom.asked) == ["health", "memory", "usage"]
+    assert t.unhealthy == {"a": frozenset({3})}
+    p = t.pods[("ns", "p")]
+    assert (p.avg_1m, p.avg_5m, p.avg_15m, p.p95_5m, p.trend_per_min) == (3, 2.5, 2, 9, -0.5)
+    assert (p.memory_used_mib, p.gpus) == (20480, 2)
+    assert ("ns", "q") not in t.pods, "NaN is unknown, not idle"
+    assert t.health.at == t.usage.at == 1000.0 and not t.health.error
+
+
+@pytest.mark.parametrize(
+    ("answer", "reason"),
+    [
+        (urllib.error.URLError("connection refused"), "unreachable"),
+        (TimeoutError(), "timeout"),
+        (b"<html>", "malformed"),
+        ({"status": "error", "error": "bad query"}, "error"),
+        (vector(), "empty"),
+        (vector(stat("p", "avg5m", "0"), warnings=["partial response"]), "warnings"),
+    ],
+)
+def test_a_failed_usage_query_keeps_the_last_values_and_says_why(answer: Any, reason: str) -> None:
+    prom, clock = Prom(), Clock()
+    good(prom)
+    provider = PrometheusTelemetry("http://prom:9090", fetch=prom, clock=clock)
+    provider.refresh()
+    clock.t += 30
+    prom.answers["usage"] = answer
+    t = provider.refresh()
+    assert t.usage.at == 1000.0 and t.usage.error, "the signal ages; never reset to zero load"
+    assert t.pods[("ns", "p")].avg_5m == 2.5
+    assert t.health.at == 1030.0
+    assert provider.metrics.errors.labels("usage", reason)._value.get() == 1
+    clock.t += 200  # past max_age: the core treats utilisation as unknown (busy)
+    assert not t.fresh(t.usage, clock.t)
+    assert "scheduling by requests alone" in t.describe(clock.t)
+
+
+def test_a_bad_gpu_stays_out_while_health_cannot_be_read_and_comes_back_on_a_healthy_reading() -> (
+    None
+):
+    prom, clock = Prom(), Clock()
+    good(prom)
+    provider = PrometheusTelemetry("http://prom:9090", fetch=prom, clock=clock)
+    provider.refresh()
+    prom.answers["health"] = urllib.error.URLError("down")
+    assert provider.refresh().unhealthy == {"a": frozenset({3})}
+    prom.answers["health"] = vector(healthy("a", 0, "1"))  # GPU 3 silent: still out
+    assert provider.refresh().unhealthy == {"a": frozenset({3})}
+    prom.answers["health"] = vector(healthy("a", 3, "1"))
+    assert provider.refresh().unhealthy == {}
+
+
+def test_age_metric_follows_the_signals() -> None:
+    prom, clock = Prom(), Clock()
+    good(prom)
+    provider = PrometheusTelemetry("http://prom:9090", fetch=prom, clock=clock)
+    provider.current()
+    assert provider.metrics.age.labels("usage")._value.get() == float("inf")
+    provider.refresh()
+    clock.t += 42
+    provider.current()
+    assert provider.metrics.age.labels("usage")._value.get() == 42
