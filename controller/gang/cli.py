@@ -11,11 +11,12 @@ queue, what blocks it, what would have to change.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from controller.gang.lifecycle import decide
 from controller.gang.record import format_time, parse_time
-from controller.gang.view import job_views
+from controller.gang.view import JobView, job_views
 from controller.kube.client import RESOURCES, ApiError, KubeApi
 from controller.kube.clock import Clock, SystemClock
 from controller.scheduler.explain import explain
@@ -25,6 +26,8 @@ from controller.scheduler.policy import (
     SchedulingPolicy,
     UnreadablePolicy,
 )
+from controller.scheduler.snapshot import Snapshot
+from controller.scheduler.telemetry import Telemetry
 from controller.scheduler.types import JobId
 
 __all__ = ["add_subcommand", "explain_job"]
@@ -41,8 +44,10 @@ def explain_job(
     system_namespace: str = DEFAULT_SYSTEM_NAMESPACE,
     node_selector: str | None = None,
     clock: Clock | None = None,
+    telemetry: Telemetry | None = None,
 ) -> str:
-    """The explanation of `job` (`namespace/name`) as of now."""
+    """The explanation of `job` (`namespace/name`) as of now; with `telemetry`, what it
+    said and how old it is, the GPUs it takes out, and whether the job's GPUs idle."""
     namespace, _, name = job.partition("/")
     if not namespace or not name:
         raise ExplainError(f"{job!r}: expected NAMESPACE/NAME")
@@ -71,9 +76,13 @@ def explain_job(
     if phase in ("Succeeded", "Failed"):
         return f"{job} has finished: {phase} ({(obj.get('status') or {}).get('message', '')}).\n"
     todo, snap, result = decide(
-        views, {n["metadata"]["name"]: n for n in nodes}, pods, policy, now=now
-    )
+        views, {n["metadata"]["name"]: n for n in nodes}, pods, policy, now=now,
+        telemetry=telemetry,
+    )  # fmt: skip
     text = explain(JobId(job), result=result, snap=snap, policy=policy)
+    text += _health_lines(snap)
+    if telemetry is not None:
+        text += _telemetry_lines(telemetry, mine, now)
     if JobId(job) in todo.backing_off:
         until = parse_time((obj.get("status") or {}).get("notBefore")) or now
         text = (
@@ -83,15 +92,51 @@ def explain_job(
     return text
 
 
+def _health_lines(snap: Snapshot) -> str:
+    """GPUs out of service on the nodes the scheduler sees (never offered)."""
+    bad = [(ns.name, sorted(ns.node.unhealthy)) for ns in snap.nodes if ns.bad]
+    if not bad:
+        return ""
+    listed = "; ".join(f"{n}: GPU {', '.join(map(str, gpus))}" for n, gpus in bad)
+    return (
+        "GPUs out of service (never offered until the node agent says they are"
+        f" healthy): {listed}.\n"
+    )
+
+
+def _telemetry_lines(t: Telemetry, view: JobView | None, now: float) -> str:
+    lines = [t.describe(now).capitalize() + "."]
+    if view is not None and t.fresh(t.usage, now):
+        usages = [
+            t.pods.get((str(p["metadata"].get("namespace", "")), str(p["metadata"]["name"])))
+            for p in view.pods
+        ]
+        known = [u for u in usages if u is not None]
+        if known:
+            avg = sum(u.avg_5m for u in known) / len(known)
+            idle = " (idle: these GPUs are held and unused)" if avg < 5 else ""
+            lines.append(
+                f"Its GPUs over the last 5 minutes: {avg:.0f} % utilised on average"
+                f" across {len(known)} pods{idle}."
+            )
+    return "\n".join(lines) + "\n"
+
+
 def _explain(args: argparse.Namespace) -> int:
     from controller.kube.client import connect
 
+    telemetry = None
+    if args.prometheus_url:
+        from controller.gang.telemetry import PrometheusTelemetry
+
+        telemetry = PrometheusTelemetry(args.prometheus_url).refresh()
     try:
         text = explain_job(
             connect(args.kubeconfig),
             args.job,
             system_namespace=args.system_namespace,
             node_selector=args.node_selector,
+            telemetry=telemetry,
         )
     except (ExplainError, ApiError) as e:
         print(f"gangops explain: {e}", file=sys.stderr)
@@ -117,4 +162,10 @@ def add_subcommand(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
         help="namespace of the scheduling-policy ConfigMap (default %(default)s)",
     )
     p.add_argument("--node-selector", help="the nodes the scheduler places on (as for run)")
+    p.add_argument(
+        "--prometheus-url",
+        default=os.environ.get("GANGOPS_PROMETHEUS_URL") or None,
+        help="read telemetry as the scheduler does (GPU health, utilisation; default:"
+        " $GANGOPS_PROMETHEUS_URL)",
+    )
     p.set_defaults(func=_explain)
