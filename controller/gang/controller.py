@@ -45,7 +45,7 @@ from controller.scheduler.policy import (
     SchedulingPolicy,
     UnreadablePolicy,
 )
-from controller.scheduler.telemetry import Telemetry
+from controller.scheduler.telemetry import Telemetry, idle_gpus
 from controller.scheduler.types import MILLI, Admit, Gang, JobId
 
 __all__ = ["FIELD_MANAGER", "GangController", "GangSettings"]
@@ -328,6 +328,13 @@ class GangController:
                 key = (g.project, g.user, kind)
                 gpus[key] = gpus.get(key, 0.0) + milli / MILLI
         self.metrics.set_allocated(gpus)
+        idle: dict[tuple[str, str], float] = {}
+        for job, milli in idle_gpus(
+            result.hints.utilisation, {j: g.gpu_total for j, g in holding.items()}
+        ).items():
+            g = holding[job]
+            idle[(g.project, g.user)] = idle.get((g.project, g.user), 0.0) + milli / MILLI
+        self.metrics.set_idle(idle)
 
     # -- writes (one job at a time)
 

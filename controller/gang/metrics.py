@@ -50,6 +50,14 @@ class GangMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         r = self.registry
+        self.idle_gpus = _WholeGauge(
+            "gangops_idle_gpus",
+            "GPUs held by running TrainingJobs whose GPUs were idle (under 5 % utilised)"
+            " over the last 5 minutes, per project and user: held and unused (needs"
+            " telemetry: gangops run --prometheus-url).",
+            ["project", "user"],
+            r,
+        )
         self.gang_bound = Histogram(
             "gangops_gang_bound_seconds",
             "Time from a TrainingJob's creation to its whole gang bound to nodes.",
@@ -105,3 +113,7 @@ class GangMetrics:
     def set_allocated(self, gpus: Mapping[tuple[str, str, str], float]) -> None:
         """Replace the allocation with `gpus` ((project, user, kind) -> GPUs)."""
         self.allocated.set(gpus.items())
+
+    def set_idle(self, gpus: Mapping[tuple[str, str], float]) -> None:
+        """Replace the idle-but-held GPUs with `gpus` ((project, user) -> GPUs)."""
+        self.idle_gpus.set(gpus.items())

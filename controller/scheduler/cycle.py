@@ -72,6 +72,8 @@ class CycleResult:
     """Running elastic gangs grown onto idle GPUs this cycle."""
     phase_seconds: dict[str, float] = field(default_factory=dict)
     """Time each phase took (`schedule`: the decisions, `grow`), when a timer was given."""
+    hints: Hints = field(default_factory=Hints)
+    """What telemetry added to this cycle (empty: requests alone)."""
 
 
 def _ratio(used: int, guaranteed: int) -> float:
@@ -551,7 +553,7 @@ def schedule(
     nominations evict or shrink and that have not been yet: they are not
     chosen again.
     """
-    result = CycleResult()
+    result = CycleResult(hints=hints or Hints())
     state = _State(
         budget=max(0, policy.max_preemptions_per_hour - preemptions_last_hour),
         nominated=nominated or {},
