@@ -231,7 +231,7 @@ class Agent:
             self._nvml.init()
             return self._nvml.driver_version(), self._nvml.device_count()
 
-        out = self._lanes.run("nvml", start)
+        out = self._lanes.run((self.config.node, "nvml"), start)
         if not out.ok or out.value is None:
             self._count_failure("nvml", out)
             log.warning("NVML unavailable node=%s error=%s", self.config.node, _why(out))
@@ -253,9 +253,12 @@ class Agent:
         missing = [i for i in range(self._count) if i not in known]
         if not missing:
             return
-        outcomes = self._lanes.run_all({i: partial(self._nvml.identity, i) for i in missing})
+        node = self.config.node
+        outcomes = self._lanes.run_all(
+            {(node, i): partial(self._nvml.identity, i) for i in missing}
+        )
         with self._lock:
-            for i, out in outcomes.items():
+            for (_, i), out in outcomes.items():
                 if out.ok and out.value is not None:
                     self._gpus.append(_Gpu(out.value))
                 else:
@@ -265,7 +268,7 @@ class Agent:
     def _read_owners(self, now: float) -> None:
         if self._owners_reader is None:
             return
-        out = self._lanes.run("pod-resources", self._owners_reader)
+        out = self._lanes.run((self.config.node, "pod-resources"), self._owners_reader)
         if out.ok and out.value is not None:
             self._owners, self._owners_at = dict(out.value), now
         else:
@@ -278,13 +281,14 @@ class Agent:
     def _sample(self, now: float) -> None:
         with self._lock:
             gpus = list(self._gpus)
+        node = self.config.node
         outcomes = self._lanes.run_all(
-            {g.identity.index: partial(self._nvml.sample, g.identity.index) for g in gpus}
+            {(node, g.identity.index): partial(self._nvml.sample, g.identity.index) for g in gpus}
         )
         down = False
         with self._lock:
             for g in gpus:
-                out = outcomes[g.identity.index]
+                out = outcomes[(node, g.identity.index)]
                 if out.ok and out.value is not None:
                     g.sample, g.sampled_at = out.value, now
                     self._set_health(g, h.after_sample(g.health, now))
@@ -316,7 +320,7 @@ class Agent:
         """Wait up to `timeout_s` for XID errors and apply them; how many arrived."""
         if not self._nvml_up:
             return 0
-        out = self._lanes.run("xid", partial(self._nvml.wait_xids, timeout_s))
+        out = self._lanes.run((self.config.node, "xid"), partial(self._nvml.wait_xids, timeout_s))
         if not out.ok or out.value is None:
             self._count_failure("xid", out)
             if out.error is not None and classify(out.error) is ErrorClass.NVML_DOWN:

@@ -94,6 +94,15 @@ class GangSettings:
     controller releases an evicted gang's usage a little after its pods go)."""
 
 
+def _telemetry_note(t: Telemetry | None, now: float) -> str:
+    """What a waiting job's status says while telemetry is configured and unusable
+    (stable while the cause lasts, so it is written once)."""
+    if t is None or t.fresh(t.usage, now):
+        return ""
+    why = f": {t.usage.error}" if t.usage.error else ""
+    return f"telemetry unavailable{why}; scheduling by requests alone"
+
+
 class GangController:
     """Runs TrainingJobs: `start`, then `stop`. `step` is one pass (for tests)."""
 
@@ -265,7 +274,7 @@ class GangController:
             )  # fmt: skip
             if w is not None:
                 self._submit(w)
-        for w in cycle_writes(result, views, now=now):
+        for w in cycle_writes(result, views, now=now, note=_telemetry_note(telemetry, now)):
             self._submit(w, assume=w.record)
         self._observe_phases(result, self._clock.monotonic() - t_write)
         self._record_metrics(todo, views, result)

@@ -573,11 +573,11 @@ def action_write(
     return None
 
 
-def _pending(v: JobView, d: Pending) -> Write:
+def _pending(v: JobView, d: Pending, note: str = "") -> Write:
     """The reason a gang waits, written unless its status already says so."""
     status = v.status
     phase = waiting_phase(v)
-    message = d.reason
+    message = f"{d.reason} ({note})" if note and d.code != "Refused" else d.reason
     if phase == "Preempted" and status.get("preemptedBy"):
         message = f"preempted by {status['preemptedBy']}; requeued: {d.reason}"
     said = (status.get("phase"), status.get("reason"), status.get("message"))
@@ -627,10 +627,13 @@ def _nominate(v: JobView, d: Preempt, by_id: Mapping[JobId, JobView], now: float
     )  # fmt: skip
 
 
-def cycle_writes(result: CycleResult, views: Sequence[JobView], *, now: float) -> list[Write]:
+def cycle_writes(
+    result: CycleResult, views: Sequence[JobView], *, now: float, note: str = ""
+) -> list[Write]:
     """The cycle's decisions and growths as writes, in its order: admissions,
     nominations and pending reasons, then growths. A write with a `record` is
-    the decision the next steps count until it lands."""
+    the decision the next steps count until it lands. `note` is added to every
+    pending reason (the scheduler's own state, such as telemetry it lacks)."""
     by_id = {v.id: v for v in views}
     out: list[Write] = []
     for d in result.decisions:
@@ -640,7 +643,7 @@ def cycle_writes(result: CycleResult, views: Sequence[JobView], *, now: float) -
         elif isinstance(d, Preempt):
             out.append(_nominate(v, d, by_id, now))
         else:
-            out.append(_pending(v, d))
+            out.append(_pending(v, d, note))
     for rz in result.resizes:
         v = by_id[rz.gang.id]
         adm = Admission("Admitted", attempts(v) + 1, rz.placement, now, rz.borrowed_milli)

@@ -11,7 +11,9 @@ whole cluster, grouped by node and GPU or by pod, never one per node:
 3. memory: per pod, `DCGM_FI_DEV_FB_USED` summed and its GPUs counted.
 
 What is never done: read an error, a timeout, a `warnings` answer's gaps or an empty
-result as zero load (the bug Volcano users hit). A failed query keeps the signal's
+result as zero load (the bug Volcano users hit). An empty health answer (no agent
+scraped) is an error; an empty utilisation answer means no pod is known, and a pod
+the telemetry does not know counts as busy. A failed query keeps the signal's
 last good value and its age; the core treats a stale signal as unknown (utilisation:
 busy; health: the GPUs known bad stay out, until a reading says they are healthy).
 The age of each signal and the query errors are metrics
@@ -152,7 +154,9 @@ class PrometheusTelemetry:
             t = replace(t, health=Signal(at=t.health.at, error=str(e)))
             self.metrics.errors.labels("health", e.reason).inc()
         try:
-            usage = self._query("usage")
+            # No pod holding a GPU is an empty answer, and says nothing is idle: a
+            # pod the telemetry does not list counts as busy (unlike health, below).
+            usage = self._query("usage", allow_empty=True)
             memory = self._query("memory", allow_empty=True)
             t = replace(t, pods=_pods(usage, memory), usage=Signal(at=now))
         except QueryError as e:

@@ -130,9 +130,9 @@ class GangEnv:
             **kw,
         )
 
-    def start(self, **kw: Any) -> GangController:
+    def start(self, *, telemetry: Any = None, **kw: Any) -> GangController:
         """A scheduler of this test's own, in this process (stopped after the test)."""
-        c = GangController(self.kube, settings=self.settings(**kw))
+        c = GangController(self.kube, settings=self.settings(**kw), telemetry=telemetry)
         c.start()
         self.controllers.append(c)
         wait_for("the scheduler's informers", c.ready)

@@ -187,3 +187,51 @@ def test_gpus_the_agent_took_out_are_avoided_by_the_next_placement(
         held = {u for u, o in client.list_devices().items() if o.namespace == env.namespace}
     assert len(held) == 6
     assert fake_gpu_uuid(node, 1) not in held and fake_gpu_uuid(node, 4) not in held
+
+
+def test_without_prometheus_scheduling_goes_on_by_requests_says_so_and_resumes(
+    telemetry: Telemetry, gang_env: GangEnv
+) -> None:
+    from controller.devcluster.prometheus import start_prometheus
+    from controller.gang.telemetry import PrometheusTelemetry
+
+    prom = telemetry.prometheus
+    port = int(prom.url.rsplit(":", 1)[1])
+    provider = PrometheusTelemetry(prom.url, interval_s=0.5, timeout_s=1, max_age_s=3).start()
+    env = gang_env
+    env.claim(1)
+    env.set_policy(policy_doc({"p": {"namespace": env.namespace, "guaranteed": 16}}))
+    env.start(telemetry=provider.current)
+    env.create(env.job("fits", gang=8))
+    try:
+        env.wait_phase("fits", "Running")
+    except AssertionError:
+        st = env.status("fits")
+        raise AssertionError(f"DEBUG {st} {provider.current().describe(time.time())}") from None
+    env.create(env.job("waits", gang=8))  # the node is full: waits for capacity
+
+    def message() -> str:
+        return str(env.status("waits").get("message", ""))
+
+    wait_for("waits to say why", lambda: "hold 0 of 8" in message(), timeout=20)
+    assert "telemetry" not in message()
+    restarted = None
+    try:
+        prom.stop()
+        wait_for(
+            "the status to say telemetry is unavailable",
+            lambda: "telemetry unavailable" in message() and "requests alone" in message(),
+            timeout=20,
+        )
+        env.kube.delete(RESOURCES["TrainingJob"], "fits", namespace=env.namespace)
+        env.wait_phase("waits", "Running", timeout=40)  # scheduling went on, by requests
+        restarted = start_prometheus(prom.work_dir, prom.config, port=port)
+        wait_for(
+            "telemetry to resume without a restart",
+            lambda: provider.current().fresh(provider.current().usage, time.time()) or None,
+            timeout=30,
+        )
+    finally:
+        provider.stop()
+        if restarted is not None:
+            restarted.stop()

@@ -68,3 +68,22 @@ def test_each_node_has_its_own_gpus_series_and_faults(recording_dir: Path, tmp_p
             "labels": {"__metrics_path__": "/nodes/n2/metrics", "node": "n2"},
         },
     ]
+
+
+def test_a_hung_gpu_on_one_node_does_not_stall_the_same_gpu_of_another() -> None:
+    import time
+
+    nodes = fleet_nodes([_manifest("n1", 2), _manifest("n2", 2)], default_memory_mib=49152)
+    fleet = Fleet(
+        nodes,
+        config=AgentConfig(node="", deadline_s=0.2),
+        recording=None,
+        scenario=Scenario((Event(at=0.1, kind="hang", gpu=0, node="n1", seconds=5),)),
+    )
+    fleet.round()
+    time.sleep(0.15)
+    fleet.round()  # n1's GPU 0 hangs: parked
+    fleet.round()  # n1's GPU 0 is parked; n2's GPU 0 is another lane
+    assert fleet.agents["n1"].snapshot().gpus[0].health.state is State.UNRESPONSIVE
+    n2 = fleet.agents["n2"].snapshot().gpus[0]
+    assert n2.health.state is State.HEALTHY and n2.sample is not None

@@ -94,7 +94,6 @@ def test_three_queries_make_the_snapshot() -> None:
         (TimeoutError(), "timeout"),
         (b"<html>", "malformed"),
         ({"status": "error", "error": "bad query"}, "error"),
-        (vector(), "empty"),
         (vector(stat("p", "avg5m", "0"), warnings=["partial response"]), "warnings"),
     ],
 )
@@ -140,3 +139,19 @@ def test_age_metric_follows_the_signals() -> None:
     clock.t += 42
     provider.current()
     assert provider.metrics.age.labels("usage")._value.get() == 42
+
+
+def test_an_empty_health_answer_is_an_error_an_empty_usage_answer_knows_no_pod() -> None:
+    prom, clock = Prom(), Clock()
+    good(prom)
+    provider = PrometheusTelemetry("http://prom:9090", fetch=prom, clock=clock)
+    provider.refresh()
+    clock.t += 30
+    prom.answers["health"] = vector()
+    prom.answers["usage"] = vector()
+    prom.answers["memory"] = vector()
+    t = provider.refresh()
+    assert t.health.at == 1000.0 and "no health series" in t.health.error
+    assert t.unhealthy == {"a": frozenset({3})}
+    assert t.usage.at == 1030.0 and t.pods == {}
+    assert provider.metrics.errors.labels("health", "empty")._value.get() == 1
