@@ -4,11 +4,12 @@ frozen `Telemetry` ready for each scheduling step (never queried inside the step
 Every `interval_s` (15 s by default) it sends at most three batched queries for the
 whole cluster, grouped by node and GPU or by pod, never one per node:
 
-1. health: `gangops_gpu_healthy` (the node agent's series), per node and GPU;
-2. utilisation: per pod, the mean over its GPUs of `DCGM_FI_DEV_GPU_UTIL` averaged
-   over 1, 5 and 15 minutes, its 5-minute p95 and 15-minute slope, in one query (each
-   statistic tagged by a `stat` label);
-3. memory: per pod, `DCGM_FI_DEV_FB_USED` summed and its GPUs counted.
+1. health: from `gangops_gpu_healthy` (the node agents' series), the nodes that
+   report and their GPUs reading 0;
+2. utilisation: per pod, the mean over its GPUs of the 1, 5 and 15-minute averages,
+   the 5-minute p95 and the 15-minute slope (`pod:DCGM_FI_DEV_GPU_UTIL:*`);
+3. memory: per pod, `DCGM_FI_DEV_FB_USED` summed and its GPUs counted
+   (`pod:DCGM_FI_DEV_FB_USED:*`).
 
 What is never done: read an error, a timeout, a `warnings` answer's gaps or an empty
 result as zero load (the bug Volcano users hit). An empty health answer (no agent
@@ -42,28 +43,32 @@ __all__ = ["QUERIES", "PrometheusTelemetry", "TelemetryMetrics"]
 
 log = logging.getLogger(__name__)
 
-_UTIL = 'DCGM_FI_DEV_GPU_UTIL{pod!=""}'
-_STATS = {
-    "avg1m": f"avg_over_time({_UTIL}[1m])",
-    "avg5m": f"avg_over_time({_UTIL}[5m])",
-    "avg15m": f"avg_over_time({_UTIL}[15m])",
-    "p95_5m": f"quantile_over_time(0.95, {_UTIL}[5m])",
-    "trend": f"deriv({_UTIL}[15m]) * 60",
-}
 QUERIES = {
-    "health": "gangops_gpu_healthy",
-    "usage": " or ".join(
-        f'label_replace(avg by (namespace, pod) ({expr}), "stat", "{stat}", "", "")'
-        for stat, expr in _STATS.items()
+    # the nodes whose agents report, and their GPUs out of service
+    "health": (
+        'label_replace(Hostname:gangops_gpu_healthy:count, "stat", "reporting", "", "")'
+        ' or label_replace(gpu:gangops_gpu_healthy:unhealthy, "stat", "bad", "", "")'
     ),
-    "memory": (
-        'label_replace(sum by (namespace, pod) (DCGM_FI_DEV_FB_USED{pod!=""}),'
-        ' "stat", "used", "", "")'
-        ' or label_replace(count by (namespace, pod) (DCGM_FI_DEV_FB_USED{pod!=""}),'
-        ' "stat", "gpus", "", "")'
-    ),
+    # per pod: the mean over its GPUs of each utilisation statistic
+    "usage": '{__name__=~"pod:DCGM_FI_DEV_GPU_UTIL:.+"}',
+    # per pod: memory used (MiB) and GPUs
+    "memory": '{__name__=~"pod:DCGM_FI_DEV_FB_USED:(sum|count)"}',
 }
-"""The three queries, whole-cluster, batched."""
+"""The three queries, whole-cluster, batched: they read the chart's recording rules
+(charts/gangops/files/prometheus/recording-rules.yaml), already aggregated per pod and
+node, so each is an instant selection of a few thousand series even at 40,000 GPUs.
+Without those rules loaded, utilisation reads as unknown (busy) and bad GPUs are not
+cleared by Prometheus (the agents' Node annotations still are)."""
+
+_STAT = {
+    "pod:DCGM_FI_DEV_GPU_UTIL:avg_avg1m": "avg1m",
+    "pod:DCGM_FI_DEV_GPU_UTIL:avg_avg5m": "avg5m",
+    "pod:DCGM_FI_DEV_GPU_UTIL:avg_avg15m": "avg15m",
+    "pod:DCGM_FI_DEV_GPU_UTIL:avg_p95_5m": "p95_5m",
+    "pod:DCGM_FI_DEV_GPU_UTIL:avg_deriv15m": "trend",
+    "pod:DCGM_FI_DEV_FB_USED:sum": "used",
+    "pod:DCGM_FI_DEV_FB_USED:count": "gpus",
+}
 
 
 class TelemetryMetrics:
@@ -218,21 +223,28 @@ def _value(row: dict[str, Any]) -> float | None:
 def _health(
     rows: list[dict[str, Any]], before: dict[str, frozenset[int]] | Any
 ) -> dict[str, frozenset[int]]:
-    """GPUs reading 0 are out; a GPU reading 1 is back; one without a reading keeps
-    what was known (a bad GPU whose agent went silent stays out)."""
-    bad = {n: set(s) for n, s in dict(before).items()}
+    """A reporting node's bad GPUs are those reading 0 (the others are back); a node
+    whose agent does not report keeps what was known (a bad GPU whose agent went
+    silent stays out)."""
+    reporting: set[str] = set()
+    found: dict[str, set[int]] = {}
     for row in rows:
         m = row.get("metric") or {}
         node = m.get("Hostname") or m.get("hostname") or m.get("node")
-        v = _value(row)
-        if not node or v is None or not str(m.get("gpu", "")).isdigit():
+        if not node or _value(row) is None:
             continue
-        gpu = int(m["gpu"])
-        if v == 0:
-            bad.setdefault(node, set()).add(gpu)
-        else:
-            bad.get(node, set()).discard(gpu)
-    return {n: frozenset(s) for n, s in bad.items() if s}
+        if m.get("stat") == "reporting":
+            reporting.add(str(node))
+        elif m.get("stat") == "bad" and str(m.get("gpu", "")).isdigit():
+            found.setdefault(str(node), set()).add(int(m["gpu"]))
+    out = {n: s for n, s in dict(before).items() if n not in reporting}
+    for node in reporting:
+        if found.get(node):
+            out[node] = frozenset(found[node])
+    for node, gpus in found.items():  # bad GPUs of a node not counted as reporting
+        if node not in reporting:
+            out[node] = frozenset(gpus) | out.get(node, frozenset())
+    return out
 
 
 def _pods(
@@ -243,9 +255,10 @@ def _pods(
         m = row.get("metric") or {}
         key = (m.get("namespace"), m.get("pod"))
         v = _value(row)
-        if not key[0] or not key[1] or v is None:
+        stat = _STAT.get(str(m.get("__name__", "")))
+        if not key[0] or not key[1] or v is None or stat is None:
             continue
-        stats.setdefault((str(key[0]), str(key[1])), {})[str(m.get("stat", ""))] = v
+        stats.setdefault((str(key[0]), str(key[1])), {})[stat] = v
     out = {}
     for key, s in stats.items():
         if "avg5m" not in s:

@@ -1,14 +1,25 @@
 """`make bench`: run every benchmark, print the figures, fail on a missed threshold.
 
 Usage: python -m tests.perf [NAME ...]
-(names: policy, scheduler, devcluster, reconciler, gang, sim, agent, prometheus; default: all)
+(names: policy, scheduler, devcluster, reconciler, gang, sim, agent, prometheus,
+telemetry; default: all)
 """
 
 from __future__ import annotations
 
 import sys
 
-from tests.perf import agent, devcluster, gang, policy, prometheus, reconciler, scheduler, sim
+from tests.perf import (
+    agent,
+    devcluster,
+    gang,
+    policy,
+    prometheus,
+    reconciler,
+    scheduler,
+    sim,
+)
+from tests.perf import telemetry as telemetry_bench
 from tests.perf.harness import Result, print_table
 
 BENCHMARKS = {
@@ -20,6 +31,7 @@ BENCHMARKS = {
     "sim": sim.run,
     "agent": agent.run,
     "prometheus": prometheus.run,
+    "telemetry": telemetry_bench.run,
 }
 
 

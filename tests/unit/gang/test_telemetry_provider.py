@@ -44,17 +44,32 @@ def vector(*rows: tuple[dict[str, str], str], warnings: list[str] | None = None)
     return doc
 
 
-def healthy(node: str, gpu: int, value: str) -> tuple[dict[str, str], str]:
-    return {"Hostname": node, "gpu": str(gpu)}, value
+def reporting(node: str, gpus: int = 8) -> tuple[dict[str, str], str]:
+    return {"Hostname": node, "stat": "reporting"}, str(gpus)
+
+
+def bad(node: str, gpu: int) -> tuple[dict[str, str], str]:
+    return {"Hostname": node, "gpu": str(gpu), "stat": "bad"}, "0"
+
+
+_NAMES = {
+    "avg1m": "pod:DCGM_FI_DEV_GPU_UTIL:avg_avg1m",
+    "avg5m": "pod:DCGM_FI_DEV_GPU_UTIL:avg_avg5m",
+    "avg15m": "pod:DCGM_FI_DEV_GPU_UTIL:avg_avg15m",
+    "p95_5m": "pod:DCGM_FI_DEV_GPU_UTIL:avg_p95_5m",
+    "trend": "pod:DCGM_FI_DEV_GPU_UTIL:avg_deriv15m",
+    "used": "pod:DCGM_FI_DEV_FB_USED:sum",
+    "gpus": "pod:DCGM_FI_DEV_FB_USED:count",
+}
 
 
 def stat(pod: str, name: str, value: str) -> tuple[dict[str, str], str]:
-    return {"namespace": "ns", "pod": pod, "stat": name}, value
+    return {"__name__": _NAMES[name], "namespace": "ns", "pod": pod}, value
 
 
 def good(prom: Prom) -> None:
     prom.answers = {
-        "health": vector(healthy("a", 0, "1"), healthy("a", 3, "0"), healthy("b", 1, "1")),
+        "health": vector(reporting("a"), bad("a", 3), reporting("b")),
         "usage": vector(
             stat("p", "avg1m", "3"),
             stat("p", "avg5m", "2.5"),
@@ -123,9 +138,9 @@ def test_a_bad_gpu_stays_out_while_health_cannot_be_read_and_comes_back_on_a_hea
     provider.refresh()
     prom.answers["health"] = urllib.error.URLError("down")
     assert provider.refresh().unhealthy == {"a": frozenset({3})}
-    prom.answers["health"] = vector(healthy("a", 0, "1"))  # GPU 3 silent: still out
+    prom.answers["health"] = vector(reporting("b"))  # node a's agent silent: still out
     assert provider.refresh().unhealthy == {"a": frozenset({3})}
-    prom.answers["health"] = vector(healthy("a", 3, "1"))
+    prom.answers["health"] = vector(reporting("a"), reporting("b"))
     assert provider.refresh().unhealthy == {}
 
 
