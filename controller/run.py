@@ -137,6 +137,7 @@ def _run(args: argparse.Namespace) -> int:
         job_selector=args.job_selector,
         node_selector=args.node_selector,
         grow_interval_s=args.grow_interval,
+        forecast_horizon_s=args.forecast_horizon,
     )
     gang_metrics = GangMetrics(metrics.registry)
     telemetry = None
@@ -363,6 +364,15 @@ def add_subcommand(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
         " round) for friendly reclamation and demand forecasts; without it, or while it is"
         " unreachable, scheduling goes by requests (and the agents' Node annotations)"
         " (default: $GANGOPS_PROMETHEUS_URL)",
+    )
+    p.add_argument(
+        "--forecast-horizon",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="lend by forecast: keep each project's idle guarantee from borrowers when its"
+        " demand (an hour's sliding window) is forecast to ask for it within this many"
+        " seconds, e.g. 600 (default 0: off, idle guarantees are lent as they idle)",
     )
     p.add_argument(
         "--telemetry-interval",

@@ -13,7 +13,11 @@
 #      new quota applied in seconds, the waiting job starts, the elastic job
 #      shrinks back to make room;
 #   5. a broken commit pushed: nothing of it applied, the PolicySource Stalled
-#      with file:line, the last good state kept.
+#      with file:line, the last good state kept;
+#   6. live GPU telemetry: node agents replaying recorded GPU telemetry on every
+#      node, scraped by a real Prometheus; the pods' GPUs in PromQL, a scripted XID
+#      taking a GPU out of service (Node condition and annotation), the scheduler
+#      offering the node's other seven.
 #
 # Everything lives in a temporary directory and is stopped and deleted at the
 # end, also on Ctrl-C. GANGOPS_DEMO_KEEP=1 leaves the cluster up for poking
@@ -116,11 +120,15 @@ demo() {
 # ---------------------------------------------------------------- 1. the cluster
 step "1. A Kubernetes control plane on this machine: gangops dev-cluster up"
 say "etcd, kube-apiserver and kube-controller-manager built from Go modules, plus fake GPU nodes"
-say "(clusters/local/cluster.yaml: 8 A100 and 4 H100 nodes of 8 GPUs, 4 tainted T4 nodes of 4)."
-printf '%s$ gangops dev-cluster up --detach%s\n' "$dim" "$off"
-env_line="$("$gangops" dev-cluster up --detach --no-progress --state "$state" 2>"$work/up.log")" \
+say "(clusters/local/cluster.yaml: 8 A100 and 4 H100 nodes of 8 GPUs, 4 tainted T4 nodes of 4),"
+say "and --telemetry: a node agent for every node replaying recorded GPU telemetry"
+say "(../shared/telemetry), scraped by a real Prometheus (Debian package prometheus)."
+printf '%s$ gangops dev-cluster up --detach --telemetry --scenario scripts/demo/gpu-faults.yaml%s\n' "$dim" "$off"
+env_lines="$("$gangops" dev-cluster up --detach --no-progress --telemetry \
+  --scenario "$demo/gpu-faults.yaml" --state "$state" 2>"$work/up.log")" \
   || { cat "$work/up.log" >&2; fail "gangops dev-cluster up"; }
-kubeconfig="${env_line#export KUBECONFIG=}"
+kubeconfig="$(sed -n 's/^export KUBECONFIG=//p' <<<"$env_lines")"
+prom_url="$(sed -n 's/^export GANGOPS_PROMETHEUS_URL=//p' <<<"$env_lines")"
 users_dir="$(dirname "$kubeconfig")"
 cp "$kubeconfig" "$work/admin.kubeconfig"
 export KUBECONFIG="$work/admin.kubeconfig"
@@ -161,10 +169,12 @@ metrics_port="$(free_port)" webhook_port="$(free_port)"
 run_args=(run --kubeconfig "$work/admin.kubeconfig" --metrics-addr "127.0.0.1:$metrics_port"
   --webhook-addr "127.0.0.1:$webhook_port" --webhook-secret-file "$secret"
   --cache-dir "$work/cache" --grow-interval 10
-  --node-selector nvidia.com/gpu.product=NVIDIA-A100-SXM4-80GB)
+  --node-selector nvidia.com/gpu.product=NVIDIA-A100-SXM4-80GB
+  --prometheus-url "$prom_url" --telemetry-interval 5)
 printf '%s$ gangops %s%s\n' "$dim" "${run_args[*]/#$work\//}" "$off"
 say "(this gangops places on the 8 A100 nodes, 64 GPUs: --node-selector; elastic jobs may"
-say "grow every 10 s instead of every 10 minutes: --grow-interval)"
+say "grow every 10 s instead of every 10 minutes: --grow-interval; it reads GPU health and"
+say "utilisation from Prometheus every 5 s: --prometheus-url)"
 "$gangops" "${run_args[@]}" >"$work/gangops-run.log" 2>&1 &
 echo "$!" >>"$pids_file"
 cat >"$work/policysource.yaml" <<YAML
@@ -288,6 +298,38 @@ show "$kubectl_bin" get configmap -n gangops-system gangops-scheduling-policy \
   -o jsonpath='{.data.policy\.json}' | "$python" -c \
   'import json,sys; p=json.load(sys.stdin); print("  alice max:", [m for q in p["projects"] if q["name"]=="nlp" for m in q["users"]["members"] if m["name"]=="alice"][0]["max"])'
 tj_table
+
+# ---------------------------------------------------------------- 6. live GPU telemetry
+step "6. Live GPU telemetry: node agents, a real Prometheus, GPU health"
+promql() {
+  printf '%s$ PromQL: %s%s\n' "$dim" "$1" "$off"
+  curl -sS -G "$prom_url/api/v1/query" --data-urlencode "query=$1" | "$python" -c "$2"
+}
+say "Every node's agent serves dcgm-exporter's metrics with the pod that holds each GPU (the"
+say "kubelet's pod-resources API, served by the fake kubelet). bert-training's GPUs:"
+promql 'DCGM_FI_DEV_GPU_UTIL{namespace="nlp",pod=~"bert-training-.*"}' '
+import json, sys
+for r in json.load(sys.stdin)["data"]["result"]:
+    m = r["metric"]
+    print("  %-28s %s GPU %s %s: %s %% busy" % (m["pod"], m["Hostname"], m["gpu"], m["modelName"], r["value"][1]))'
+say ""
+say "The scripted fault: GPU 2 of a100-007 reports XID 48 (a double-bit ECC error; the GPU"
+say "needs a reset). The agent takes it out of service, on the Node and in Prometheus:"
+bad_gpu() { [[ "$(k get node a100-007 -o jsonpath='{.metadata.annotations.gangops\.ai/unhealthy-gpus}')" == 2 ]]; }
+wait_for "a100-007's GPU 2 out of service" 90 bad_gpu
+show "$kubectl_bin" get node a100-007 \
+  -o jsonpath='{.metadata.annotations.gangops\.ai/unhealthy-gpus}{"\n"}{range .status.conditions[?(@.type=="GPUProblem")]}{.type}={.status} {.reason}: {.message}{"\n"}{end}' \
+  | sed 's/^/  /'
+promql 'DCGM_EXP_XID_ERRORS_COUNT' '
+import json, sys
+for r in json.load(sys.stdin)["data"]["result"]:
+    m = r["metric"]
+    print("  %s GPU %s: XID %s x%s" % (m["Hostname"], m["gpu"], m["xid"], r["value"][1]))'
+say ""
+say "The scheduler offers a100-007's other seven GPUs and never the bad one; explain says so,"
+say "with the telemetry it reads:"
+show "$gangops" explain research/sweep --kubeconfig "$work/admin.kubeconfig" \
+  --prometheus-url "$prom_url" | sed 's/^/  /'
 }
 demo &
 body=$!

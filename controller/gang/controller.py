@@ -52,9 +52,6 @@ __all__ = ["FIELD_MANAGER", "GangController", "GangSettings"]
 
 DEMAND_WINDOW_S = 3600.0
 """The demand forecast's sliding window."""
-DEMAND_HORIZON_S = 600.0
-"""How far ahead the forecast looks: lending an idle guarantee its owner will ask
-for within ten minutes costs a preemption soon after."""
 DEMAND_SAMPLE_S = 15.0
 
 log = logging.getLogger(__name__)
@@ -83,6 +80,10 @@ class GangSettings:
     """Jobs written at the same time (each job's record before its pods)."""
     pod_parallelism: int = 32
     """Pods created and bound at the same time, over all jobs."""
+    forecast_horizon_s: float = 0.0
+    """Lend by forecast: a gang may not borrow the idle guarantee another project is
+    forecast (over a sliding hour of its demand) to ask for within this many seconds,
+    since lending it costs a preemption soon after. 0: off (borrow whatever idles)."""
     grow_interval_s: float = GROW_INTERVAL_S
     """Least time between two growths of one elastic gang (each restarts it)."""
     backoff_base_s: float = 5.0
@@ -260,7 +261,7 @@ class GangController:
             timer=self._clock.monotonic,
             grow_interval=self.settings.grow_interval_s,
             telemetry=telemetry,
-            forecasts=self._forecasts() if telemetry is not None else None,
+            forecasts=self._forecasts() if self.settings.forecast_horizon_s > 0 else None,
         )
         self._record_demand(now, snap.project_usage, todo.queue)
         t_write = self._clock.monotonic()
@@ -283,7 +284,7 @@ class GangController:
     def _forecasts(self) -> dict[str, Forecast]:
         """Each project's demand forecast over the horizon, from the sliding window."""
         return {
-            p: forecast(self._demand.series(p), horizon_s=DEMAND_HORIZON_S)
+            p: forecast(self._demand.series(p), horizon_s=self.settings.forecast_horizon_s)
             for p in self._demand.names()
         }
 

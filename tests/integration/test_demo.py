@@ -52,6 +52,12 @@ def test_demo_shows_every_step_and_cleans_up(control_plane: object) -> None:
         "PolicySource Stalled",
         "GP307",  # the broken commit's diagnostic, at file:line
         "alice max: {'gpu': 48}",  # the last good revision kept
+        "bert-training-",  # its GPUs in PromQL, under its pods' names
+        "a100-007's GPU 2 out of service",
+        "GPUProblem=True UnhealthyGPUs",
+        "a100-007 GPU 2: XID 48 x1",
+        "GPUs out of service (never offered until the node agent says they are healthy):"
+        " a100-007: GPU 2.",
         "demo finished in",
     ):
         assert line in text, f"{line!r} not in the demo's output:\n{text[-6000:]}"
