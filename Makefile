@@ -23,6 +23,7 @@ control-plane: venv
 
 # The main job: gangops running on the local control plane, narrated (scripts/demo.sh).
 demo: venv control-plane
+	@bash scripts/debian-deps.sh
 	@bash scripts/demo.sh
 
 # The offline pull-request workflow: validate, render, plan, simulate (no cluster).
