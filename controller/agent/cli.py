@@ -19,7 +19,15 @@ from controller.agent import health
 from controller.agent.agent import Agent, AgentConfig, Owner, OwnersReader, Snapshot
 from controller.agent.exposition import CONTENT_TYPE, render
 from controller.agent.nvml import Nvml, PynvmlBackend
-from controller.httpserver import HttpServer, Limits, Request, Response, ServerError, text
+from controller.httpserver import (
+    HttpServer,
+    Limits,
+    Request,
+    Response,
+    Route,
+    ServerError,
+    text,
+)
 
 __all__ = ["add_subcommand"]
 
@@ -305,15 +313,14 @@ def _main(args: argparse.Namespace) -> int:
         stalled = time.monotonic() - agent.last_tick > 3 * (args.interval + args.deadline)
         return text(503, "sampling loop stalled") if stalled else text(200, "ok")
 
-    try:
-        server = HttpServer(
-            args.listen,
-            {"/metrics": scrape, "/healthz": health_route, "/readyz": health_route},
-            limits=Limits(max_body_bytes=1024, max_connections=64, threads=2),
-            name="agent",
-        ).start()
-    except ServerError as e:
-        log.error("cannot serve: %s", e)
+    server = _serve(
+        args.listen,
+        {"/metrics": scrape, "/healthz": health_route, "/readyz": health_route},
+        name="agent",
+        max_connections=64,
+        threads=2,
+    )
+    if server is None:
         return EXIT_USAGE
 
     stop = threading.Event()
@@ -335,6 +342,23 @@ def _main(args: argparse.Namespace) -> int:
     if publisher is not None:
         publisher.stop()
     return EXIT_OK
+
+
+def _serve(
+    listen: str, routes: Mapping[str, Route], *, name: str, max_connections: int, threads: int
+) -> HttpServer | None:
+    """The agent's HTTP server, started (a scrape and the probes: tiny bodies); None,
+    said in the log, when it cannot listen."""
+    try:
+        return HttpServer(
+            listen,
+            routes,
+            limits=Limits(max_body_bytes=1024, max_connections=max_connections, threads=threads),
+            name=name,
+        ).start()
+    except ServerError as e:
+        log.error("cannot serve: %s", e)
+        return None
 
 
 def _note_signals() -> list[int]:
@@ -412,15 +436,14 @@ def _main_fleet(args: argparse.Namespace) -> int:
         )
         return text(503, "sampling loop stalled") if stalled else text(200, "ok")
 
-    try:
-        server = HttpServer(
-            args.listen,
-            {"/nodes/": fleet.route, "/healthz": health_route, "/readyz": health_route},
-            limits=Limits(max_body_bytes=1024, max_connections=256, threads=4),
-            name="agent-fleet",
-        ).start()
-    except ServerError as e:
-        log.error("cannot serve: %s", e)
+    server = _serve(
+        args.listen,
+        {"/nodes/": fleet.route, "/healthz": health_route, "/readyz": health_route},
+        name="agent-fleet",
+        max_connections=256,
+        threads=4,
+    )
+    if server is None:
         return EXIT_USAGE
     if args.targets_file:
         fleet.write_targets(Path(args.targets_file), server.host, server.port)
