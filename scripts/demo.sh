@@ -232,7 +232,7 @@ tj_table
 step "... and shrinks back when a job of its tier needs the GPUs"
 say "A resize restarts the job from its checkpoint, so grown workers are protected like a new"
 say "job for minRuntimeSeconds (10 s here) before anyone may take them back."
-sleep 10
+sleep 14  # minRuntimeSeconds, counted from the restarted pods, and some slack for a busy machine
 say "bob (nlp) applies gpt-pretrain, 8 GPUs, tier high. No GPU is free outside the reserve:"
 say "gangops takes back the workers bert-training grew by, instead of evicting anyone."
 show as bob apply -f "$demo/gpt-pretrain.yaml"
