@@ -165,3 +165,24 @@ def test_status_is_kstatus_and_stable() -> None:
     assert list(running["allocation"]) == ["n1", "n2"]
     failed = job_status(generation=3, phase="Failed", reason="BackoffLimit", message="", now="t")
     assert {c["type"]: c["status"] for c in failed["conditions"]}["Stalled"] == "True"
+
+
+def test_worker_pods_take_only_labels_and_annotations_from_the_template_metadata() -> None:
+    template = copy.deepcopy(JOB["spec"]["template"])
+    template["metadata"] = {
+        "labels": {"app": "bert"},
+        "annotations": {"note": "kept"},
+        "finalizers": ["example.com/never"],
+        "ownerReferences": [{"uid": "someone-else"}],
+        "name": "chosen",
+        "namespace": "elsewhere",
+        "generateName": "x-",
+    }
+    placement = Placement((PodPlacement("n1", (0, 1, 2, 3)),))
+    (p,) = worker_pods(parse_job(JOB), template, placement, tier="high", attempt=1)
+    meta = p["metadata"]
+    assert set(meta) == {"name", "namespace", "labels", "annotations", "ownerReferences"}
+    assert (meta["name"], meta["namespace"]) == ("bert-1-0", "p")
+    assert meta["ownerReferences"][0]["uid"] == "u-1"
+    assert meta["labels"]["app"] == "bert" and meta["annotations"]["note"] == "kept"
+
