@@ -18,7 +18,14 @@ from typing import Any, TypeVar, cast
 
 from controller.gang.record import Admission
 from controller.jobs.pods import LABEL_ATTEMPT, LABEL_JOB
-from controller.jobs.spec import GPU_RESOURCE, JobSpec, SpecError, parse_job, to_gang
+from controller.jobs.spec import (
+    GPU_RESOURCE,
+    JobSpec,
+    SpecError,
+    effective_request,
+    parse_job,
+    to_gang,
+)
 from controller.quantity import QuantityError, parse_quantity
 from controller.scheduler.policy import SchedulingPolicy
 from controller.scheduler.snapshot import Foreign, Snapshot
@@ -93,16 +100,28 @@ def pod_terminal(pod: Mapping[str, Any]) -> bool:
 
 
 def pod_requests(pod: Mapping[str, Any]) -> tuple[int, int, int]:
-    """(GPUs, CPU millicores, memory bytes) the pod's containers request (limits for
-    GPUs when requests are absent, as the API server defaults them)."""
-    gpus = cpu = mem = 0
-    for c in (pod.get("spec") or {}).get("containers") or ():
+    """(GPUs, CPU millicores, memory bytes) the pod requests, init containers
+    counted as Kubernetes counts them (`effective_request`); limits for GPUs
+    when requests are absent, as the API server defaults them."""
+    spec = pod.get("spec") or {}
+
+    def gpus(c: Mapping[str, Any]) -> int:
         res = c.get("resources") or {}
         req, lim = res.get("requests") or {}, res.get("limits") or {}
-        gpus += _quantity(req.get(GPU_RESOURCE, lim.get(GPU_RESOURCE)))
-        cpu += _quantity(req.get("cpu"), milli=True)
-        mem += _quantity(req.get("memory"))
-    return gpus, cpu, mem
+        return _quantity(req.get(GPU_RESOURCE, lim.get(GPU_RESOURCE)))
+
+    def request(name: str, *, milli: bool = False) -> Callable[[Mapping[str, Any]], int]:
+        def amount(c: Mapping[str, Any]) -> int:
+            req = (c.get("resources") or {}).get("requests") or {}
+            return _quantity(req.get(name), milli=milli)
+
+        return amount
+
+    return (
+        effective_request(spec, gpus),
+        effective_request(spec, request("cpu", milli=True)),
+        effective_request(spec, request("memory")),
+    )
 
 
 _T = TypeVar("_T")

@@ -148,3 +148,11 @@ def test_views_and_snapshot_are_the_same_with_and_without_the_memo() -> None:
             for m in (None, memo)
         ]
         assert [(s.by_name["b"].whole, s.by_name["a"].whole) for s in snaps] == [(5, 4), (5, 4)]
+
+
+def test_pod_requests_count_init_containers_as_kubernetes_does() -> None:
+    p = foreign("x", "a", 1)
+    p["spec"]["initContainers"] = [
+        {"name": "i", "resources": {"limits": {"nvidia.com/gpu": "8"}, "requests": {"cpu": "2"}}}
+    ]
+    assert pod_requests(p) == (8, 2000, 0)
