@@ -27,8 +27,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from controller.gang.binder import FIELD_MANAGER, Binder
-from controller.gang.lifecycle import Agenda, Write, action_write, cycle_writes, decide
+from controller.gang.binder import FIELD_MANAGER, Binder, LaunchRefused
+from controller.gang.lifecycle import (
+    Agenda,
+    Write,
+    action_write,
+    cycle_writes,
+    decide,
+    refused_write,
+)
 from controller.gang.metrics import GangMetrics
 from controller.gang.record import Admission
 from controller.gang.view import JobView, Memo, job_views
@@ -290,6 +297,15 @@ class GangController:
 
     # -- writes (one job at a time)
 
+    def _refused(self, write: Write, e: LaunchRefused) -> Write:
+        """The write that answers a refused launch (`lifecycle.refused_write`)."""
+        s = self.settings
+        return refused_write(
+            write.job, obj=e.obj, status=e.status, message=e.message,
+            now=self._clock.now().timestamp(), backoff_base_s=s.backoff_base_s,
+            backoff_max_s=s.backoff_max_s,
+        )  # fmt: skip
+
     def _submit(self, write: Write, *, assume: Admission | None = None) -> bool:
         """Hand `write` to the binder unless its job already has a write in flight;
         `assume` is the decision the next steps count until it lands."""
@@ -303,7 +319,10 @@ class GangController:
 
         def run() -> None:
             try:
-                self._binder.execute(write)
+                try:
+                    self._binder.execute(write)
+                except LaunchRefused as e:
+                    self._binder.execute(self._refused(write, e))
             except NotLeaderError as e:
                 log.warning("write stopped: not the leader job=%s error=%r", job, str(e))
             except ApiError as e:
