@@ -1,7 +1,9 @@
 """The job controller and the scheduling loop: TrainingJobs in, whole gangs bound out.
 
-Informers watch Nodes, all Pods (any scheduler's GPUs count), TrainingJobs
-and the compiled policy ConfigMap; their events only wake the loop. Each
+Informers watch Nodes, all Pods (any scheduler's GPUs count), TrainingJobs,
+ResourceQuotas (the API server refuses pods past them, so the scheduler admits
+within them) and the compiled policy ConfigMap; their events only wake the
+loop. Each
 step, on an event or on the periodic tick:
 
 1. `view` reads every job (spec, gang under the policy, recorded decision,
@@ -38,7 +40,7 @@ from controller.gang.lifecycle import (
 )
 from controller.gang.metrics import GangMetrics
 from controller.gang.record import Admission
-from controller.gang.view import JobView, Memo, job_views
+from controller.gang.view import JobView, Memo, job_views, namespace_quotas
 from controller.kube.client import RESOURCES, ApiError, KubeApi, NotLeaderError
 from controller.kube.clock import Clock, SystemClock
 from controller.kube.events import EventRecorder
@@ -128,6 +130,8 @@ class GangController:
         self.pods = informer("Pod")
         self.jobs = informer("TrainingJob", label_selector=s.job_selector)
         self.config = informer("ConfigMap", namespace=s.system_namespace)
+        self.quotas = informer("ResourceQuota")
+        """The API server refuses pods past these; the scheduler admits within them."""
         self._binder = Binder(
             kube,
             jobs=self.jobs,
@@ -143,7 +147,7 @@ class GangController:
     # -- lifecycle
 
     def _informers(self) -> list[Informer]:
-        return [self.nodes, self.pods, self.jobs, self.config]
+        return [self.nodes, self.pods, self.jobs, self.config, self.quotas]
 
     def start(self) -> None:
         """Start the informers and the loop; returns at once."""
@@ -238,6 +242,7 @@ class GangController:
             memo=memo,
             timer=self._clock.monotonic,
             grow_interval=self.settings.grow_interval_s,
+            quotas=namespace_quotas(self.quotas.items()),
         )
         t_write = self._clock.monotonic()
         self.metrics.cycle.observe(t_write - t0)

@@ -50,6 +50,7 @@ from controller.scheduler.types import (
     Admit,
     Gang,
     JobId,
+    NamespaceQuota,
     Pending,
     Placement,
     Preempt,
@@ -300,9 +301,11 @@ def decide(
     memo: Memo | None = None,
     timer: Callable[[], float] | None = None,
     grow_interval: float = GROW_INTERVAL_S,
+    quotas: Mapping[str, NamespaceQuota] | None = None,
 ) -> tuple[Agenda, Snapshot, CycleResult]:
     """One scheduling step's reading of the cluster and its decisions: `plan`,
-    the snapshot, then the cycle. The controller and `gangops explain` both call
+    the snapshot (with the namespaces' ResourceQuota ceilings, `quotas`), then
+    the cycle. The controller and `gangops explain` both call
     this, so what explain shows is what the scheduler would decide. With a
     `timer`, `result.phase_seconds` says how long plan, snapshot, schedule and
     grow took."""
@@ -318,6 +321,7 @@ def decide(
         levels=policy.topology_levels,
         reserve_tiers=policy.reserve_tiers,
         memo=memo,
+        quotas=quotas,
     )
     t2 = timer() if timer else 0.0
     result = schedule(
