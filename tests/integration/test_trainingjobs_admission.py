@@ -77,3 +77,46 @@ def test_a_gang_waits_while_its_namespace_is_full_and_starts_once_it_frees(
     assert env.pods("next") == []
     env.kube.delete(RESOURCES["Pod"], other["metadata"]["name"], namespace=env.namespace)
     env.wait_phase("next", "Running")
+
+
+def test_a_refused_launch_says_why_and_backs_off_instead_of_looping(gang_env: GangEnv) -> None:
+    env = gang_env
+    env.claim(1)
+    env.set_policy(policy_doc({"p": {"namespace": env.namespace, "guaranteed": 8}}))
+    # The quota tracks CPU and memory; the job (as the README's example) sets only
+    # its GPUs, so the API server refuses its pods: "must specify requests.cpu".
+    _quota(env, {"requests.nvidia.com/gpu": "8", "requests.cpu": "8", "requests.memory": "8Gi"})
+    env.start()  # backoff_base_s=1: 1, 2, 4, 8 s
+    env.create(env.job("bare", gang=2))
+    status = _reason(env, "bare", "LaunchRefused")
+    assert "must specify requests.cpu" in status["message"], status["message"]
+    assert "admission" not in status  # the GPUs were given back
+    conditions = {c["type"]: c for c in status["conditions"]}
+    assert "must specify requests.cpu" in conditions["Reconciling"]["message"]
+    time.sleep(12)
+    status = env.status("bare")
+    # 12 s at 1, 2, 4, 8 s apart: at most 5 tries (it was one per step, ~15 a second)
+    assert 2 <= status["refusals"] <= 5, status
+    events, _ = env.kube.list(RESOURCES["Event"], namespace=env.namespace)
+    refused = [
+        e
+        for e in events
+        if e["involvedObject"]["name"] == "bare" and e["reason"] == "LaunchRefused"
+    ]
+    assert refused and all("must specify requests.cpu" in e["message"] for e in refused)
+    assert len(refused) == status["refusals"]
+
+
+def test_worker_pods_take_no_finalizers_from_the_template(gang_env: GangEnv) -> None:
+    env = gang_env
+    env.claim(1)
+    env.set_policy(policy_doc({"p": {"namespace": env.namespace, "guaranteed": 8}}))
+    env.start()
+    job = env.job("fin", gang=1)
+    job["spec"]["template"]["metadata"]["finalizers"] = ["example.com/never"]
+    env.create(job)
+    env.wait_phase("fin", "Running")
+    (pod,) = env.pods("fin")
+    assert not pod["metadata"].get("finalizers")
+    env.kube.delete(RESOURCES["TrainingJob"], "fin", namespace=env.namespace)
+    wait_for("the worker to go with its job", lambda: env.pods("fin") == [])
