@@ -103,6 +103,9 @@ class _State:
     """((url, sha, path), objects or None when invalid, diagnostics message)."""
     failures: int = 0
     inventory: set[Ref] = field(default_factory=set)
+    good: tuple[str, list[Obj]] | None = None
+    """The last revision applied in full, and its objects: while newer revisions
+    are refused, drift is corrected from it."""
 
 
 def _requested(obj: Obj) -> str | None:
@@ -345,9 +348,11 @@ class Reconciler:
         except GitError as e:
             state.failures += 1
             state.fetch_at = 0.0
+            self._keep_good(name, spec, state, status)
             self._refuse(obj, state, e.reason, _kept(e.message, status))
             return self._backoff(state)
         if objects is None:
+            self._keep_good(name, spec, state, status)
             self._refuse(obj, state, "ValidationFailed", diagnostics, revision=revision)
             return self._poll(spec)
         if revision != status.get("lastAppliedRevision") or generation != status.get(
@@ -379,10 +384,44 @@ class Reconciler:
         )  # fmt: skip
         if result.ok:
             state.failures = 0
+            state.good = (revision, objects)
         if result.ok or result.reason in STALLING:  # needs nothing, or needs a person
             return self._poll(spec)
         state.failures += 1
         return self._backoff(state)
+
+    def _keep_good(self, name: str, spec: PolicySourceSpec, state: _State, status: Obj) -> None:
+        """While the newest revision is refused (invalid, or out of reach), keep the
+        cluster equal to the last one applied: what drifted (a ResourceQuota or a
+        PriorityClass deleted by hand) is applied again from it. After a restart
+        that revision is built again from `status.lastAppliedRevision`."""
+        applied = status.get("lastAppliedRevision")
+        if state.good is None or state.good[0] != applied:
+            sha = str(applied or "").rpartition("sha1:")[2]
+            if not sha:
+                return
+            try:
+                _, built = self._revisions.build(spec, sha)
+            except GitError as e:
+                log.warning("cannot rebuild the applied revision source=%s error=%r", name, str(e))
+                return
+            if built.objects is None:
+                return
+            state.good = (str(applied), built.objects)
+        options = SyncOptions(
+            source=name,
+            prune=False,  # never delete on the strength of an old revision
+            prune_namespaces=False,
+            allow_recreate=spec.allow_recreate,
+        )
+        result = self._apply_revision(state.good[1], state.inventory, options)
+        if result.writes:
+            log.info(
+                "drift corrected from the applied revision source=%s revision=%s changes=%r",
+                name,
+                state.good[0],
+                result.summary(),
+            )
 
     def _admit(self, obj: Obj, state: _State) -> tuple[PolicySourceSpec | None, float | None]:
         """The source's spec if it is to be reconciled now; else None and when to
