@@ -196,3 +196,30 @@ def test_a_corrupt_cache_is_recloned(
     rec.reconcile(src, fetch=True)
     env.wait_condition(src, "Ready", revision_sha=sha, timeout=15)
     assert _gpus(env, n("b")) == "6"
+
+
+@pytest.mark.parametrize("damage", ["replaced by a file", "config garbled"])
+def test_a_cache_that_is_no_repository_at_all_is_recloned(
+    reconcile_env: ReconcileEnv,
+    policy_repo: PolicyRepo,
+    served: tuple[GitServer, str],
+    damage: str,
+) -> None:
+    env, repo, n = reconcile_env, policy_repo, policy_repo.name
+    _, url = served
+    env.start()
+    src = env.create_source("main", url)
+    env.wait_condition(src, "Ready", revision_sha=repo.head())
+    (cache,) = list((env.cache_dir / "git").glob("*.git"))
+    if damage == "replaced by a file":
+        shutil.rmtree(cache)
+        cache.write_text("x\n")
+    else:
+        (cache / "config").write_bytes(b"[core\n\0")
+    repo.write("projects/b.yaml", project(n("b"), [n("b")], gpu=6))
+    sha = repo.commit(f"after the cache was {damage}")
+    _push(repo)
+    _ask(env, src, damage)
+    env.wait_condition(src, "Ready", revision_sha=sha, timeout=15)
+    assert _gpus(env, n("b")) == "6"
+
