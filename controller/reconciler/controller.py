@@ -229,6 +229,8 @@ class Reconciler:
             max_diagnostics=settings.max_diagnostics,
         )
         self._worker: threading.Thread | None = None
+        self._running: set[threading.Thread] = set()
+        """The reconciles in flight, one thread per source."""
 
     # -- lifecycle
 
@@ -254,6 +256,11 @@ class Reconciler:
             inf.stop()
         if self._worker is not None:
             self._worker.join(30)
+        deadline = self._clock.monotonic() + 10
+        with self._lock:
+            running = list(self._running)
+        for t in running:  # one stuck on a silent remote is left to its timeout
+            t.join(max(0.0, deadline - self._clock.monotonic()))
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     def request(self, name: str) -> None:
@@ -296,6 +303,11 @@ class Reconciler:
     # -- the worker
 
     def _work(self) -> None:
+        """Hand each due source to a thread of its own: a source whose remote hangs
+        (up to its `timeout`) never delays another's reconcile or drift
+        correction. The queue never hands out a name that is being worked on, so
+        one source is never reconciled twice at once; the API requests of all of
+        them share the apply pool."""
         while not self._stop.is_set() and not all(
             inf.wait_synced(0.5) for inf in self._informers()
         ):
@@ -305,18 +317,47 @@ class Reconciler:
             if item is None:
                 return
             name, fetch = item
+            t = threading.Thread(
+                target=self._run, args=(name, fetch), name=f"reconcile-{name}", daemon=True
+            )
+            with self._lock:
+                self._running.add(t)
+            t.start()
+
+    def _run(self, name: str, fetch: bool) -> None:
+        """One reconcile of `name`, then its next one queued; a crash is reported on
+        the source and retried like a transient failure."""
+        try:
+            after = self.reconcile(name, fetch=fetch)
+        except NotLeaderError as e:
+            log.warning("reconcile stopped: not the leader source=%s error=%r", name, str(e))
+            after = None
+        except Exception as e:
+            log.exception("reconcile crashed source=%s", name)
+            after = self._crashed(name, e)
+        finally:
+            self._queue.done(name)
+            with self._lock:
+                self._running.discard(threading.current_thread())
+        if after is not None and not self._stop.is_set():
+            self._queue.add(name, after=after)
+
+    def _crashed(self, name: str, error: Exception) -> float:
+        """Say on the source that its reconcile failed (it is no longer Ready on an
+        old revision as if nothing happened); retry with backoff."""
+        with self._lock:
+            state = self._states.setdefault(name, _State())
+        state.failures += 1
+        state.fetch_at = 0.0
+        obj = self.sources.get(name)
+        if obj is not None:
+            status = obj.get("status") or {}
+            message = _kept(f"reconcile failed: {type(error).__name__}: {error}", status)
             try:
-                after = self.reconcile(name, fetch=fetch)
-            except NotLeaderError as e:
-                log.warning("reconcile stopped: not the leader source=%s error=%r", name, str(e))
-                after = None
+                self._refuse(obj, state, "ReconcileFailed", message)
             except Exception:
-                log.exception("reconcile crashed source=%s", name)
-                after = self.settings.retry_max_s
-            finally:
-                self._queue.done(name)
-            if after is not None:
-                self._queue.add(name, after=after)
+                log.exception("could not report the crash source=%s", name)
+        return self._backoff(state)
 
     # -- one reconcile
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import shutil
 import socket
 import subprocess
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -222,4 +223,24 @@ def test_a_cache_that_is_no_repository_at_all_is_recloned(
     _ask(env, src, damage)
     env.wait_condition(src, "Ready", revision_sha=sha, timeout=15)
     assert _gpus(env, n("b")) == "6"
+
+
+def test_a_remote_that_never_answers_does_not_hold_up_another_source(
+    reconcile_env: ReconcileEnv, policy_repo: PolicyRepo
+) -> None:
+    env, repo, n = reconcile_env, policy_repo, policy_repo.name
+    with socket.socket() as silent:  # accepts connections, never says a word
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        env.start()
+        env.create_source("hangs", f"git://127.0.0.1:{silent.getsockname()[1]}/x.git", timeout="5m")
+        time.sleep(1)  # its reconcile is waiting on the silent remote
+        src = env.create_source("main", repo.url)
+        env.wait_condition(src, "Ready", revision_sha=repo.head(), timeout=15)
+        env.kube.delete(RESOURCES["PriorityClass"], n("low"))
+        wait_for(
+            "the PriorityClass to be recreated",
+            lambda: managed(env.kube, "PriorityClass", n("low")),
+            timeout=5,
+        )
 

@@ -19,6 +19,7 @@ from controller.kube.client import RESOURCES
 from controller.kube.clock import FakeClock
 from controller.reconciler.controller import Reconciler, ReconcilerSettings
 from controller.reconciler.fetch import GitRevisions
+from controller.reconciler.git import GitAuth, GitRef
 from controller.scheduler.policy import DEFAULT_SYSTEM_NAMESPACE, POLICY_CONFIGMAP
 from tests.unit.kube.fakes import FakeKube
 from tests.unit.policy.builders import policy_files, project
@@ -253,3 +254,28 @@ def test_while_the_remote_is_out_of_reach_drift_is_corrected_from_what_was_appli
     world.reconcile(fetch=False)
     assert world.condition("Ready")["reason"] == "GitOperationFailed"
     assert {(k, n) for k, n, _ in DRIFTED} <= world.applied()
+
+
+class _Broken(FakeGit):
+    """Git whose reads fail in a way nobody foresaw."""
+
+    def resolve(self, url: str, ref: GitRef, *, auth: GitAuth, timeout_s: float) -> str:
+        raise RuntimeError("something nobody foresaw")
+
+
+def test_a_reconcile_that_crashes_says_so_on_the_source_and_is_retried(world: World) -> None:
+    world.git.push(URL, "main", GOOD, FILES)
+    world.reconcile()
+    assert world.condition("Ready")["status"] == "True"
+    broken = _Broken()
+    world.reconciler._revisions = GitRevisions(
+        world.kube, cache_dir=Path("/nonexistent"), system_namespace=DEFAULT_SYSTEM_NAMESPACE,
+        git=broken,
+    )  # fmt: skip
+    world.reconciler.sources.assume(world.kube.get(RESOURCES["PolicySource"], "team") or {})
+    world.clock.advance(61)
+    world.reconciler._run("team", True)  # what the worker runs for a due source
+    ready = world.condition("Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "ReconcileFailed")
+    assert "RuntimeError: something nobody foresaw" in ready["message"]
+    assert f"keeping main@sha1:{GOOD}" in ready["message"]
