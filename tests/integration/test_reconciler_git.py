@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.kube.client import RESOURCES
+from controller.kube.client import RESOURCES, ApiError
 
 from .kube import wait_for
 from .reconciler_helpers import PolicyRepo, ReconcileEnv, git, managed, project
@@ -244,3 +244,18 @@ def test_a_remote_that_never_answers_does_not_hold_up_another_source(
             timeout=5,
         )
 
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("timeout", "1h", "timeout must be between 1s and 10m"),
+        ("timeout", "0s", "timeout must be between 1s and 10m"),
+        ("interval", "0s", "interval must be at least 10s"),
+    ],
+)
+def test_absurd_timeouts_and_intervals_are_refused_at_admission(
+    reconcile_env: ReconcileEnv, field: str, value: str, message: str
+) -> None:
+    with pytest.raises(ApiError) as e:
+        reconcile_env.create_source("absurd", "https://git.example/p.git", **{field: value})
+    assert e.value.status == 422 and message in e.value.message, e.value.message
