@@ -7,8 +7,10 @@ only then are pods created and bound (`launch`) or deleted (a release clears
 the record first). After a crash at any point the records say what to finish
 or roll back, and pods of an attempt no record names are deleted by a later
 step. Binding a pod twice is impossible (the API server refuses, 409), and a
-pod creation refused by the ResourceQuota is retried briefly, then left to
-the gang timeout.
+pod creation refused by the ResourceQuota is retried briefly. A launch the API
+server refuses (a pod or its Service, after that retry) raises `LaunchRefused`
+with the API server's words; what follows (`lifecycle.refused_write`) is not
+the binder's to decide.
 
 Every write is `assume`d into the informer that will see it, so the next
 step reads it before its watch event arrives.
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
 from typing import Any
 
@@ -27,14 +29,13 @@ from controller.gang.metrics import GangMetrics
 from controller.gang.record import Admission, format_time, status_number
 from controller.gang.view import JobView
 from controller.jobs.pods import headless_service, worker_pods
-from controller.jobs.spec import JobSpec
 from controller.jobs.status import job_status
 from controller.kube.client import RESOURCES, ApiError, KubeApi
 from controller.kube.clock import Clock
 from controller.kube.events import EventRecorder
 from controller.kube.informer import Informer
 
-__all__ = ["FIELD_MANAGER", "Binder"]
+__all__ = ["FIELD_MANAGER", "Binder", "LaunchRefused"]
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,32 @@ _PAST = {"admit": "admitted", "resize": "resized", "nominate": "nominated"}
 """How a write is named in the log (a release is logged by its kind)."""
 
 Obj = dict[str, Any]
+
+
+class LaunchRefused(Exception):
+    """The API server refused to create or bind one of a launch's objects."""
+
+    def __init__(self, obj: str, error: ApiError) -> None:
+        super().__init__(f"{obj}: {error}")
+        self.obj = obj
+        """What was refused, in words (`pod nlp/j-1-0`, `service nlp/j`)."""
+        self.status = error.status
+        self.message = error.message
+        """The API server's message."""
+
+
+def _refusal(
+    kind: str, meta: Mapping[str, Any], run: Callable[..., object], *args: Any
+) -> LaunchRefused | None:
+    """Run `run(*args)`; a refusal by the API server (any answer but 409, which
+    callers handle) is returned, an unreachable API server (status 0) raised."""
+    try:
+        run(*args)
+    except ApiError as e:
+        if e.status == 0:
+            raise
+        return LaunchRefused(f"{kind} {meta.get('namespace')}/{meta['name']}", e)
+    return None
 
 
 class Binder:
@@ -166,54 +193,68 @@ class Binder:
         assert v.spec is not None and v.gang is not None
         service = None
         if v.spec.uid not in self._services:
-            service = self._pod_pool.submit(self._create_service, v.spec)
+            svc = headless_service(v.spec)
+            service = self._pod_pool.submit(
+                _refusal, "service", svc["metadata"], self._create_service, svc
+            )
         template = v.obj["spec"]["template"]
         manifests = worker_pods(
             v.spec, template, adm.placement, tier=v.gang.tier, attempt=adm.attempt
         )
         nodes = [where.node for where in adm.placement.pods]
-        results = list(self._pod_pool.map(self._place_pod, manifests, nodes))
+        results = list(
+            self._pod_pool.map(
+                lambda m, n: _refusal("pod", m["metadata"], self._place_pod, m, n),
+                manifests,
+                nodes,
+            )
+        )
         if service is not None:
-            service.result()
-        if not all(results):
-            return  # refused by quota for too long: the gang timeout rolls it back
+            results.append(service.result())
+        refused = [r for r in results if r is not None]
+        if refused:
+            log.warning(
+                "launch refused job=%s attempt=%d refused=%d error=%r",
+                v.id,
+                adm.attempt,
+                len(refused),
+                str(refused[0]),
+            )
+            raise refused[0]
         if not v.status.get("startedAt"):  # first time bound (not a restart or resize)
             self._metrics.gang_bound.labels(v.gang.tier).observe(
                 max(0.0, self._clock.now().timestamp() - v.spec.created)
             )
         log.info("gang bound job=%s attempt=%d pods=%d", v.id, adm.attempt, len(manifests))
 
-    def _create_service(self, spec: JobSpec) -> None:
+    def _create_service(self, svc: Obj) -> None:
         """The job's headless Service (it only names the workers, so it is created
         beside them, not before them)."""
         try:
-            self._kube.create(headless_service(spec), field_manager=FIELD_MANAGER)
+            self._kube.create(svc, field_manager=FIELD_MANAGER)
         except ApiError as e:
             if e.status != 409:
                 raise
-        self._services.add(spec.uid)
+        self._services.add(svc["metadata"]["ownerReferences"][0]["uid"])
 
-    def _place_pod(self, manifest: Obj, node: str) -> bool:
+    def _place_pod(self, manifest: Obj, node: str) -> None:
         """Create one worker, bound to its node (unless it exists); bind a worker
         found unbound (one created by an earlier version of gangops)."""
         meta = manifest["metadata"]
         live = self._pods.get(meta["name"], meta["namespace"]) or self._create(manifest)
-        if live is None:
-            return False
         if live["metadata"].get("deletionTimestamp") or live["spec"].get("nodeName"):
-            return True
+            return
         try:
             self._kube.bind(meta["namespace"], meta["name"], node, field_manager=FIELD_MANAGER)
         except ApiError as e:
             if e.status != 409:  # already bound: a binding happens once
                 raise
         self._pods.assume({**live, "spec": {**live["spec"], "nodeName": node}})
-        return True
 
-    def _create(self, manifest: Obj) -> Obj | None:
-        """Create a pod; one refused by the ResourceQuota is retried for
+    def _create(self, manifest: Obj) -> Obj:
+        """Create a pod; one refused for exceeding the ResourceQuota is retried for
         `quota_retry_s` (the quota controller releases an evicted gang's usage a
-        little after its pods go), then given up (None)."""
+        little after its pods go), then the refusal raised."""
         meta = manifest["metadata"]
         deadline = self._clock.monotonic() + self._quota_retry_s
         while True:
@@ -223,12 +264,12 @@ class Binder:
                 return out
             except ApiError as e:
                 if e.status == 409:
-                    return self._kube.get(_POD, meta["name"], meta["namespace"])
+                    live = self._kube.get(_POD, meta["name"], meta["namespace"])
+                    if live is None:  # deleted meanwhile: created again by a later step
+                        raise
+                    return live
                 quota = e.status == 403 and "exceeded quota" in e.message
                 if not quota or self._clock.monotonic() > deadline or self._stop.is_set():
-                    if quota:
-                        log.warning("pod refused by quota pod=%s error=%r", meta["name"], e.message)
-                        return None
                     raise
             self._clock.wait(self._stop, 0.5)
 

@@ -16,7 +16,7 @@ import sys
 
 from controller.gang.lifecycle import decide
 from controller.gang.record import format_time, parse_time
-from controller.gang.view import JobView, job_views
+from controller.gang.view import JobView, job_views, namespace_quotas
 from controller.kube.client import RESOURCES, ApiError, KubeApi
 from controller.kube.clock import Clock, SystemClock
 from controller.scheduler.explain import explain
@@ -68,6 +68,7 @@ def explain_job(
     nodes, _ = kube.list(RESOURCES["Node"], label_selector=node_selector)
     pods, _ = kube.list(RESOURCES["Pod"])
     jobs, _ = kube.list(RESOURCES["TrainingJob"])
+    quotas, _ = kube.list(RESOURCES["ResourceQuota"])
     views = job_views(jobs, pods, policy)
     mine = next((v for v in views if v.id == job), None)
     phase = (obj.get("status") or {}).get("phase")
@@ -77,7 +78,7 @@ def explain_job(
         return f"{job} has finished: {phase} ({(obj.get('status') or {}).get('message', '')}).\n"
     todo, snap, result = decide(
         views, {n["metadata"]["name"]: n for n in nodes}, pods, policy, now=now,
-        telemetry=telemetry,
+        telemetry=telemetry, quotas=namespace_quotas(quotas),
     )  # fmt: skip
     text = explain(JobId(job), result=result, snap=snap, policy=policy)
     text += _health_lines(snap)
@@ -86,7 +87,7 @@ def explain_job(
     if JobId(job) in todo.backing_off:
         until = parse_time((obj.get("status") or {}).get("notBefore")) or now
         text = (
-            f"{job} is backing off after a gang timeout until {format_time(until)} "
+            f"{job} is backing off until {format_time(until)} "
             f"({(obj.get('status') or {}).get('message', '')}).\n"
         )
     return text

@@ -1,7 +1,9 @@
 """The job controller and the scheduling loop: TrainingJobs in, whole gangs bound out.
 
-Informers watch Nodes, all Pods (any scheduler's GPUs count), TrainingJobs
-and the compiled policy ConfigMap; their events only wake the loop. Each
+Informers watch Nodes, all Pods (any scheduler's GPUs count), TrainingJobs,
+ResourceQuotas (the API server refuses pods past them, so the scheduler admits
+within them) and the compiled policy ConfigMap; their events only wake the
+loop. Each
 step, on an event or on the periodic tick:
 
 1. `view` reads every job (spec, gang under the policy, recorded decision,
@@ -28,11 +30,18 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from controller.gang.binder import FIELD_MANAGER, Binder
-from controller.gang.lifecycle import Agenda, Write, action_write, cycle_writes, decide
+from controller.gang.binder import FIELD_MANAGER, Binder, LaunchRefused
+from controller.gang.lifecycle import (
+    Agenda,
+    Write,
+    action_write,
+    cycle_writes,
+    decide,
+    refused_write,
+)
 from controller.gang.metrics import GangMetrics
 from controller.gang.record import Admission
-from controller.gang.view import JobView, Memo, job_views
+from controller.gang.view import JobView, Memo, job_views, namespace_quotas
 from controller.kube.client import RESOURCES, ApiError, KubeApi, NotLeaderError
 from controller.kube.clock import Clock, SystemClock
 from controller.kube.events import EventRecorder
@@ -148,6 +157,8 @@ class GangController:
         self.pods = informer("Pod")
         self.jobs = informer("TrainingJob", label_selector=s.job_selector)
         self.config = informer("ConfigMap", namespace=s.system_namespace)
+        self.quotas = informer("ResourceQuota")
+        """The API server refuses pods past these; the scheduler admits within them."""
         self._binder = Binder(
             kube,
             jobs=self.jobs,
@@ -163,7 +174,7 @@ class GangController:
     # -- lifecycle
 
     def _informers(self) -> list[Informer]:
-        return [self.nodes, self.pods, self.jobs, self.config]
+        return [self.nodes, self.pods, self.jobs, self.config, self.quotas]
 
     def start(self) -> None:
         """Start the informers and the loop; returns at once."""
@@ -262,6 +273,7 @@ class GangController:
             grow_interval=self.settings.grow_interval_s,
             telemetry=telemetry,
             forecasts=self._forecasts() if self.settings.forecast_horizon_s > 0 else None,
+            quotas=namespace_quotas(self.quotas.items()),
         )
         self._record_demand(now, snap.project_usage, todo.queue)
         t_write = self._clock.monotonic()
@@ -348,6 +360,15 @@ class GangController:
 
     # -- writes (one job at a time)
 
+    def _refused(self, write: Write, e: LaunchRefused) -> Write:
+        """The write that answers a refused launch (`lifecycle.refused_write`)."""
+        s = self.settings
+        return refused_write(
+            write.job, obj=e.obj, status=e.status, message=e.message,
+            now=self._clock.now().timestamp(), backoff_base_s=s.backoff_base_s,
+            backoff_max_s=s.backoff_max_s,
+        )  # fmt: skip
+
     def _submit(self, write: Write, *, assume: Admission | None = None) -> bool:
         """Hand `write` to the binder unless its job already has a write in flight;
         `assume` is the decision the next steps count until it lands."""
@@ -361,7 +382,10 @@ class GangController:
 
         def run() -> None:
             try:
-                self._binder.execute(write)
+                try:
+                    self._binder.execute(write)
+                except LaunchRefused as e:
+                    self._binder.execute(self._refused(write, e))
             except NotLeaderError as e:
                 log.warning("write stopped: not the leader job=%s error=%r", job, str(e))
             except ApiError as e:

@@ -58,6 +58,7 @@ from controller.scheduler.types import (
     Admit,
     Gang,
     JobId,
+    NamespaceQuota,
     Pending,
     Placement,
     Preempt,
@@ -75,6 +76,7 @@ __all__ = [
     "cycle_writes",
     "decide",
     "plan",
+    "refused_write",
     "rollback_delay",
 ]
 
@@ -309,9 +311,11 @@ def decide(
     grow_interval: float = GROW_INTERVAL_S,
     telemetry: Telemetry | None = None,
     forecasts: Mapping[str, Forecast] | None = None,
+    quotas: Mapping[str, NamespaceQuota] | None = None,
 ) -> tuple[Agenda, Snapshot, CycleResult]:
     """One scheduling step's reading of the cluster and its decisions: `plan`,
-    the snapshot, then the cycle. The controller and `gangops explain` both call
+    the snapshot (with the namespaces' ResourceQuota ceilings, `quotas`), then
+    the cycle. The controller and `gangops explain` both call
     this, so what explain shows is what the scheduler would decide. With a
     `timer`, `result.phase_seconds` says how long plan, snapshot, schedule and
     grow took. `telemetry` adds its unhealthy GPUs to the nodes and the running
@@ -332,6 +336,7 @@ def decide(
         levels=policy.topology_levels,
         reserve_tiers=policy.reserve_tiers,
         memo=memo,
+        quotas=quotas,
     )
     t2 = timer() if timer else 0.0
     result = schedule(
@@ -403,6 +408,7 @@ WriteKind = Literal[
     "failed",
     "launch",
     "cleanup",
+    "refused",
 ]
 
 
@@ -540,8 +546,9 @@ def action_write(
         return Write("launch", v, launch=True)
     if a.kind == "running":
         return Write(
-            "running", v, "Running", "Running", a.message, fields={"startedAt": format_time(now)}
-        )
+            "running", v, "Running", "Running", a.message,
+            fields={"startedAt": format_time(now), "refusals": None},
+        )  # fmt: skip
     if a.kind == "succeeded":
         return Write("succeeded", v, "Succeeded", "Succeeded", a.message, clear=True)
     if a.kind == "restart":
@@ -571,6 +578,34 @@ def action_write(
     if a.kind == "cleanup":
         return Write("cleanup", v, delete=a.pods)
     return None
+
+
+def refused_write(
+    v: JobView,
+    *,
+    obj: str,
+    status: int,
+    message: str,
+    now: float,
+    backoff_base_s: float,
+    backoff_max_s: float,
+) -> Write:
+    """The API server refused a write of the gang's launch (`obj`, a worker pod or
+    its Service, with the HTTP `status` and the API server's `message`): the gang
+    gives its GPUs back and is requeued after a delay that doubles with each
+    refusal in a row (`refusals`, cleared once the gang runs), with the API
+    server's words in its status and a Warning Event. Its pods go with the record
+    (`cleanup`). Written whatever the job's resourceVersion: the admission this
+    undoes was written a moment ago by the same writer."""
+    refusals = status_number(v.status, "refusals") + 1
+    delay = rollback_delay(refusals, base_s=backoff_base_s, max_s=backoff_max_s)
+    w = _release(
+        "refused", v, waiting_phase(v), "LaunchRefused",
+        f"the API server refused {obj} ({status}): {message}; the gang gave its GPUs back "
+        f"and retries in {delay:g}s (refusal {refusals} in a row)",
+        (), refusals=refusals, notBefore=format_time(now + delay),
+    )  # fmt: skip
+    return replace(w, conditional=False)
 
 
 def _pending(v: JobView, d: Pending, note: str = "") -> Write:

@@ -18,14 +18,23 @@ from typing import Any, TypeVar, cast
 
 from controller.gang.record import Admission
 from controller.jobs.pods import LABEL_ATTEMPT, LABEL_JOB
-from controller.jobs.spec import GPU_RESOURCE, JobSpec, SpecError, parse_job, to_gang
+from controller.jobs.spec import (
+    GPU_RESOURCE,
+    JobSpec,
+    SpecError,
+    effective_request,
+    parse_job,
+    to_gang,
+)
 from controller.nodehealth import unhealthy_gpus
 from controller.quantity import QuantityError, parse_quantity
 from controller.scheduler.policy import SchedulingPolicy
-from controller.scheduler.snapshot import Foreign, Snapshot
+from controller.scheduler.snapshot import Foreign, Snapshot, Usage
 from controller.scheduler.types import (
+    MILLI,
     Gang,
     JobId,
+    NamespaceQuota,
     Node,
     Placement,
     PodPlacement,
@@ -38,6 +47,7 @@ __all__ = [
     "Memo",
     "build_snapshot",
     "job_views",
+    "namespace_quotas",
     "node_of",
     "node_ready",
     "pod_requests",
@@ -95,16 +105,62 @@ def pod_terminal(pod: Mapping[str, Any]) -> bool:
 
 
 def pod_requests(pod: Mapping[str, Any]) -> tuple[int, int, int]:
-    """(GPUs, CPU millicores, memory bytes) the pod's containers request (limits for
-    GPUs when requests are absent, as the API server defaults them)."""
-    gpus = cpu = mem = 0
-    for c in (pod.get("spec") or {}).get("containers") or ():
+    """(GPUs, CPU millicores, memory bytes) the pod requests, init containers
+    counted as Kubernetes counts them (`effective_request`); limits for GPUs
+    when requests are absent, as the API server defaults them."""
+    spec = pod.get("spec") or {}
+
+    def gpus(c: Mapping[str, Any]) -> int:
         res = c.get("resources") or {}
         req, lim = res.get("requests") or {}, res.get("limits") or {}
-        gpus += _quantity(req.get(GPU_RESOURCE, lim.get(GPU_RESOURCE)))
-        cpu += _quantity(req.get("cpu"), milli=True)
-        mem += _quantity(req.get("memory"))
-    return gpus, cpu, mem
+        return _quantity(req.get(GPU_RESOURCE, lim.get(GPU_RESOURCE)))
+
+    def request(name: str, *, milli: bool = False) -> Callable[[Mapping[str, Any]], int]:
+        def amount(c: Mapping[str, Any]) -> int:
+            req = (c.get("resources") or {}).get("requests") or {}
+            return _quantity(req.get(name), milli=milli)
+
+        return amount
+
+    return (
+        effective_request(spec, gpus),
+        effective_request(spec, request("cpu", milli=True)),
+        effective_request(spec, request("memory")),
+    )
+
+
+_QUOTA_KEYS = {
+    "gpu_milli": (f"requests.{GPU_RESOURCE}",),
+    "cpu_milli": ("requests.cpu", "cpu"),
+    "memory": ("requests.memory", "memory"),
+    "pods": ("pods", "count/pods"),
+}
+"""The `hard` keys of a ResourceQuota that limit what pods request."""
+
+
+def namespace_quotas(quotas: Iterable[Mapping[str, Any]]) -> dict[str, NamespaceQuota]:
+    """Each namespace's ResourceQuota ceiling as the API server enforces it: per
+    resource the tightest `hard` of the namespace's quotas. Quotas with scopes
+    (which hold only some pods) and amounts that do not parse are left out."""
+    tightest: dict[str, dict[str, int]] = {}
+    for q in quotas:
+        spec = q.get("spec") or {}
+        if spec.get("scopes") or spec.get("scopeSelector"):
+            continue
+        ns = str(q["metadata"].get("namespace", ""))
+        hard = spec.get("hard") or {}
+        limits = tightest.setdefault(ns, {})
+        for field_name, keys in _QUOTA_KEYS.items():
+            for key in keys:
+                if key not in hard:
+                    continue
+                try:
+                    amount = parse_quantity(hard[key])
+                except QuantityError:
+                    continue
+                value = int(amount * (MILLI if field_name.endswith("milli") else 1))
+                limits[field_name] = min(limits.get(field_name, value), value)
+    return {ns: NamespaceQuota(**limits) for ns, limits in tightest.items() if limits}
 
 
 _T = TypeVar("_T")
@@ -237,21 +293,31 @@ def build_snapshot(
     levels: Sequence[str],
     reserve_tiers: frozenset[str],
     memo: Memo | None = None,
+    quotas: Mapping[str, NamespaceQuota] | None = None,
 ) -> Snapshot:
     """The cycle's snapshot: `running` gangs placed as recorded, and every other live
     pod on a node (those not in `owned`, the (namespace, name) of running gangs'
     pods) held as foreign. Foreign GPUs take the lowest device indices and the
     running gangs the next ones, so the two never claim the same device. `memo`
-    keeps the pods' requests."""
+    keeps the pods' requests. `quotas` are the namespaces' ResourceQuota
+    ceilings; every other live pod of those namespaces, on a node or not,
+    counts against its namespace's quota, as the API server counts it."""
     requests = pod_requests if memo is None else memo.requests
     by_name = {n.name: n for n in nodes}
+    quotas = quotas or {}
     foreign: dict[str, list[int]] = {}
+    other: dict[str, Usage] = {}
     for p in pods:
         node = (p.get("spec") or {}).get("nodeName")
         meta = p["metadata"]
-        if not node or node not in by_name or pod_terminal(p):
+        if pod_terminal(p) or (meta.get("namespace", ""), meta["name"]) in owned:
             continue
-        if (meta.get("namespace", ""), meta["name"]) in owned:
+        ns = meta.get("namespace", "")
+        if ns in quotas:
+            g, c, m = requests(p)
+            u = other.get(ns, (0, 0, 0, 0))
+            other[ns] = (u[0] + g * MILLI, u[1] + c, u[2] + m, u[3] + 1)
+        if not node or node not in by_name:
             continue
         gpus, cpu, mem = requests(p)
         held = foreign.setdefault(node, [0, 0, 0])
@@ -280,5 +346,11 @@ def build_snapshot(
             pods_out.append(PodPlacement(where.node, devices))
         placed.append(Running(r.gang, Placement(tuple(pods_out)), r.started))
     return Snapshot(
-        nodes, levels=levels, running=placed, foreign=holds, reserve_tiers=reserve_tiers
+        nodes,
+        levels=levels,
+        running=placed,
+        foreign=holds,
+        reserve_tiers=reserve_tiers,
+        namespace_quota=quotas,
+        namespace_other=other,
     )

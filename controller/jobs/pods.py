@@ -12,6 +12,8 @@ writes of a gang launch; the kubelet's admission still refuses a pod its node
 cannot run, exactly as after a binding. `schedulerName: gangops` stays, so no
 other scheduler would take a worker that somehow lost its node. Each gang attempt has its
 own pod names, so a restart never waits for the old pods' names to free up.
+Of the template's metadata only labels and annotations are copied: a finalizer
+there would keep every worker Terminating forever once its job is deleted.
 """
 
 from __future__ import annotations
@@ -86,7 +88,10 @@ def worker_pods(
     master = f"{job.name}-{attempt}-0.{job.name}.{job.namespace}.svc"
     pods = []
     for rank, where in enumerate(placement.pods):
-        meta = copy.deepcopy(dict(template.get("metadata") or {}))
+        # Only labels and annotations come from the template: finalizers (a pod
+        # nothing would ever release), owner references, names and namespaces are
+        # gangops' to set.
+        meta = template.get("metadata") or {}
         labels = dict(meta.get("labels") or {})
         labels.update({LABEL_JOB: job.name, LABEL_ATTEMPT: str(attempt), LABEL_RANK: str(rank)})
         annotations = dict(meta.get("annotations") or {})
@@ -121,7 +126,6 @@ def worker_pods(
                 "apiVersion": "v1",
                 "kind": "Pod",
                 "metadata": {
-                    **meta,
                     "name": f"{job.name}-{attempt}-{rank}",
                     "namespace": job.namespace,
                     "labels": labels,

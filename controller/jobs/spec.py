@@ -9,7 +9,7 @@ Pure: values in, values out.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, cast
@@ -18,7 +18,15 @@ from controller.quantity import QuantityError, parse_quantity
 from controller.scheduler.policy import SchedulingPolicy
 from controller.scheduler.types import Gang, JobId, PodShape, Requirement, Toleration
 
-__all__ = ["GPU_RESOURCE", "LABEL_USER", "JobSpec", "SpecError", "parse_job", "to_gang"]
+__all__ = [
+    "GPU_RESOURCE",
+    "LABEL_USER",
+    "JobSpec",
+    "SpecError",
+    "effective_request",
+    "parse_job",
+    "to_gang",
+]
 
 GPU_RESOURCE = "nvidia.com/gpu"
 LABEL_USER = "ai.operator/user"
@@ -62,21 +70,43 @@ def _containers(template: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return [c for c in containers if isinstance(c, Mapping)]
 
 
-def _resource_sum(containers: list[Mapping[str, Any]], section: str, name: str) -> int:
-    """Sum of one resource over the containers, in base units (milli for cpu)."""
-    total = 0
-    for c in containers:
+def effective_request(
+    pod_spec: Mapping[str, Any], amount: Callable[[Mapping[str, Any]], int]
+) -> int:
+    """What a pod asks of one resource, as Kubernetes counts it (scheduling and
+    ResourceQuota alike): the larger of the app containers' sum (with the
+    sidecars, init containers with `restartPolicy: Always`) and each init
+    container's own request (with the sidecars started before it).
+    `amount(container)` is one container's request."""
+    sidecars = peak = 0
+    for c in pod_spec.get("initContainers") or ():
+        if not isinstance(c, Mapping):
+            continue
+        if c.get("restartPolicy") == "Always":
+            sidecars += amount(c)
+            peak = max(peak, sidecars)
+        else:
+            peak = max(peak, amount(c) + sidecars)
+    apps = sum(amount(c) for c in pod_spec.get("containers") or () if isinstance(c, Mapping))
+    return max(apps + sidecars, peak)
+
+
+def _resource(pod_spec: Mapping[str, Any], section: str, name: str) -> int:
+    """One resource of the pod (`effective_request`), in base units (milli for cpu)."""
+
+    def amount(c: Mapping[str, Any]) -> int:
         resources = c.get("resources") or {}
         amounts = resources.get(section) or {} if isinstance(resources, Mapping) else {}
         raw = amounts.get(name) if isinstance(amounts, Mapping) else None
         if raw is None:
-            continue
+            return 0
         try:
             q = parse_quantity(raw)
         except QuantityError as e:
             raise SpecError(f"container {c.get('name', '?')}: {section}.{name}: {e}") from None
-        total += int(q * 1000) if name == "cpu" else int(q)
-    return total
+        return int(q * 1000) if name == "cpu" else int(q)
+
+    return effective_request(pod_spec, amount)
 
 
 def _tolerations(raw: Any) -> tuple[Toleration, ...]:
@@ -140,9 +170,10 @@ def parse_job(obj: Mapping[str, Any]) -> JobSpec:
     template = spec.get("template")
     if not isinstance(template, Mapping):
         raise SpecError("spec.template (the worker pod template) is missing")
-    containers = _containers(template)
-    per_worker = _resource_sum(containers, "limits", GPU_RESOURCE) or _resource_sum(
-        containers, "requests", GPU_RESOURCE
+    _containers(template)
+    pod_spec = template.get("spec") or {}
+    per_worker = _resource(pod_spec, "limits", GPU_RESOURCE) or _resource(
+        pod_spec, "requests", GPU_RESOURCE
     )
     if per_worker < 1:
         raise SpecError(f"the worker template asks for no GPUs (set {GPU_RESOURCE} limits)")
@@ -156,7 +187,6 @@ def parse_job(obj: Mapping[str, Any]) -> JobSpec:
         raise SpecError(
             f"need minGPU <= gangSize <= maxGPU; found {min_gpu} <= {gang} <= {max_gpu}"
         )
-    pod_spec = template.get("spec") or {}
     selector = pod_spec.get("nodeSelector") or {}
     return JobSpec(
         id=JobId(f"{namespace}/{name}"),
@@ -174,8 +204,8 @@ def parse_job(obj: Mapping[str, Any]) -> JobSpec:
         created=_timestamp(meta.get("creationTimestamp")),
         pod=PodShape(
             gpus=per_worker,
-            cpu_milli=_resource_sum(containers, "requests", "cpu"),
-            memory=_resource_sum(containers, "requests", "memory"),
+            cpu_milli=_resource(pod_spec, "requests", "cpu"),
+            memory=_resource(pod_spec, "requests", "memory"),
             node_selector=tuple(sorted((str(k), str(v)) for k, v in selector.items())),
             affinity=_affinity(pod_spec),
             tolerations=_tolerations(spec.get("tolerations"))

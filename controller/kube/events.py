@@ -9,6 +9,7 @@ client-go's recorder does.
 
 from __future__ import annotations
 
+import itertools
 import logging
 from typing import Any, Literal
 
@@ -29,6 +30,9 @@ class EventRecorder:
         self._kube = kube
         self._component = component
         self._clock = clock or SystemClock()
+        self._seq = itertools.count()
+        """Added to each Event's name, so two Events about one object in one clock
+        tick (an admission and its refusal) do not collide."""
 
     def record(
         self,
@@ -43,11 +47,12 @@ class EventRecorder:
         now = self._clock.now()
         stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
         namespace = meta.get("namespace") or "default"
+        tick = f"{int(now.timestamp() * 1e9):x}{next(self._seq) % 4096:03x}"
         event = {
             "apiVersion": "v1",
             "kind": "Event",
             "metadata": {
-                "name": f"{meta['name']}.{int(now.timestamp() * 1e9):x}",
+                "name": f"{meta['name']}.{tick}",
                 "namespace": namespace,
             },
             "involvedObject": {

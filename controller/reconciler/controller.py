@@ -103,6 +103,9 @@ class _State:
     """((url, sha, path), objects or None when invalid, diagnostics message)."""
     failures: int = 0
     inventory: set[Ref] = field(default_factory=set)
+    good: tuple[str, list[Obj]] | None = None
+    """The last revision applied in full, and its objects: while newer revisions
+    are refused, drift is corrected from it."""
 
 
 def _requested(obj: Obj) -> str | None:
@@ -226,6 +229,8 @@ class Reconciler:
             max_diagnostics=settings.max_diagnostics,
         )
         self._worker: threading.Thread | None = None
+        self._running: set[threading.Thread] = set()
+        """The reconciles in flight, one thread per source."""
 
     # -- lifecycle
 
@@ -251,6 +256,11 @@ class Reconciler:
             inf.stop()
         if self._worker is not None:
             self._worker.join(30)
+        deadline = self._clock.monotonic() + 10
+        with self._lock:
+            running = list(self._running)
+        for t in running:  # one stuck on a silent remote is left to its timeout
+            t.join(max(0.0, deadline - self._clock.monotonic()))
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     def request(self, name: str) -> None:
@@ -293,6 +303,11 @@ class Reconciler:
     # -- the worker
 
     def _work(self) -> None:
+        """Hand each due source to a thread of its own: a source whose remote hangs
+        (up to its `timeout`) never delays another's reconcile or drift
+        correction. The queue never hands out a name that is being worked on, so
+        one source is never reconciled twice at once; the API requests of all of
+        them share the apply pool."""
         while not self._stop.is_set() and not all(
             inf.wait_synced(0.5) for inf in self._informers()
         ):
@@ -302,18 +317,47 @@ class Reconciler:
             if item is None:
                 return
             name, fetch = item
+            t = threading.Thread(
+                target=self._run, args=(name, fetch), name=f"reconcile-{name}", daemon=True
+            )
+            with self._lock:
+                self._running.add(t)
+            t.start()
+
+    def _run(self, name: str, fetch: bool) -> None:
+        """One reconcile of `name`, then its next one queued; a crash is reported on
+        the source and retried like a transient failure."""
+        try:
+            after = self.reconcile(name, fetch=fetch)
+        except NotLeaderError as e:
+            log.warning("reconcile stopped: not the leader source=%s error=%r", name, str(e))
+            after = None
+        except Exception as e:
+            log.exception("reconcile crashed source=%s", name)
+            after = self._crashed(name, e)
+        finally:
+            self._queue.done(name)
+            with self._lock:
+                self._running.discard(threading.current_thread())
+        if after is not None and not self._stop.is_set():
+            self._queue.add(name, after=after)
+
+    def _crashed(self, name: str, error: Exception) -> float:
+        """Say on the source that its reconcile failed (it is no longer Ready on an
+        old revision as if nothing happened); retry with backoff."""
+        with self._lock:
+            state = self._states.setdefault(name, _State())
+        state.failures += 1
+        state.fetch_at = 0.0
+        obj = self.sources.get(name)
+        if obj is not None:
+            status = obj.get("status") or {}
+            message = _kept(f"reconcile failed: {type(error).__name__}: {error}", status)
             try:
-                after = self.reconcile(name, fetch=fetch)
-            except NotLeaderError as e:
-                log.warning("reconcile stopped: not the leader source=%s error=%r", name, str(e))
-                after = None
+                self._refuse(obj, state, "ReconcileFailed", message)
             except Exception:
-                log.exception("reconcile crashed source=%s", name)
-                after = self.settings.retry_max_s
-            finally:
-                self._queue.done(name)
-            if after is not None:
-                self._queue.add(name, after=after)
+                log.exception("could not report the crash source=%s", name)
+        return self._backoff(state)
 
     # -- one reconcile
 
@@ -345,9 +389,11 @@ class Reconciler:
         except GitError as e:
             state.failures += 1
             state.fetch_at = 0.0
+            self._keep_good(name, spec, state, status)
             self._refuse(obj, state, e.reason, _kept(e.message, status))
             return self._backoff(state)
         if objects is None:
+            self._keep_good(name, spec, state, status)
             self._refuse(obj, state, "ValidationFailed", diagnostics, revision=revision)
             return self._poll(spec)
         if revision != status.get("lastAppliedRevision") or generation != status.get(
@@ -379,10 +425,44 @@ class Reconciler:
         )  # fmt: skip
         if result.ok:
             state.failures = 0
+            state.good = (revision, objects)
         if result.ok or result.reason in STALLING:  # needs nothing, or needs a person
             return self._poll(spec)
         state.failures += 1
         return self._backoff(state)
+
+    def _keep_good(self, name: str, spec: PolicySourceSpec, state: _State, status: Obj) -> None:
+        """While the newest revision is refused (invalid, or out of reach), keep the
+        cluster equal to the last one applied: what drifted (a ResourceQuota or a
+        PriorityClass deleted by hand) is applied again from it. After a restart
+        that revision is built again from `status.lastAppliedRevision`."""
+        applied = status.get("lastAppliedRevision")
+        if state.good is None or state.good[0] != applied:
+            sha = str(applied or "").rpartition("sha1:")[2]
+            if not sha:
+                return
+            try:
+                _, built = self._revisions.build(spec, sha)
+            except GitError as e:
+                log.warning("cannot rebuild the applied revision source=%s error=%r", name, str(e))
+                return
+            if built.objects is None:
+                return
+            state.good = (str(applied), built.objects)
+        options = SyncOptions(
+            source=name,
+            prune=False,  # never delete on the strength of an old revision
+            prune_namespaces=False,
+            allow_recreate=spec.allow_recreate,
+        )
+        result = self._apply_revision(state.good[1], state.inventory, options)
+        if result.writes:
+            log.info(
+                "drift corrected from the applied revision source=%s revision=%s changes=%r",
+                name,
+                state.good[0],
+                result.summary(),
+            )
 
     def _admit(self, obj: Obj, state: _State) -> tuple[PolicySourceSpec | None, float | None]:
         """The source's spec if it is to be reconciled now; else None and when to

@@ -9,9 +9,10 @@ told apart, because the controller reacts differently:
   retry with backoff;
 - the branch, tag or commit does not exist (`ReferenceNotFound`), e.g. a
   deleted branch: keep what is applied, say so;
-- the cache is damaged (a fetch fails though the remote answers, or an object
-  is missing): delete the cache and clone again, once, without bothering
-  anyone.
+- the cache is damaged (a fetch fails though the remote answers, an object
+  is missing, the cache is not a directory or its config does not parse):
+  delete the cache and clone again, once, without bothering anyone; a cache
+  that cannot be made again (`CacheFailed`) says why.
 
 Files are read straight from the commit's tree (nothing is checked out), and
 named by their path in the repository, so diagnostics point at
@@ -21,6 +22,7 @@ named by their path in the repository, so diagnostics point at
 from __future__ import annotations
 
 import base64
+import configparser
 import hashlib
 import logging
 import os
@@ -159,6 +161,14 @@ def _stderr(e: git.GitCommandError) -> str:
     return lines[i]
 
 
+def _remove(path: Path) -> None:
+    """Delete `path`, whatever it is (a directory, a file, a link)."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
+
+
 class GitCache:
     """Bare clones of the repositories the sources name, one per URL."""
 
@@ -177,20 +187,37 @@ class GitCache:
 
     def forget(self, url: str) -> None:
         """Delete the cache of `url` (it is damaged); the next `resolve` clones again."""
-        shutil.rmtree(self._dir(url), ignore_errors=True)
+        _remove(self._dir(url))
 
     def _repo(self, url: str, *, fresh: bool = False) -> git.Repo:
+        """The cache of `url`: opened, and checked as git itself reads it (its config
+        parses); a damaged one is deleted, whatever it became, and made again."""
         path = self._dir(url)
-        if fresh and path.exists():
-            log.warning("re-cloning a damaged git cache url=%s cache=%s", url, path)
-            shutil.rmtree(path)
-        if path.exists():
-            try:
-                return git.Repo(path)
-            except (git.InvalidGitRepositoryError, git.NoSuchPathError):
-                return self._repo(url, fresh=True)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        return git.Repo.init(path, bare=True)
+        try:
+            if fresh and (path.exists() or path.is_symlink()):
+                log.warning("re-cloning a damaged git cache url=%s cache=%s", url, path)
+                _remove(path)
+            if path.exists() or path.is_symlink():
+                try:
+                    repo = git.Repo(path)
+                    repo.git.rev_parse("--is-bare-repository")
+                    return repo
+                except (
+                    git.InvalidGitRepositoryError,
+                    git.NoSuchPathError,
+                    git.GitCommandError,
+                    configparser.Error,
+                    OSError,
+                    ValueError,
+                ) as e:
+                    if fresh:
+                        raise
+                    log.warning("git cache damaged url=%s cache=%s error=%r", url, path, str(e))
+                    return self._repo(url, fresh=True)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            return git.Repo.init(path, bare=True)
+        except (git.GitError, configparser.Error, OSError, ValueError) as e:
+            raise GitError("CacheFailed", f"the git cache {path} cannot be used: {e}") from e
 
     def resolve(self, url: str, ref: GitRef, *, auth: GitAuth, timeout_s: float) -> str:
         """The commit `ref` names at `url` now, fetched into the cache."""

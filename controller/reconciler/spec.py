@@ -16,6 +16,9 @@ from controller.reconciler.git import GitRef
 
 __all__ = [
     "ANNOTATION_REQUESTED",
+    "MAX_TIMEOUT_S",
+    "MIN_INTERVAL_S",
+    "MIN_TIMEOUT_S",
     "PolicySourceSpec",
     "parse_duration",
     "revision_string",
@@ -24,6 +27,16 @@ __all__ = [
 ANNOTATION_REQUESTED = "gangops.ai/reconcile-requested-at"
 """Set (to any new value, usually a timestamp) to make the controller fetch and
 reconcile at once; the value handled last is echoed in status.lastHandledReconcileAt."""
+
+MIN_INTERVAL_S = 10.0
+"""The shortest poll period: below it a source polls its Git server and writes its
+status in a loop (`interval: 0s` made ~6 reconciles a second). The push webhook
+is the way to react at once."""
+MIN_TIMEOUT_S = 1.0
+MAX_TIMEOUT_S = 600.0
+"""The bounds of a Git operation's timeout: long enough for a large clone, short
+enough that a remote that never answers is given up on (and said so) within
+minutes, not an hour."""
 
 _DURATION = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h)")
 _UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -66,12 +79,24 @@ class PolicySourceSpec:
     def parse(cls, spec: dict[str, Any]) -> PolicySourceSpec:
         """From the raw `spec`; raises ValueError on what the schema would have refused."""
         ref = spec.get("ref") or {}
+        interval_s = parse_duration(str(spec.get("interval") or "1m"))
+        if interval_s < MIN_INTERVAL_S:
+            raise ValueError(
+                f"interval {spec.get('interval')!r} is shorter than {MIN_INTERVAL_S:g}s "
+                "(use the push webhook to reconcile at once)"
+            )
+        timeout_s = parse_duration(str(spec.get("timeout") or "60s"))
+        if not MIN_TIMEOUT_S <= timeout_s <= MAX_TIMEOUT_S:
+            raise ValueError(
+                f"timeout {spec.get('timeout')!r} is not between {MIN_TIMEOUT_S:g}s and "
+                f"{MAX_TIMEOUT_S / 60:g}m"
+            )
         return cls(
             url=str(spec["url"]),
             ref=GitRef(branch=ref.get("branch"), tag=ref.get("tag"), commit=ref.get("commit")),
             path=str(spec.get("path") or "."),
-            interval_s=parse_duration(str(spec.get("interval") or "1m")),
-            timeout_s=parse_duration(str(spec.get("timeout") or "60s")),
+            interval_s=interval_s,
+            timeout_s=timeout_s,
             secret_name=(spec.get("secretRef") or {}).get("name"),
             suspend=bool(spec.get("suspend", False)),
             prune=bool(spec.get("prune", True)),

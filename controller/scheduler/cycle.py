@@ -4,8 +4,10 @@ The phases, each a function:
 
 1. `order` — tier (higher first), then fair share (the project's, then the
    user's usage over guarantee, lower first), then age, then name;
-2. for each gang in that order: `_refused` (can never run under this policy),
-   `quota` (project max, user max, borrowing, the reserve), placement
+2. for each gang in that order: `_refused` (can never run under this policy
+   or its namespace's ResourceQuota), `quota` (the namespace's ResourceQuota
+   as the API server enforces it, project max, user max, borrowing, the
+   reserve), placement
    (`placement.place`, avoiding GPUs held for others), and when it does not
    fit, `_preempt` (victim search on the snapshot with undo);
 3. the first gang blocked by capacity reserves the nodes it will need, so
@@ -34,7 +36,7 @@ from dataclasses import dataclass, field, replace
 
 from controller.scheduler.placement import place, shortfall
 from controller.scheduler.policy import SchedulingPolicy
-from controller.scheduler.snapshot import Snapshot
+from controller.scheduler.snapshot import Snapshot, gang_usage
 from controller.scheduler.telemetry import Hints
 from controller.scheduler.types import (
     Admit,
@@ -47,6 +49,7 @@ from controller.scheduler.types import (
     Resize,
     Running,
     format_gpus,
+    namespace_of,
 )
 
 __all__ = ["GROW_INTERVAL_S", "CycleResult", "order", "quota", "schedule"]
@@ -98,7 +101,42 @@ def order(snap: Snapshot, policy: SchedulingPolicy, queue: Sequence[Gang]) -> li
     return sorted(queue, key=key)
 
 
-def _refused(policy: SchedulingPolicy, g: Gang) -> str | None:
+_QUOTA_UNITS: tuple[tuple[str, Callable[[int], str]], ...] = (
+    ("GPUs", format_gpus),
+    ("CPU", lambda milli: f"{milli / 1000:g}"),
+    ("bytes of memory", str),
+    ("pods", str),
+)
+"""The resources of a namespace's quota, in `Usage` order: name, and how to write one."""
+
+
+def _namespace_quota(snap: Snapshot, g: Gang, *, alone: bool) -> str | None:
+    """Why the API server's ResourceQuotas of `g`'s namespace would refuse some of
+    its pods: now (what the namespace's pods request already, plus `g`), or,
+    `alone`, ever (`g` by itself is over a limit)."""
+    ns = namespace_of(g.id)
+    limits = snap.namespace_quota.get(ns) if ns is not None else None
+    if limits is None:
+        return None
+    used = (0, 0, 0, 0) if alone else snap.namespace_usage.get(ns or "", (0, 0, 0, 0))
+    for (name, fmt), hard, have, need in zip(
+        _QUOTA_UNITS, limits.hard(), used, gang_usage(g), strict=True
+    ):
+        if hard is None or have + need <= hard:
+            continue
+        if alone:
+            return (
+                f"asks for {fmt(need)} {name}, more than namespace {ns}'s ResourceQuota "
+                f"allows ({fmt(hard)})"
+            )
+        return (
+            f"namespace {ns} at its ResourceQuota: {fmt(have)} of {fmt(hard)} {name} "
+            f"requested, this job needs {fmt(need)}"
+        )
+    return None
+
+
+def _refused(snap: Snapshot, policy: SchedulingPolicy, g: Gang) -> str | None:
     project = policy.projects.get(g.project)
     if project is None:
         return f"no project owns this job (project {g.project!r} is not in the policies)"
@@ -115,12 +153,15 @@ def _refused(policy: SchedulingPolicy, g: Gang) -> str | None:
             f"asks for {format_gpus(g.gpu_total)} GPUs, more than project {project.name}'s max "
             f"of {format_gpus(project.max)}"
         )
-    return None
+    return _namespace_quota(snap, g, alone=True)
 
 
 def quota(snap: Snapshot, policy: SchedulingPolicy, g: Gang) -> str | None:
-    """Why the gang may not start now under its project's and user's quota
-    and the reserve, or None when it may."""
+    """Why the gang may not start now under its namespace's ResourceQuota, its
+    project's and user's quota and the reserve, or None when it may."""
+    in_namespace = _namespace_quota(snap, g, alone=False)
+    if in_namespace is not None:
+        return in_namespace
     project = policy.projects[g.project]
     need = g.gpu_total
     used = snap.project_usage.get(g.project, 0)
@@ -628,7 +669,7 @@ def _admit(
 def _decide(
     snap: Snapshot, policy: SchedulingPolicy, state: _State, g: Gang, now: float
 ) -> Decision:
-    refused = _refused(policy, g)
+    refused = _refused(snap, policy, g)
     if refused is not None:
         return Pending(g, refused, "Refused")
     exclude = _excluded(state, g, now)

@@ -10,13 +10,30 @@ up from the nodes `assume` and `forget` changed.
 
 from __future__ import annotations
 
-from collections.abc import Container, Iterable, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from controller.scheduler.fragmentation import FragModel
-from controller.scheduler.types import MILLI, Gang, JobId, Node, PodShape, Running
+from controller.scheduler.types import (
+    MILLI,
+    Gang,
+    JobId,
+    NamespaceQuota,
+    Node,
+    PodShape,
+    Running,
+    namespace_of,
+)
 
-__all__ = ["Foreign", "NodeState", "Snapshot"]
+__all__ = ["Foreign", "NodeState", "Snapshot", "Usage", "gang_usage"]
+
+Usage = tuple[int, int, int, int]
+"""What pods request of a namespace's quota: GPUs (milli), CPU (milli), memory, pods."""
+
+
+def gang_usage(g: Gang) -> Usage:
+    """What all of `g`'s pods request of its namespace's quota."""
+    return (g.gpu_total, g.workers * g.pod.cpu_milli, g.workers * g.pod.memory, g.workers)
 
 
 @dataclass(frozen=True)
@@ -134,6 +151,8 @@ class Snapshot:
         foreign: Iterable[Foreign] = (),
         reserve_tiers: frozenset[str] = frozenset(),
         fragmentation: FragModel | None = None,
+        namespace_quota: Mapping[str, NamespaceQuota] | None = None,
+        namespace_other: Mapping[str, Usage] | None = None,
     ) -> None:
         self.levels = tuple(levels)
         self.fragmentation = fragmentation
@@ -150,6 +169,11 @@ class Snapshot:
         self.user_usage: dict[tuple[str, str], int] = {}
         self.outside_reserve = 0
         """Milli-GPUs used by tiers that may not use the reserve."""
+        self.namespace_quota: Mapping[str, NamespaceQuota] = namespace_quota or {}
+        """Each namespace's ResourceQuota ceiling, as the API server enforces it."""
+        self.namespace_usage: dict[str, Usage] = dict(namespace_other or {})
+        """Per namespace, what its pods request: those gangops does not schedule
+        (`namespace_other`, whether on a node or not) and the gangs."""
         self.shrinkable: dict[str, int] = {}
         """Per project, running gangs that could give workers back (elastic with
         room above their floor, or grown): lets the cycle skip looking for
@@ -265,6 +289,16 @@ class Snapshot:
         return r
 
     def _count(self, g: Gang, sign: int) -> None:
+        ns = namespace_of(g.id)
+        if ns is not None:
+            old = self.namespace_usage.get(ns, (0, 0, 0, 0))
+            new = gang_usage(g)
+            self.namespace_usage[ns] = (
+                old[0] + sign * new[0],
+                old[1] + sign * new[1],
+                old[2] + sign * new[2],
+                old[3] + sign * new[3],
+            )
         amount = sign * g.gpu_total
         self.project_usage[g.project] = self.project_usage.get(g.project, 0) + amount
         key = (g.project, g.user)

@@ -18,6 +18,7 @@ __all__ = [
     "Decision",
     "Gang",
     "JobId",
+    "NamespaceQuota",
     "Node",
     "Pending",
     "Placement",
@@ -30,6 +31,7 @@ __all__ = [
     "Taint",
     "Toleration",
     "format_gpus",
+    "namespace_of",
 ]
 
 MILLI = 1000
@@ -42,6 +44,30 @@ def format_gpus(milli: int) -> str:
 
 JobId = NewType("JobId", str)
 """`namespace/name` of a TrainingJob (or a trace pod's name in the simulator)."""
+
+
+def namespace_of(job: JobId) -> str | None:
+    """The namespace of a TrainingJob's id (None for a simulator's trace pod)."""
+    ns, sep, _ = job.partition("/")
+    return ns if sep else None
+
+
+@dataclass(frozen=True)
+class NamespaceQuota:
+    """What the API server's ResourceQuotas let the pods of one namespace request
+    in all: for each resource the tightest `hard` of its quotas (None: not
+    limited). The API server refuses a pod past any of them, so a gang whose
+    pods would not all fit is not admitted."""
+
+    gpu_milli: int | None = None
+    cpu_milli: int | None = None
+    memory: int | None = None
+    """Bytes."""
+    pods: int | None = None
+
+    def hard(self) -> tuple[int | None, int | None, int | None, int | None]:
+        """The limits in the order of `Usage`: GPUs (milli), CPU (milli), memory, pods."""
+        return (self.gpu_milli, self.cpu_milli, self.memory, self.pods)
 
 
 @dataclass(frozen=True)

@@ -373,3 +373,31 @@ def test_two_sources_claiming_one_object_the_second_is_refused(
     assert f"belongs to PolicySource {first}" in msg
     assert obj["status"]["inventory"]["entries"] == []
     assert env.condition(first, "Ready")["status"] == "True"  # type: ignore[index]
+
+
+def test_while_the_newest_commit_is_invalid_drift_is_corrected_from_the_last_good_one(
+    reconcile_env: ReconcileEnv, policy_repo: PolicyRepo
+) -> None:
+    env, repo, n = reconcile_env, policy_repo, policy_repo.name
+    env.start()
+    src = env.create_source("main", repo.url)
+    good = repo.head()
+    env.wait_condition(src, "Ready", revision_sha=good)
+    repo.write("projects/c.yaml", project(n("c"), [n("c")]).replace("namespaces:", "nmspcs:"))
+    bad = repo.commit("break")
+    env.patch_source(src, {"metadata": {"annotations": {ANNOTATION_REQUESTED: "bad"}}})
+    env.wait_condition(src, "Stalled", reason="ValidationFailed", revision_sha=bad)
+    env.kube.delete(RESOURCES["ResourceQuota"], "gangops-quota", namespace=n("b"))
+    env.kube.delete(RESOURCES["PriorityClass"], n("low"))
+    wait_for(
+        "the quota and the PriorityClass to be recreated from the good revision",
+        lambda: (
+            managed(env.kube, "ResourceQuota", "gangops-quota", n("b"))
+            and managed(env.kube, "PriorityClass", n("low"))
+        ),
+        timeout=10,
+    )
+    obj = env.source(src)
+    assert obj["status"]["lastAppliedRevision"] == f"main@sha1:{good}"
+    stalled = next(c for c in obj["status"]["conditions"] if c["type"] == "Stalled")
+    assert stalled["reason"] == "ValidationFailed"

@@ -10,13 +10,14 @@ from __future__ import annotations
 import shutil
 import socket
 import subprocess
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from controller.kube.client import RESOURCES
+from controller.kube.client import RESOURCES, ApiError
 
 from .kube import wait_for
 from .reconciler_helpers import PolicyRepo, ReconcileEnv, git, managed, project
@@ -196,3 +197,65 @@ def test_a_corrupt_cache_is_recloned(
     rec.reconcile(src, fetch=True)
     env.wait_condition(src, "Ready", revision_sha=sha, timeout=15)
     assert _gpus(env, n("b")) == "6"
+
+
+@pytest.mark.parametrize("damage", ["replaced by a file", "config garbled"])
+def test_a_cache_that_is_no_repository_at_all_is_recloned(
+    reconcile_env: ReconcileEnv,
+    policy_repo: PolicyRepo,
+    served: tuple[GitServer, str],
+    damage: str,
+) -> None:
+    env, repo, n = reconcile_env, policy_repo, policy_repo.name
+    _, url = served
+    env.start()
+    src = env.create_source("main", url)
+    env.wait_condition(src, "Ready", revision_sha=repo.head())
+    (cache,) = list((env.cache_dir / "git").glob("*.git"))
+    if damage == "replaced by a file":
+        shutil.rmtree(cache)
+        cache.write_text("x\n")
+    else:
+        (cache / "config").write_bytes(b"[core\n\0")
+    repo.write("projects/b.yaml", project(n("b"), [n("b")], gpu=6))
+    sha = repo.commit(f"after the cache was {damage}")
+    _push(repo)
+    _ask(env, src, damage)
+    env.wait_condition(src, "Ready", revision_sha=sha, timeout=15)
+    assert _gpus(env, n("b")) == "6"
+
+
+def test_a_remote_that_never_answers_does_not_hold_up_another_source(
+    reconcile_env: ReconcileEnv, policy_repo: PolicyRepo
+) -> None:
+    env, repo, n = reconcile_env, policy_repo, policy_repo.name
+    with socket.socket() as silent:  # accepts connections, never says a word
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        env.start()
+        env.create_source("hangs", f"git://127.0.0.1:{silent.getsockname()[1]}/x.git", timeout="5m")
+        time.sleep(1)  # its reconcile is waiting on the silent remote
+        src = env.create_source("main", repo.url)
+        env.wait_condition(src, "Ready", revision_sha=repo.head(), timeout=15)
+        env.kube.delete(RESOURCES["PriorityClass"], n("low"))
+        wait_for(
+            "the PriorityClass to be recreated",
+            lambda: managed(env.kube, "PriorityClass", n("low")),
+            timeout=5,
+        )
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("timeout", "1h", "timeout must be between 1s and 10m"),
+        ("timeout", "0s", "timeout must be between 1s and 10m"),
+        ("interval", "0s", "interval must be at least 10s"),
+    ],
+)
+def test_absurd_timeouts_and_intervals_are_refused_at_admission(
+    reconcile_env: ReconcileEnv, field: str, value: str, message: str
+) -> None:
+    with pytest.raises(ApiError) as e:
+        reconcile_env.create_source("absurd", "https://git.example/p.git", **{field: value})
+    assert e.value.status == 422 and message in e.value.message, e.value.message

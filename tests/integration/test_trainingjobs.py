@@ -3,6 +3,7 @@ the gang scheduler placing, queueing, preempting and restarting whole gangs."""
 
 from __future__ import annotations
 
+import secrets
 import subprocess
 import sys
 import time
@@ -10,13 +11,14 @@ from collections import Counter
 from collections.abc import Callable
 
 import pytest
+from kubernetes import client
 
 from controller.devcluster import DevCluster
 from controller.gang.cli import explain_job
 from controller.kube.client import RESOURCES, ApiError, Kube
 
 from .gang_helpers import BATCH, HIGH, GangEnv, policy_doc
-from .kube import FAKE_DURATION, FAKE_EXIT_CODE, wait_for
+from .kube import FAKE_DURATION, FAKE_EXIT_CODE, GPU, wait_for
 
 pytest_plugins = ["tests.integration.gang_fixtures"]
 
@@ -235,44 +237,64 @@ def test_a_job_without_the_user_label_is_charged_to_its_creator(
     assert err.status == 403 and 'set it to "alice"' in err.message
 
 
-def test_a_gang_not_running_within_the_timeout_is_rolled_back_and_requeued(
-    gang_env: GangEnv,
-) -> None:
-    env = gang_env
-    env.claim(1)
-    env.set_policy(policy_doc({"p": {"namespace": env.namespace, "guaranteed": 8}}, timeout_s=2))
-    # The namespace's ResourceQuota (the API server's backstop) is smaller than the
-    # policy says: the admitted gang's pods are refused, and it never starts.
+def _ghost_node(env: GangEnv) -> str:
+    """A Ready 8-GPU node no kubelet serves: pods bound to it never run (until the
+    node lifecycle controller notices its missing Lease, 40 s later)."""
+    name = f"ghost-{secrets.token_hex(3)}"
     env.kube.create(
         {
             "apiVersion": "v1",
-            "kind": "ResourceQuota",
-            "metadata": {"name": "small", "namespace": env.namespace},
-            "spec": {"hard": {"requests.nvidia.com/gpu": "2"}},
+            "kind": "Node",
+            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+            "status": {
+                "allocatable": {GPU: "8", "cpu": "64", "memory": "512Gi", "pods": "110"},
+                "capacity": {GPU: "8", "cpu": "64", "memory": "512Gi", "pods": "110"},
+                "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
+            },
         },
         field_manager="gangops-tests",
     )
-    env.start(quota_retry_s=0.5)
-    env.create(env.job("stuck", gang=4))
+    env.nodes = [name]
+    return name
 
-    def rolled_back() -> dict[str, object] | None:
-        s = env.status("stuck")
-        return s if s.get("reason") == "GangTimeout" else None
 
-    status = wait_for("the gang timeout", rolled_back)
-    assert status["phase"] == "Queued" and "admission" not in status
-    assert "of 4 workers were running 2s after admission (gang timeout)" in str(status["message"])
-    assert status["rollbacks"] >= 1 and status["notBefore"]
+def test_a_gang_not_running_within_the_timeout_is_rolled_back_and_requeued(
+    gang_env: GangEnv, api: client.ApiClient
+) -> None:
+    env = gang_env
+    env.set_policy(policy_doc({"p": {"namespace": env.namespace, "guaranteed": 8}}, timeout_s=2))
+    ghost = _ghost_node(env)
+    core = client.CoreV1Api(api)
+    try:
+        env.start()
+        env.create(env.job("stuck", gang=4))
 
-    def first_attempt_gone() -> bool:
-        return not [
-            p
-            for p in env.pods("stuck")
-            if p["metadata"]["labels"]["ai.operator/attempt"] == "1"
-            and not p["metadata"].get("deletionTimestamp")
-        ]
+        def rolled_back() -> dict[str, object] | None:
+            s = env.status("stuck")
+            return s if s.get("reason") == "GangTimeout" else None
 
-    wait_for("the rolled-back attempt's pods to go", first_attempt_gone)
+        status = wait_for("the gang timeout", rolled_back)
+        assert status["phase"] == "Queued" and "admission" not in status
+        assert "of 4 workers were running 2s after admission (gang timeout)" in str(
+            status["message"]
+        )
+        assert status["rollbacks"] >= 1 and status["notBefore"]
+
+        def first_attempt_deleted() -> bool:
+            return not [
+                p
+                for p in env.pods("stuck")
+                if p["metadata"]["labels"]["ai.operator/attempt"] == "1"
+                and not p["metadata"].get("deletionTimestamp")
+            ]
+
+        wait_for("the rolled-back attempt's pods to be deleted", first_attempt_deleted)
+    finally:
+        for c in env.controllers:
+            c.stop()
+        for p in env.pods("stuck"):  # no kubelet confirms their deletion
+            core.delete_namespaced_pod(p["metadata"]["name"], env.namespace, grace_period_seconds=0)
+        env.kube.delete(RESOURCES["Node"], ghost)
 
 
 def test_explain_on_the_command_line(

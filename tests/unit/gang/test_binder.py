@@ -1,13 +1,16 @@
 """The binder carries out a decided write; here, a launch whose pod creations the
 ResourceQuota refuses for a while (an evicted gang's usage is released a little
-after its pods go): retried, then created and bound."""
+after its pods go): retried, then created and bound; refused for longer, or
+refused otherwise, the refusal is raised with the API server's words."""
 
 from __future__ import annotations
 
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-from controller.gang.binder import Binder
+import pytest
+
+from controller.gang.binder import Binder, LaunchRefused
 from controller.gang.lifecycle import Write
 from controller.gang.metrics import GangMetrics
 from controller.gang.view import job_views
@@ -56,8 +59,19 @@ def test_a_pod_refused_by_quota_is_retried_then_created_and_bound() -> None:
     assert _placed(kube) == {"j-1-0": "a", "j-1-1": "b"}
 
 
-def test_a_pod_refused_past_the_retry_window_is_left_to_the_gang_timeout() -> None:
+def test_a_pod_refused_past_the_retry_window_raises_the_refusal_in_the_api_servers_words() -> None:
     kube, clock = FakeKube(), FakeClock()
     kube.refusals["j-1-0"] = [QUOTA] * 100
-    _launch(kube, clock, retry_s=2)
-    assert _placed(kube) == {"j-1-1": "b"}
+    with pytest.raises(LaunchRefused) as e:
+        _launch(kube, clock, retry_s=2)
+    assert (e.value.obj, e.value.status, e.value.message) == ("pod p/j-1-0", 403, QUOTA.message)
+    assert _placed(kube) == {"j-1-1": "b"}  # the next step's cleanup deletes it
+
+
+def test_any_other_refusal_is_not_retried() -> None:
+    kube, clock = FakeKube(), FakeClock()
+    cpu = ApiError(403, "Forbidden", "failed quota: q: must specify requests.cpu")
+    kube.refusals["j-1-0"] = [cpu, cpu]
+    with pytest.raises(LaunchRefused, match=r"must specify requests\.cpu"):
+        _launch(kube, clock, retry_s=10)
+    assert len(kube.refusals["j-1-0"]) == 1

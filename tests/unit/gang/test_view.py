@@ -7,9 +7,24 @@ from typing import Any
 
 from controller.gang.lifecycle import plan
 from controller.gang.record import Admission, format_time, parse_time
-from controller.gang.view import Memo, build_snapshot, job_views, node_of, pod_requests
+from controller.gang.view import (
+    Memo,
+    build_snapshot,
+    job_views,
+    namespace_quotas,
+    node_of,
+    pod_requests,
+)
 from controller.scheduler.cycle import schedule
-from controller.scheduler.types import MILLI, Admit, JobId, Pending, Placement, PodPlacement
+from controller.scheduler.types import (
+    MILLI,
+    Admit,
+    JobId,
+    NamespaceQuota,
+    Pending,
+    Placement,
+    PodPlacement,
+)
 
 from .builders import POLICY, admission, foreign, job, job_id, node, pod
 
@@ -156,3 +171,51 @@ def test_views_and_snapshot_are_the_same_with_and_without_the_memo() -> None:
             for m in (None, memo)
         ]
         assert [(s.by_name["b"].whole, s.by_name["a"].whole) for s in snaps] == [(5, 4), (5, 4)]
+
+
+def test_pod_requests_count_init_containers_as_kubernetes_does() -> None:
+    p = foreign("x", "a", 1)
+    p["spec"]["initContainers"] = [
+        {"name": "i", "resources": {"limits": {"nvidia.com/gpu": "8"}, "requests": {"cpu": "2"}}}
+    ]
+    assert pod_requests(p) == (8, 2000, 0)
+
+
+def _quota(ns: str, name: str, hard: dict[str, str], **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"hard": hard, **spec},
+    }
+
+
+def test_a_namespaces_quota_is_the_tightest_of_its_resource_quotas() -> None:
+    quotas = [
+        _quota("p", "gangops-quota", {"requests.nvidia.com/gpu": "30", "requests.cpu": "64",
+                                      "requests.memory": "256Gi"}),
+        _quota("p", "team", {"requests.nvidia.com/gpu": "12", "cpu": "100", "count/pods": "50"}),
+        # a scoped quota holds only some pods; an amount that does not parse says nothing
+        _quota("p", "scoped", {"requests.nvidia.com/gpu": "1"}, scopes=["BestEffort"]),
+        _quota("q", "odd", {"requests.nvidia.com/gpu": "lots", "services": "3"}),
+    ]  # fmt: skip
+    assert namespace_quotas(quotas) == {
+        "p": NamespaceQuota(gpu_milli=12_000, cpu_milli=64_000, memory=256 << 30, pods=50)
+    }
+
+
+def test_every_live_pod_of_a_quota_namespace_but_the_gangs_own_counts_against_it() -> None:
+    nodes = [node("a")]
+    mine = job("j", 2, adm=admission("a", "a"), phase="Running")
+    pods = [pod("j", 0, node="a"), pod("j", 1, node="a"), pod("old", 0, attempt=1)]
+    pending = {**foreign("x", "a", 2), "metadata": {"name": "x", "namespace": "p", "uid": "x"}}
+    pending["spec"] = {k: v for k, v in pending["spec"].items() if k != "nodeName"}
+    done = {**foreign("y", "a", 3, phase="Succeeded"), "metadata": {"name": "y", "namespace": "p"}}
+    views = job_views([mine], [*pods, pending, done], POLICY)
+    todo = plan(views, {"a": nodes[0]}, POLICY, now=1001.0)
+    snap = build_snapshot(
+        [node_of(n) for n in nodes], [*pods, pending, done], todo.running, todo.owned,
+        levels=(), reserve_tiers=frozenset(), quotas={"p": NamespaceQuota(gpu_milli=8_000)},
+    )  # fmt: skip
+    # the unbound pod (2 GPUs), the stray pod (1), the running gang (2); not the finished one
+    assert snap.namespace_usage["p"] == (5_000, 0, 0, 4)

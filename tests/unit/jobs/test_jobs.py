@@ -165,3 +165,61 @@ def test_status_is_kstatus_and_stable() -> None:
     assert list(running["allocation"]) == ["n1", "n2"]
     failed = job_status(generation=3, phase="Failed", reason="BackoffLimit", message="", now="t")
     assert {c["type"]: c["status"] for c in failed["conditions"]}["Stalled"] == "True"
+
+
+def test_worker_pods_take_only_labels_and_annotations_from_the_template_metadata() -> None:
+    template = copy.deepcopy(JOB["spec"]["template"])
+    template["metadata"] = {
+        "labels": {"app": "bert"},
+        "annotations": {"note": "kept"},
+        "finalizers": ["example.com/never"],
+        "ownerReferences": [{"uid": "someone-else"}],
+        "name": "chosen",
+        "namespace": "elsewhere",
+        "generateName": "x-",
+    }
+    placement = Placement((PodPlacement("n1", (0, 1, 2, 3)),))
+    (p,) = worker_pods(parse_job(JOB), template, placement, tier="high", attempt=1)
+    meta = p["metadata"]
+    assert set(meta) == {"name", "namespace", "labels", "annotations", "ownerReferences"}
+    assert (meta["name"], meta["namespace"]) == ("bert-1-0", "p")
+    assert meta["ownerReferences"][0]["uid"] == "u-1"
+    assert meta["labels"]["app"] == "bert" and meta["annotations"]["note"] == "kept"
+
+
+def _with_init(*init: dict[str, Any], app_gpus: int = 4) -> dict[str, Any]:
+    obj = _job(gangSize=8, resourceProfile={"minGPU": 8, "maxGPU": 8})
+    spec = obj["spec"]["template"]["spec"]
+    spec["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = app_gpus
+    spec["initContainers"] = list(init)
+    return obj
+
+
+def _init(gpus: int, *, cpu: str = "1", sidecar: bool = False) -> dict[str, Any]:
+    c: dict[str, Any] = {
+        "name": f"i{gpus}",
+        "resources": {"limits": {"nvidia.com/gpu": gpus}, "requests": {"cpu": cpu}},
+    }
+    if sidecar:
+        c["restartPolicy"] = "Always"
+    return c
+
+
+@pytest.mark.parametrize(
+    ("init", "app_gpus", "gpus", "cpu_milli"),
+    [
+        # an init container asking more than the app containers sets the pod's request
+        ((_init(8, cpu="2"),), 4, 8, 8000),
+        # one asking less changes nothing
+        ((_init(2, cpu="20"),), 4, 4, 20000),
+        # a sidecar (restartPolicy Always) runs beside the app containers: added
+        ((_init(4, cpu="1", sidecar=True),), 4, 8, 9000),
+        # a plain init container after a sidecar runs beside it
+        ((_init(2, cpu="1", sidecar=True), _init(6, cpu="1")), 2, 8, 9000),
+    ],
+)
+def test_init_containers_count_as_kubernetes_counts_them(
+    init: tuple[dict[str, Any], ...], app_gpus: int, gpus: int, cpu_milli: int
+) -> None:
+    job = parse_job(_with_init(*init, app_gpus=app_gpus))
+    assert (job.gpus_per_worker, job.pod.cpu_milli) == (gpus, cpu_milli)

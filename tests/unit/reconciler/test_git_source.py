@@ -19,6 +19,7 @@ from controller.kube.client import RESOURCES
 from controller.kube.clock import FakeClock
 from controller.reconciler.controller import Reconciler, ReconcilerSettings
 from controller.reconciler.fetch import GitRevisions
+from controller.reconciler.git import GitAuth, GitRef
 from controller.scheduler.policy import DEFAULT_SYSTEM_NAMESPACE, POLICY_CONFIGMAP
 from tests.unit.kube.fakes import FakeKube
 from tests.unit.policy.builders import policy_files, project
@@ -182,3 +183,99 @@ def test_credentials_come_from_the_sources_secret(tmp_path: Path) -> None:
     basic = base64.b64encode(b"bot:s3cret").decode()
     assert w.git.auths[-1].env["GIT_CONFIG_VALUE_0"] == f"Authorization: Basic {basic}"
     w.reconciler.stop()
+
+
+def _delete_by_hand(world: World, kind: str, name: str, namespace: str = "") -> None:
+    """A person deletes a managed object (the informer sees it go)."""
+    del world.kube.objects[(kind, namespace, name)]
+    world.reconciler.managed[kind].forget(name, namespace)
+
+
+DRIFTED = [("ResourceQuota", "gangops-quota", "nlp"), ("PriorityClass", "normal", "")]
+
+
+def test_while_the_newest_revision_is_invalid_drift_is_corrected_from_the_last_good_one(
+    world: World,
+) -> None:
+    world.git.push(URL, "main", GOOD, FILES)
+    world.reconcile()
+    assert {(k, n) for k, n, _ in DRIFTED} <= world.applied()
+    world.git.push(URL, "main", NEXT, INVALID)
+    world.reconcile()
+    assert world.condition("Stalled")["reason"] == "ValidationFailed"
+    for kind, name, ns in DRIFTED:
+        _delete_by_hand(world, kind, name, ns)
+    world.reconcile(fetch=False)  # the drift event
+    assert {(k, n) for k, n, _ in DRIFTED} <= world.applied()
+    assert world.condition("Stalled")["reason"] == "ValidationFailed"  # still said
+    assert world.status()["lastAppliedRevision"] == f"main@sha1:{GOOD}"
+
+
+def test_after_a_restart_the_last_good_revision_is_built_again_to_correct_drift(
+    tmp_path: Path,
+) -> None:
+    first = World(tmp_path)
+    first.git.push(URL, "main", GOOD, FILES)
+    first.reconcile()
+    first.git.push(URL, "main", NEXT, INVALID)
+    first.reconcile()
+    first.reconciler.stop()
+    again = World.__new__(World)  # a new reconciler over the same API server and Git
+    again.kube, again.git, again.clock = first.kube, first.git, FakeClock()
+    settings = ReconcilerSettings(cache_dir=tmp_path)
+    again.reconciler = Reconciler(
+        again.kube,
+        settings=settings,
+        clock=again.clock,
+        revisions=GitRevisions(
+            again.kube, cache_dir=tmp_path, system_namespace=settings.system_namespace,
+            git=again.git,
+        ),
+        rng=random.Random(0),
+    )  # fmt: skip
+    again.reconciler.sources.assume(again.kube.get(RESOURCES["PolicySource"], "team") or {})
+    for kind, name, ns in DRIFTED:
+        del again.kube.objects[(kind, ns, name)]
+    again.reconcile()
+    assert {(k, n) for k, n, _ in DRIFTED} <= again.applied()
+    assert again.condition("Stalled")["reason"] == "ValidationFailed"
+    again.reconciler.stop()
+
+
+def test_while_the_remote_is_out_of_reach_drift_is_corrected_from_what_was_applied(
+    world: World,
+) -> None:
+    world.git.push(URL, "main", GOOD, FILES)
+    world.reconcile()
+    world.git.down.add(URL)
+    for kind, name, ns in DRIFTED:
+        _delete_by_hand(world, kind, name, ns)
+    world.clock.advance(61)  # a poll: the remote does not answer
+    world.reconcile(fetch=False)
+    assert world.condition("Ready")["reason"] == "GitOperationFailed"
+    assert {(k, n) for k, n, _ in DRIFTED} <= world.applied()
+
+
+class _Broken(FakeGit):
+    """Git whose reads fail in a way nobody foresaw."""
+
+    def resolve(self, url: str, ref: GitRef, *, auth: GitAuth, timeout_s: float) -> str:
+        raise RuntimeError("something nobody foresaw")
+
+
+def test_a_reconcile_that_crashes_says_so_on_the_source_and_is_retried(world: World) -> None:
+    world.git.push(URL, "main", GOOD, FILES)
+    world.reconcile()
+    assert world.condition("Ready")["status"] == "True"
+    broken = _Broken()
+    world.reconciler._revisions = GitRevisions(
+        world.kube, cache_dir=Path("/nonexistent"), system_namespace=DEFAULT_SYSTEM_NAMESPACE,
+        git=broken,
+    )  # fmt: skip
+    world.reconciler.sources.assume(world.kube.get(RESOURCES["PolicySource"], "team") or {})
+    world.clock.advance(61)
+    world.reconciler._run("team", True)  # what the worker runs for a due source
+    ready = world.condition("Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "ReconcileFailed")
+    assert "RuntimeError: something nobody foresaw" in ready["message"]
+    assert f"keeping main@sha1:{GOOD}" in ready["message"]

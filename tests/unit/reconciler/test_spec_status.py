@@ -33,6 +33,24 @@ def test_spec_defaults() -> None:
     assert not spec.suspend and spec.secret_name is None
 
 
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("interval", "0s", "interval '0s' is shorter than 10s"),
+        ("interval", "9.5s", "interval '9.5s' is shorter than 10s"),
+        ("timeout", "1h", "timeout '1h' is not between 1s and 10m"),
+        ("timeout", "500ms", "timeout '500ms' is not between 1s and 10m"),
+    ],
+)
+def test_intervals_that_spin_and_timeouts_that_block_are_refused(
+    field: str, value: str, message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        PolicySourceSpec.parse({"url": "https://example.com/p.git", field: value})
+    ok = PolicySourceSpec.parse({"url": "u", "interval": "10s", "timeout": "10m"})
+    assert (ok.interval_s, ok.timeout_s) == (10.0, 600.0)
+
+
 def test_ref_precedence_and_revision_strings() -> None:
     ref = GitRef(branch="main", tag="v1", commit="a" * 40)
     assert ref.refspecs() == [] and ref.describe() == f"commit {'a' * 40}"

@@ -9,8 +9,17 @@ import pytest
 
 from controller.scheduler.cycle import schedule
 from controller.scheduler.policy import SchedulingPolicy
-from controller.scheduler.snapshot import Snapshot
-from controller.scheduler.types import Admit, Gang, Node, Pending, Preempt, Running, Taint
+from controller.scheduler.snapshot import Snapshot, Usage
+from controller.scheduler.types import (
+    Admit,
+    Gang,
+    NamespaceQuota,
+    Node,
+    Pending,
+    Preempt,
+    Running,
+    Taint,
+)
 from tests.unit.scheduler.builders import job, node, policy, running
 
 LEVELS = ("nvidia.com/gpu.clique", "topology.kubernetes.io/rack", "topology.kubernetes.io/zone")
@@ -34,6 +43,10 @@ class Case:
     """preemptor -> {elastic job shrunk for it: workers it keeps}."""
     grown: dict[str, dict[str, int]] = field(default_factory=dict)
     """elastic job grown onto idle GPUs -> its new workers per node."""
+    quotas: dict[str, NamespaceQuota] = field(default_factory=dict)
+    """namespace -> its ResourceQuota ceiling (jobs named `namespace/name`)."""
+    other: dict[str, Usage] = field(default_factory=dict)
+    """namespace -> what pods gangops does not schedule request there."""
 
 
 def _eight(name: str, **kw: str) -> Node:
@@ -324,6 +337,54 @@ CASES = [
         shrunk={"a": {"e": 4}},
     ),
     Case(
+        "namespace quota: a gang above its namespace's ResourceQuota is refused, though "
+        "its project's max (split across namespaces) allows it",
+        nodes=[node("n1"), node("n2"), node("n3"), node("n4")],
+        policy=policy({"p": {"max": 60}}),
+        quotas={"nlp": NamespaceQuota(gpu_milli=30_000)},
+        queue=[job("nlp/big").gang(32, per_worker=4).build()],
+        pending={
+            "nlp/big": "asks for 32 GPUs, more than namespace nlp's ResourceQuota allows (30)"
+        },
+    ),
+    Case(
+        "namespace quota: a gang waits while its namespace is full; one in the project's "
+        "other namespace starts",
+        nodes=[node("n1"), node("n2"), node("n3"), node("n4")],
+        policy=policy({"p": {"max": 60}}),
+        quotas={"nlp": NamespaceQuota(gpu_milli=30_000), "nlp-dev": NamespaceQuota(30_000)},
+        running=[running(job("nlp/a").gang(24, per_worker=8).build(), {"n1": 1, "n2": 1, "n3": 1})],
+        queue=[job("nlp/b").gang(8).build(), job("nlp-dev/c").gang(8).at(1).build()],
+        pending={
+            "nlp/b": "namespace nlp at its ResourceQuota: 24 of 30 GPUs requested, this job needs 8"
+        },
+        admitted={"nlp-dev/c": {"n4": 8}},
+    ),
+    Case(
+        "namespace quota: pods gangops does not schedule count, on a node or not",
+        nodes=[node("n1"), node("n2")],
+        quotas={"nlp": NamespaceQuota(gpu_milli=8_000)},
+        other={"nlp": (4_000, 0, 0, 1)},
+        queue=[job("nlp/a").gang(8).build()],
+        pending={"nlp/a": "4 of 8 GPUs requested"},
+    ),
+    Case(
+        "namespace quota: every resource it limits counts (here pods)",
+        nodes=[node("n1")],
+        quotas={"nlp": NamespaceQuota(pods=3)},
+        queue=[job("nlp/a").gang(4).build()],
+        pending={"nlp/a": "asks for 4 pods, more than namespace nlp's ResourceQuota allows (3)"},
+    ),
+    Case(
+        "namespace quota: an elastic gang grows only up to its namespace's ResourceQuota",
+        nodes=[node("n1"), node("n2")],
+        quotas={"nlp": NamespaceQuota(gpu_milli=6_000)},
+        running=[running(job("nlp/e").gang(4).elastic(4, 16).build(), {"n1": 4}, started=-10_000)],
+        queue=[],
+        now=1.0,
+        grown={"nlp/e": {"n1": 6}},
+    ),
+    Case(
         "shared GPUs: two half-GPU pods share one device",
         nodes=[node("n1", 1)],
         queue=[job("a").share(500).build(), job("b").share(500).at(1).build()],
@@ -334,7 +395,13 @@ CASES = [
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_cycle(case: Case) -> None:
-    snap = Snapshot(case.nodes, levels=LEVELS, running=case.running)
+    snap = Snapshot(
+        case.nodes,
+        levels=LEVELS,
+        running=case.running,
+        namespace_quota=case.quotas,
+        namespace_other=case.other,
+    )
     result = schedule(snap, case.queue, case.policy, now=case.now)
     admitted = {d.gang.id: d.placement.nodes() for d in result.decisions if isinstance(d, Admit)}
     pending = {d.gang.id: d.reason for d in result.decisions if isinstance(d, Pending)}
