@@ -11,6 +11,12 @@ nothing to change writes nothing. What it produces, per the README:
   ResourceQuota whose `hard` is the project's `max`, split evenly across the
   project's namespaces (remainders go to the namespaces listed first), so
   the API server enforces the ceiling even when the scheduler is down;
+- beside each ResourceQuota that tracks `requests.cpu` or `requests.memory`,
+  a LimitRange `gangops-defaults` giving every container that sets neither a
+  request nor a limit for them a default request (`DEFAULT_REQUESTS`, or the
+  namespace's whole share when that is smaller), so a pod that asks only for
+  GPUs is admitted instead of refused by quota admission (`must specify
+  requests.cpu`); the quota tracks no limits, so no default limit is set;
 - the compiled scheduling policy, a ConfigMap in the controller's namespace
   holding `policy.json`: the quota tree and tier rules with every default
   resolved, which is what the scheduler reads.
@@ -23,16 +29,18 @@ from fractions import Fraction
 from typing import Any
 
 from controller.policy.model import RESOURCE_NAMES, PolicySet, PriorityTier, Project, QuotaPair
-from controller.quantity import format_quantity
+from controller.quantity import format_quantity, parse_quantity
 from controller.scheduler.policy import DEFAULT_SYSTEM_NAMESPACE, POLICY_CONFIGMAP, POLICY_KEY
 
 __all__ = [
     "ANNOTATION_REVISION",
     "ANNOTATION_SOURCE",
     "APPLY_ORDER",
+    "DEFAULT_REQUESTS",
     "LABEL_MANAGED_BY",
     "LABEL_POD_SECURITY",
     "LABEL_PROJECT",
+    "LIMIT_RANGE_NAME",
     "QUOTA_NAME",
     "compile_policy_set",
     "object_key",
@@ -48,6 +56,10 @@ LABEL_TIER_PREEMPTIBLE = "gangops.ai/preemptible"
 ANNOTATION_SOURCE = "gangops.ai/source-file"
 ANNOTATION_REVISION = "gangops.ai/revision"
 QUOTA_NAME = "gangops-quota"
+LIMIT_RANGE_NAME = "gangops-defaults"
+DEFAULT_REQUESTS = {"cpu": "1", "memory": "1Gi"}
+"""The default container request for each resource a namespace's ResourceQuota
+tracks besides GPUs (capped at the namespace's share), as the README documents."""
 APPLY_ORDER = ("PriorityClass", "Namespace", "ResourceQuota", "LimitRange", "ConfigMap")
 """Kinds in the order they are applied; prune runs in reverse."""
 
@@ -84,6 +96,9 @@ def compile_policy_set(
             objects.append(_namespace(project, ns, revision))
             if hard:
                 objects.append(_resource_quota(project, ns, hard, revision))
+            defaults = _default_requests(hard)
+            if defaults:
+                objects.append(_limit_range(project, ns, defaults, revision))
     objects.append(
         {
             "apiVersion": "v1",
@@ -151,6 +166,31 @@ def _resource_quota(
     meta = _metadata(QUOTA_NAME, project.doc.file, revision, **{LABEL_PROJECT: project.name})
     meta["namespace"] = ns
     return {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": meta, "spec": {"hard": hard}}
+
+
+def _default_requests(hard: dict[str, str]) -> dict[str, str]:
+    """The LimitRange's default requests for a namespace whose quota is `hard`:
+    each resource the quota tracks besides GPUs, at `DEFAULT_REQUESTS` or the
+    whole share, whichever is smaller."""
+    out = {}
+    for r, default in DEFAULT_REQUESTS.items():
+        share = hard.get(_QUOTA_KEYS[r])
+        if share is not None:
+            out[r] = min(default, share, key=parse_quantity)
+    return out
+
+
+def _limit_range(
+    project: Project, ns: str, defaults: dict[str, str], revision: str
+) -> dict[str, Any]:
+    meta = _metadata(LIMIT_RANGE_NAME, project.doc.file, revision, **{LABEL_PROJECT: project.name})
+    meta["namespace"] = ns
+    return {
+        "apiVersion": "v1",
+        "kind": "LimitRange",
+        "metadata": meta,
+        "spec": {"limits": [{"type": "Container", "defaultRequest": defaults}]},
+    }
 
 
 def split_evenly(total: int, parts: int) -> list[int]:
