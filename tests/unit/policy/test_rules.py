@@ -208,6 +208,15 @@ CASES = [
         says=("not one of 'PreemptLowerPriority', 'Never'",),
     ),
     Case(
+        "GP204 numbers the scheduler could not turn into a duration or a count",
+        {
+            "cluster.yaml": CLUSTER
+            + f"  preemption: {{minRuntimeSeconds: {'9' * 400}, maxPerHour: 100001}}\n"
+        },
+        [("GP204", "cluster.yaml", 7), ("GP204", "cluster.yaml", 7), ("GP313", ".", 0)],
+        says=("more than the maximum of 31536000", "more than the maximum of 100000"),
+    ),
+    Case(
         "GP204 duplicate namespaces",
         {"p.yaml": PROJECT_P.replace("[p]", "[p, p]")},
         [("GP204", "p.yaml", 5)],
