@@ -80,10 +80,11 @@ CODES: dict[str, Code] = _codes(
     Code("GP312", "invalid-quantity", E, "An amount is not a Kubernetes quantity (examples: 8, 500m, 64Gi, 2Ti) or is negative."),
     Code("GP313", "cluster-policy-count", E, "A policy set needs exactly one ClusterPolicy."),
     Code("GP314", "job-max-above-project", E, "`jobs.maxGPU` is larger than the project's GPU `max`, so such a job could never run."),
-    Code("GP315", "user-max-above-project", W, "A user's `max` is larger than the project's `max`; the project's ceiling applies first."),
+    Code("GP315", "user-max-above-project", W, "A named user's `max` is larger than the project's `max`; the project's ceiling applies first. For `users.default` it is an error: every user not listed would get a ceiling the project never allows."),
     Code("GP316", "reserve-above-capacity", E, "The reserve is larger than the capacity."),
     Code("GP317", "capacity-source", E, "`capacityFrom` names a cluster description that cannot be read or parsed, or neither `capacity.gpu` nor `capacityFrom` is given."),
     Code("GP318", "no-tiers", W, "A project allows no tiers, so none of its jobs can be admitted."),
+    Code("GP319", "user-never-matches", E, "A user name is not a Kubernetes label value (at most 63 ASCII letters, digits, '-', '_', '.'), so no TrainingJob's `ai.operator/user` label can name it (a look-alike letter, a space, a service account)."),
 )  # fmt: skip
 
 

@@ -395,6 +395,25 @@ CASES = [
         [("GP315", "p.yaml", 7)],
     ),
     Case(
+        "GP319 user names no TrainingJob label can carry",
+        {
+            "p.yaml": PROJECT_P
+            + "  users:\n    members:\n"
+            + "".join(
+                f"      - {{name: {name}}}\n"
+                for name in ('"\u0430lice"', '"alice "', '"system:serviceaccount:p:ci"', "a" * 64)
+            )
+            + "      - {name: A_b.c-9}\n"
+        },
+        [
+            ("GP319", "p.yaml", 9),
+            ("GP319", "p.yaml", 10),
+            ("GP319", "p.yaml", 11),
+            ("GP319", "p.yaml", 12),
+        ],
+        says=("user '\u0430lice' can never own a TrainingJob", "'alice '"),
+    ),
+    Case(
         "GP316 reserve above capacity",
         {"cluster.yaml": CLUSTER.replace("{gpu: 8,", "{gpu: 65,")},
         [("GP316", "cluster.yaml", 6)],
@@ -487,6 +506,20 @@ def test_diagnostics(case: Case) -> None:
         assert text in messages
     assert result.ok == (not any(CODES[c].severity is Severity.ERROR for c, _, _ in case.expect))
     assert (result.policy_set is not None) == result.ok
+
+
+def test_a_default_user_max_above_the_projects_is_an_error() -> None:
+    """Everyone not listed would get a ceiling the project never allows: the
+    rule that warns about named users also checks `users.default`, as an error."""
+    files = {
+        **BASE,
+        "p.yaml": PROJECT_P + "  users: {default: {max: {gpu: 9}}, members: [{name: ann}]}\n",
+    }
+    result = validate(files)
+    assert located(result.diagnostics) == [("GP315", "p.yaml", 7)]
+    (d,) = result.diagnostics
+    assert d.is_error and "project 'p' default user: max gpu 9" in d.message
+    assert result.policy_set is None
 
 
 def test_every_registered_code_has_a_case() -> None:
