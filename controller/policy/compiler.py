@@ -41,9 +41,11 @@ __all__ = [
     "LABEL_POD_SECURITY",
     "LABEL_PROJECT",
     "LIMIT_RANGE_NAME",
+    "MAX_CONFIGMAP_BYTES",
     "QUOTA_NAME",
     "compile_policy_set",
     "object_key",
+    "policy_json",
     "scheduling_policy",
     "split_evenly",
 ]
@@ -60,6 +62,8 @@ LIMIT_RANGE_NAME = "gangops-defaults"
 DEFAULT_REQUESTS = {"cpu": "1", "memory": "1Gi"}
 """The default container request for each resource a namespace's ResourceQuota
 tracks besides GPUs (capped at the namespace's share), as the README documents."""
+MAX_CONFIGMAP_BYTES = 1 << 20
+"""What the API server allows in a ConfigMap's data, all keys together."""
 APPLY_ORDER = ("PriorityClass", "Namespace", "ResourceQuota", "LimitRange", "ConfigMap")
 """Kinds in the order they are applied; prune runs in reverse."""
 
@@ -109,11 +113,7 @@ def compile_policy_set(
                 "labels": {LABEL_MANAGED_BY: "gangops"},
                 "annotations": _annotations(source_root, revision),
             },
-            "data": {
-                POLICY_KEY: json.dumps(
-                    scheduling_policy(policy_set), sort_keys=True, separators=(",", ":")
-                )
-            },
+            "data": {POLICY_KEY: policy_json(policy_set)},
         }
     )
     return sorted(objects, key=object_key)
@@ -240,6 +240,12 @@ def _default_tier(policy_set: PolicySet, project: Project, allowed: list[str]) -
     if global_default in allowed:
         return global_default
     return allowed[-1] if allowed else None
+
+
+def policy_json(policy_set: PolicySet) -> str:
+    """The scheduling-policy ConfigMap's `policy.json`: `scheduling_policy` as
+    compact JSON, ASCII only (its length is its size in bytes)."""
+    return json.dumps(scheduling_policy(policy_set), sort_keys=True, separators=(",", ":"))
 
 
 def scheduling_policy(policy_set: PolicySet) -> dict[str, Any]:

@@ -85,6 +85,7 @@ CODES: dict[str, Code] = _codes(
     Code("GP317", "capacity-source", E, "`capacityFrom` names a cluster description that cannot be read or parsed, or neither `capacity.gpu` nor `capacityFrom` is given."),
     Code("GP318", "no-tiers", W, "A project allows no tiers, so none of its jobs can be admitted."),
     Code("GP319", "user-never-matches", E, "A user name is not a Kubernetes label value (at most 63 ASCII letters, digits, '-', '_', '.'), so no TrainingJob's `ai.operator/user` label can name it (a look-alike letter, a space, a service account)."),
+    Code("GP320", "scheduling-policy-too-large", E, "The compiled scheduling policy is over the 1 MiB the API server allows in a ConfigMap; the size is given."),
 )  # fmt: skip
 
 

@@ -21,6 +21,7 @@ from jsonschema.exceptions import ValidationError
 
 from controller.clusterspec import ClusterSpecError, parse_cluster
 from controller.policy import rules
+from controller.policy.compiler import MAX_CONFIGMAP_BYTES, policy_json
 from controller.policy.diagnostics import Diagnostic, did_you_mean, sort_key
 from controller.policy.loader import (
     DEFAULT_LIMITS,
@@ -41,6 +42,7 @@ from controller.policy.model import (
     build_tier,
 )
 from controller.quantity import QuantityError, parse_quantity
+from controller.scheduler.policy import POLICY_CONFIGMAP, POLICY_KEY
 
 __all__ = [
     "OutsideRepository",
@@ -158,12 +160,33 @@ def validate_sources(
         )
     result.diagnostics = sorted(set(diags), key=sort_key)
     if result.ok and len(clusters) == 1:
-        result.policy_set = PolicySet(
+        policy_set = PolicySet(
             cluster=clusters[0],
             tiers=tuple(sorted(tiers, key=lambda t: t.name)),
             projects=tuple(sorted(projects, key=lambda p: p.name)),
         )
+        too_large = _too_large(policy_set, root)
+        if too_large is None:
+            result.policy_set = policy_set
+        else:
+            result.diagnostics = sorted([*result.diagnostics, too_large], key=sort_key)
     return result
+
+
+def _too_large(policy_set: PolicySet, root: str) -> Diagnostic | None:
+    """GP320 when the API server would refuse the scheduling-policy ConfigMap."""
+    size = len(policy_json(policy_set))
+    if size <= MAX_CONFIGMAP_BYTES:
+        return None
+    members = sum(len(p.members) for p in policy_set.projects)
+    return Diagnostic(
+        "GP320",
+        f"the compiled scheduling policy (the ConfigMap {POLICY_CONFIGMAP}, key {POLICY_KEY}) "
+        f"is {size:,} bytes, over the {MAX_CONFIGMAP_BYTES:,} bytes the API server allows "
+        f"in a ConfigMap ({len(policy_set.projects):,} projects, {members:,} named users); "
+        "name fewer users (users.default covers everyone not listed) or fewer projects",
+        root,
+    )
 
 
 def _capacity_from(

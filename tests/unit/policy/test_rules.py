@@ -414,6 +414,19 @@ CASES = [
         says=("user '\u0430lice' can never own a TrainingJob", "'alice '"),
     ),
     Case(
+        "GP320 a scheduling policy the API server would refuse",
+        {
+            f"p{i}.yaml": PROJECT_P.replace("{name: p}", f"{{name: p{i}}}").replace(
+                "[p]", f"[p{i}]"
+            )
+            + "  users:\n    members:\n"
+            + "".join(f"      - {{name: u{j:059d}}}\n" for j in range(1000))
+            for i in range(12)
+        },
+        [("GP320", ".", 0), ("GP306", "cluster.yaml", 5)],
+        says=("bytes, over the 1,048,576 bytes", "12 projects, 12,000 named users"),
+    ),
+    Case(
         "GP316 reserve above capacity",
         {"cluster.yaml": CLUSTER.replace("{gpu: 8,", "{gpu: 65,")},
         [("GP316", "cluster.yaml", 6)],
