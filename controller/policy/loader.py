@@ -12,7 +12,9 @@ Git tree at some revision.
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -34,6 +36,7 @@ __all__ = [
     "DEFAULT_MAX_FILE_BYTES",
     "DEFAULT_MAX_NODES",
     "KINDS",
+    "LINK_REFUSED",
     "Document",
     "Limits",
     "LoadResult",
@@ -72,6 +75,14 @@ class Limits:
 DEFAULT_LIMITS = Limits()
 
 
+LINK_REFUSED = (
+    "is a symbolic link; links are not followed (Git stores a link as the text of its "
+    "target, so the reconciler and `plan --base` could never read what it points to): "
+    "commit the file itself"
+)
+"""Why a symbolic link is not read, from the working tree or from Git alike."""
+
+
 @dataclass(frozen=True)
 class Source:
     """One file to read, wherever it lives (working tree or Git tree)."""
@@ -80,6 +91,9 @@ class Source:
     """Display path, relative to the policy root, with `/` separators."""
     size: int
     read: Callable[[], bytes]
+    refused: str | None = None
+    """Why the file is not read (a symbolic link, a FIFO, a device), reported as
+    GP112 after its path; `read` is then never called."""
 
 
 @dataclass
@@ -117,6 +131,8 @@ class LoadResult:
 
 def sources_from_paths(paths: Iterable[str | Path], *, root: Path | None = None) -> list[Source]:
     """YAML files at or under `paths`, sorted; hidden directories are skipped.
+    Only regular files are read: symbolic links (as Git readers see them: link
+    text), FIFOs and devices come as refused `Source`s, reported as GP112.
 
     Display paths are relative to `root` (default: the current directory)
     when the file is below it. Raises `FileNotFoundError` for a missing path.
@@ -138,21 +154,42 @@ def sources_from_paths(paths: Iterable[str | Path], *, root: Path | None = None)
     out: list[Source] = []
     seen: set[Path] = set()
     for f in found:
-        resolved = f.resolve()
-        if resolved in seen:
+        absolute = Path(os.path.abspath(f))
+        if absolute in seen:
             continue
-        seen.add(resolved)
+        seen.add(absolute)
         try:
-            # Named as found, not as resolved: a link shows as the link.
-            display = Path(os.path.abspath(f)).relative_to(base).as_posix()
+            display = absolute.relative_to(base).as_posix()
         except ValueError:
             display = f.as_posix()
-        try:
-            size = f.stat().st_size
-        except OSError:
-            size = 0
-        out.append(Source(path=display, size=size, read=f.read_bytes))
+        out.append(_file_source(f, display))
     return out
+
+
+def _file_source(f: Path, display: str) -> Source:
+    """A file on disk as a `Source`: only a regular file is read. A symbolic
+    link is refused as Git readers would see it (`LINK_REFUSED`), and so are
+    FIFOs, devices and sockets, which could block or never end."""
+    try:
+        st = os.lstat(f)
+    except OSError as e:
+        return Source(display, 0, f.read_bytes, refused=f"cannot read file: {e.strerror or e}")
+    if stat.S_ISLNK(st.st_mode):
+        return Source(display, 0, f.read_bytes, refused=LINK_REFUSED)
+    if not stat.S_ISREG(st.st_mode):
+        what = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a device or socket"
+        return Source(display, 0, f.read_bytes, refused=f"is {what}, not a regular file")
+    return Source(display, st.st_size, lambda: _read_regular(f))
+
+
+def _read_regular(f: Path) -> bytes:
+    """The bytes of `f`, opened without following a link or waiting on a FIFO, and
+    read only if it is (still) a regular file."""
+    fd = os.open(f, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(f))
+        return fh.read()
 
 
 class _Resolver(VersionedResolver):
@@ -190,6 +227,9 @@ def load_sources(sources: Iterable[Source], *, limits: Limits = DEFAULT_LIMITS) 
 
 def _load_one(src: Source, yaml: YAML, limits: Limits, result: LoadResult) -> None:
     diags = result.diagnostics
+    if src.refused is not None:
+        diags.append(Diagnostic("GP112", src.refused, src.path))
+        return
     if src.size > limits.max_file_bytes:
         diags.append(
             Diagnostic(

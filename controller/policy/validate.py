@@ -210,6 +210,9 @@ def _capacity_from(
         return None, [Diagnostic("GP317", f"capacityFrom: {e}", doc.file, line, col)]
     if src is None:
         return None, [Diagnostic("GP317", f"capacityFrom: {ref!r} not found", doc.file, line, col)]
+    if src.refused is not None:
+        msg = f"capacityFrom: {ref!r} {src.refused}"
+        return None, [Diagnostic("GP317", msg, doc.file, line, col)]
     if src.size > limits.max_file_bytes:
         msg = f"capacityFrom: {ref!r} is over {limits.max_file_bytes} bytes"
         return None, [Diagnostic("GP317", msg, doc.file, line, col)]

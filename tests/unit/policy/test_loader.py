@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -298,6 +300,38 @@ def test_sources_from_paths(tmp_path: Path) -> None:
     assert found[0].size == 5 and found[0].read() == b"x: 1\n"
     with pytest.raises(FileNotFoundError):
         sources_from_paths([tmp_path / "missing"])
+
+
+@pytest.mark.parametrize(
+    ("make", "says"),
+    [
+        (lambda f: os.symlink(f, f), "is a symbolic link"),
+        (lambda f: os.symlink("/dev/zero", f), "is a symbolic link"),
+        (lambda f: os.symlink(f.parent / "real.yml", f), "is a symbolic link"),
+        (os.mkfifo, "is a FIFO, not a regular file"),
+    ],
+    ids=["loop", "dev-zero", "regular-target", "fifo"],
+)
+def test_only_regular_files_are_read(
+    tmp_path: Path, make: Callable[[Path], None], says: str
+) -> None:
+    """A link loop (a traceback), a link to /dev/zero (read until MemoryError)
+    and a FIFO (blocked forever) each get GP112 at once; a link to a regular
+    file too, as Git readers would see only its text."""
+    (tmp_path / "real.yml").write_text(PROJECT)
+    make(tmp_path / "odd.yaml")
+    done: list[LoadResult] = []
+    reader = threading.Thread(
+        target=lambda: done.append(load_sources(sources_from_paths([tmp_path], root=tmp_path))),
+        daemon=True,
+    )
+    reader.start()
+    reader.join(timeout=30)
+    assert done, "reading the policy files did not finish"
+    (result,) = done
+    (refused,) = [d for d in result.diagnostics if d.code == "GP112"]
+    assert (refused.file, refused.line) == ("odd.yaml", 0) and says in refused.message
+    assert [d.file for d in result.documents] == ["real.yml"]
 
 
 def test_unreadable_file_on_disk(tmp_path: Path) -> None:
