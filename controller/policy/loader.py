@@ -22,7 +22,12 @@ from typing import Any
 
 from ruamel.yaml import YAML
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
-from ruamel.yaml.events import CollectionEndEvent, CollectionStartEvent
+from ruamel.yaml.events import (
+    AliasEvent,
+    CollectionEndEvent,
+    CollectionStartEvent,
+    DocumentStartEvent,
+)
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from ruamel.yaml.resolver import VersionedResolver
 
@@ -41,6 +46,7 @@ __all__ = [
     "Limits",
     "LoadResult",
     "Source",
+    "load_data",
     "load_sources",
     "nesting_too_deep",
     "sources_from_paths",
@@ -226,10 +232,47 @@ def load_sources(sources: Iterable[Source], *, limits: Limits = DEFAULT_LIMITS) 
 
 
 def _load_one(src: Source, yaml: YAML, limits: Limits, result: LoadResult) -> None:
-    diags = result.diagnostics
+    composed = _compose(src, yaml, limits, result.diagnostics)
+    if composed is None:
+        return
+    text, nodes, budget = composed
+    for index, node in enumerate(nodes):
+        _document(src.path, node, yaml, budget, result, _AliasFinder(yaml, text, index))
+
+
+def load_data(
+    src: Source, *, limits: Limits = DEFAULT_LIMITS
+) -> tuple[list[Any], list[Diagnostic]]:
+    """Every document of `src` as plain values, read as policy files are (the
+    same size, nesting and alias-expansion limits, the same diagnostics), for
+    YAML that is not a policy: a cluster description. A document that cannot
+    be read is left out, and its diagnostics say why."""
+    yaml = _yaml()
+    diags: list[Diagnostic] = []
+    composed = _compose(src, yaml, limits, diags)
+    if composed is None:
+        return [], diags
+    text, nodes, budget = composed
+    out = []
+    for index, node in enumerate(nodes):
+        builder = _Builder(src.path, yaml, budget)
+        problem = _build(builder, node, budget, _AliasFinder(yaml, text, index))
+        if problem is not None:
+            diags.append(problem)
+            continue
+        diags.extend(builder.diagnostics)
+        out.append(builder.data)
+    return out, diags
+
+
+def _compose(
+    src: Source, yaml: YAML, limits: Limits, diags: list[Diagnostic]
+) -> tuple[str, list[Node], Limits] | None:
+    """The file's text, its documents' node graphs and the limits to build them
+    with; None, with diagnostics, when the file cannot be read or parsed."""
     if src.refused is not None:
         diags.append(Diagnostic("GP112", src.refused, src.path))
-        return
+        return None
     if src.size > limits.max_file_bytes:
         diags.append(
             Diagnostic(
@@ -239,15 +282,15 @@ def _load_one(src: Source, yaml: YAML, limits: Limits, result: LoadResult) -> No
                 src.path,
             )
         )
-        return
+        return None
     try:
         raw = src.read()
     except OSError as e:
         diags.append(Diagnostic("GP112", f"cannot read file: {e.strerror or e}", src.path))
-        return
+        return None
     if len(raw) > limits.max_file_bytes:  # the file grew after it was listed
         diags.append(Diagnostic("GP103", f"file is over {limits.max_file_bytes} bytes", src.path))
-        return
+        return None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -262,11 +305,11 @@ def _load_one(src: Source, yaml: YAML, limits: Limits, result: LoadResult) -> No
                 col,
             )
         )
-        return
+        return None
     deep = _too_deep(yaml, text, limits.max_depth)
     if deep is not None:
         diags.append(_deep_diagnostic(src.path, limits.max_depth, *deep))
-        return
+        return None
     try:
         nodes = list(yaml.compose_all(text))
     except MarkedYAMLError as e:
@@ -275,16 +318,14 @@ def _load_one(src: Source, yaml: YAML, limits: Limits, result: LoadResult) -> No
         problem = e.problem or "invalid YAML"
         context = f" ({e.context})" if e.context else ""
         diags.append(Diagnostic("GP101", f"{problem}{context}", src.path, line, col))
-        return
+        return None
     except YAMLError as e:
         diags.append(Diagnostic("GP101", str(e).strip() or "invalid YAML", src.path, 1, 1))
-        return
+        return None
     # Without aliases a document cannot have more nodes than its file has
     # characters, so expanding past that (plus slack for tiny files) is an
     # alias bomb: stop it after a few thousand nodes, not at max_nodes.
-    budget = min(limits.max_nodes, len(text) + 1000)
-    for node in nodes:
-        _document(src.path, node, yaml, replace(limits, max_nodes=budget), result)
+    return text, nodes, replace(limits, max_nodes=min(limits.max_nodes, len(text) + 1000))
 
 
 def nesting_too_deep(text: str, *, max_depth: int = DEFAULT_MAX_DEPTH) -> tuple[int, int] | None:
@@ -333,7 +374,9 @@ def _deep_diagnostic(file: str, max_depth: int, line: int, col: int) -> Diagnost
     )
 
 
-def _document(file: str, node: Node, yaml: YAML, limits: Limits, result: LoadResult) -> None:
+def _document(
+    file: str, node: Node, yaml: YAML, limits: Limits, result: LoadResult, aliases: _AliasFinder
+) -> None:
     line, col = node.start_mark.line + 1, node.start_mark.column + 1
     diags = result.diagnostics
     if isinstance(node, ScalarNode) and node.tag == "tag:yaml.org,2002:null":
@@ -346,34 +389,11 @@ def _document(file: str, node: Node, yaml: YAML, limits: Limits, result: LoadRes
         )
         return
     builder = _Builder(file, yaml, limits)
-    try:
-        data = builder.build(node, ())
-    except _TooDeep as e:
-        diags.append(_deep_diagnostic(file, limits.max_depth, *e.position))
+    problem = _build(builder, node, limits, aliases)
+    if problem is not None:
+        diags.append(problem)
         return
-    except _Recursive as e:
-        diags.append(
-            Diagnostic(
-                "GP105",
-                "an alias refers to a list or mapping that contains it, so it never ends; "
-                "remove the alias",
-                file,
-                *e.position,
-            )
-        )
-        return
-    except _TooManyNodes:
-        diags.append(
-            Diagnostic(
-                "GP105",
-                f"document expands to more than {limits.max_nodes} nodes through anchors and "
-                "aliases (an alias bomb?); remove the aliases",
-                file,
-                line,
-                col,
-            )
-        )
-        return
+    data = builder.data
     diags.extend(builder.diagnostics)
     api_version, kind = data.get("apiVersion"), data.get("kind")
     if not isinstance(api_version, str) or not api_version:
@@ -431,8 +451,70 @@ def _document(file: str, node: Node, yaml: YAML, limits: Limits, result: LoadRes
     )
 
 
+def _build(
+    builder: _Builder, node: Node, limits: Limits, aliases: _AliasFinder
+) -> Diagnostic | None:
+    """Build `node` into `builder.data`; the diagnostic that stopped it, if any."""
+    file = builder.file
+    try:
+        builder.data = builder.build(node, ())
+    except _TooDeep as e:
+        return _deep_diagnostic(file, limits.max_depth, *e.position)
+    except _Recursive as e:
+        return Diagnostic(
+            "GP105",
+            "an alias refers to a list or mapping that contains it, so it never ends; "
+            "remove the alias",
+            file,
+            *e.position,
+        )
+    except _TooManyNodes as e:
+        found = aliases.nth(e.alias) if e.alias is not None else None
+        if found is None:
+            line, col, which = node.start_mark.line + 1, node.start_mark.column + 1, ""
+        else:
+            (line, col), name = found
+            which = f"; the alias *{name} here crossed the limit"
+        return Diagnostic(
+            "GP105",
+            f"document expands to more than {limits.max_nodes} nodes through anchors and "
+            f"aliases (an alias bomb?){which}; remove the aliases",
+            file,
+            line,
+            col,
+        )
+    return None
+
+
+class _AliasFinder:
+    """Where the aliases of one document of a text are, found only when asked:
+    the composed graph keeps no trace of them (an alias is the node it names)."""
+
+    def __init__(self, yaml: YAML, text: str, document: int) -> None:
+        self.yaml, self.text, self.document = yaml, text, document
+
+    def nth(self, n: int) -> tuple[tuple[int, int], str] | None:
+        """The (line, column) and anchor name of the document's `n`th alias (from 1)."""
+        document, seen = -1, 0
+        try:
+            for event in self.yaml.parse(self.text):
+                if isinstance(event, DocumentStartEvent):
+                    document += 1
+                elif isinstance(event, AliasEvent) and document == self.document:
+                    seen += 1
+                    if seen == n:
+                        mark = event.start_mark
+                        return (mark.line + 1, mark.column + 1), str(event.anchor)
+        except YAMLError:
+            return None
+        return None
+
+
 class _TooManyNodes(Exception):
-    pass
+    def __init__(self, alias: int | None) -> None:
+        super().__init__()
+        self.alias = alias
+        """Which of the document's aliases (from 1) was being expanded; None if none was."""
 
 
 class _Positioned(Exception):
@@ -499,26 +581,51 @@ class _Builder:
         """The lists and mappings being built, outermost first."""
         self.positions: dict[Path_, tuple[int, int]] = {}
         self.diagnostics: list[Diagnostic] = []
+        self.data: Any = None
+        """What `build` built, once it has."""
+        self.built: set[int] = set()
+        """The nodes met so far (by id): meeting one again is following an alias."""
+        self.aliases = 0
+        """Aliases of the text followed so far (not those inside an alias' expansion)."""
+        self.expanding: int | None = None
+        """Which of them is being expanded now."""
 
     def build(self, node: Node, path: Path_) -> Any:
         self.budget -= 1
         if self.budget < 0:
-            raise _TooManyNodes
+            raise _TooManyNodes(self.expanding)
         if path not in self.positions:
             self.positions[path] = (node.start_mark.line + 1, node.start_mark.column + 1)
-        if not isinstance(node, MappingNode | SequenceNode):
-            return self._scalar(node)
-        if any(n is node for n in self.open):
-            raise _Recursive(node)
-        if len(self.open) >= self.max_depth:
-            raise _TooDeep(node)
-        self.open.append(node)
+        outermost = self._alias(node)
         try:
-            if isinstance(node, MappingNode):
-                return self._mapping(node, path)
-            return [self.build(item, (*path, i)) for i, item in enumerate(node.value)]
+            if not isinstance(node, MappingNode | SequenceNode):
+                return self._scalar(node)
+            if any(n is node for n in self.open):
+                raise _Recursive(node)
+            if len(self.open) >= self.max_depth:
+                raise _TooDeep(node)
+            self.open.append(node)
+            try:
+                if isinstance(node, MappingNode):
+                    return self._mapping(node, path)
+                return [self.build(item, (*path, i)) for i, item in enumerate(node.value)]
+            finally:
+                self.open.pop()
         finally:
-            self.open.pop()
+            if outermost:
+                self.expanding = None
+
+    def _alias(self, node: Node) -> bool:
+        """Note `node` as met; True when it is an alias of the text itself (not one
+        inside an alias' expansion), which is then the one being expanded."""
+        if id(node) not in self.built:
+            self.built.add(id(node))
+            return False
+        if self.expanding is not None:
+            return False
+        self.aliases += 1
+        self.expanding = self.aliases
+        return True
 
     def _scalar(self, node: Node) -> Any:
         tag = node.tag
@@ -598,6 +705,8 @@ class _Builder:
                 )
 
     def _key(self, node: Node) -> str:
+        if self._alias(node):
+            self.expanding = None
         if isinstance(node, ScalarNode):
             value = self._scalar(node)
             return value if isinstance(value, str) else str(node.value)

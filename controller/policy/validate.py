@@ -29,8 +29,8 @@ from controller.policy.loader import (
     Document,
     Limits,
     Source,
+    load_data,
     load_sources,
-    nesting_too_deep,
 )
 from controller.policy.model import (
     ClusterPolicy,
@@ -213,21 +213,20 @@ def _capacity_from(
     if src.refused is not None:
         msg = f"capacityFrom: {ref!r} {src.refused}"
         return None, [Diagnostic("GP317", msg, doc.file, line, col)]
-    if src.size > limits.max_file_bytes:
-        msg = f"capacityFrom: {ref!r} is over {limits.max_file_bytes} bytes"
+    # Read as policy files are: the same size, nesting and alias-expansion limits.
+    documents, problems = load_data(src, limits=limits)
+    errors = [d for d in problems if d.is_error]
+    if errors:
+        where = f"{ref}:{errors[0].line}:{errors[0].column}" if errors[0].line else ref
+        msg = f"capacityFrom: {where}: {errors[0].code} {errors[0].message}"
+        return None, [Diagnostic("GP317", msg, doc.file, line, col)]
+    if len(documents) != 1:
+        msg = f"capacityFrom: {ref!r} must hold one document, found {len(documents)}"
         return None, [Diagnostic("GP317", msg, doc.file, line, col)]
     try:
-        from ruamel.yaml import YAML
-
-        text = src.read().decode("utf-8")
-        if nesting_too_deep(text, max_depth=limits.max_depth) is not None:
-            msg = f"capacityFrom: {ref!r} nests more than {limits.max_depth} levels deep"
-            return None, [Diagnostic("GP317", msg, doc.file, line, col)]
-        cluster = parse_cluster(YAML(typ="safe").load(text), source=ref)
-    except (ClusterSpecError, OSError, ValueError) as e:
+        cluster = parse_cluster(documents[0], source=ref)
+    except ClusterSpecError as e:
         return None, [Diagnostic("GP317", f"capacityFrom: {e}", doc.file, line, col)]
-    except Exception as e:  # ruamel's YAML errors have no common public base here
-        return None, [Diagnostic("GP317", f"capacityFrom: {ref}: {e}", doc.file, line, col)]
     return cluster.total_gpus, []
 
 

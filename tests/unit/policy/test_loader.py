@@ -188,8 +188,25 @@ def test_an_alias_bomb_is_refused_quickly() -> None:
     start = time.perf_counter()
     result = load({"bomb.yaml": text})  # a billion nodes if expanded
     assert time.perf_counter() - start < 1.0
-    assert where(result) == [("GP105", 1, 1)]
-    assert "alias" in result.diagnostics[0].message
+    # Where the fix goes: the first alias that took it over the limit (`d`'s
+    # first `*c`), not the start of the document.
+    assert where(result) == [("GP105", 4, 8)]
+    assert "the alias *c here crossed the limit" in result.diagnostics[0].message
+
+
+def test_an_alias_bomb_is_located_in_its_own_document_and_through_merge_keys() -> None:
+    text = (
+        "x: &x 1\ny: *x\n---\n"
+        "m: &m {k: v}\n"
+        "n: &n {<<: *m, a: [*m, *m]}\n"
+        "o: &o [*n, *n, *n, *n, *n, *n, *n, *n, *n, *n]\n"
+        f"p: [{', '.join(['*o'] * 20)}]\n"
+    )
+    result = load({"bomb.yaml": text})
+    (d,) = [d for d in result.diagnostics if d.code == "GP105"]
+    assert d.line == 7 and "the alias *o here crossed the limit" in d.message
+    line = text.splitlines()[d.line - 1]
+    assert line[d.column - 1 :].startswith("*o") and line[: d.column].count("*o") > 1
 
 
 def test_aliases_within_the_budget_are_fine() -> None:

@@ -113,7 +113,12 @@ CASES = [
         [("GP104", "p.yaml", 7)],
         says=("0xe9",),
     ),
-    Case("GP105 alias bomb", {"p.yaml": BOMB}, [("GP105", "p.yaml", 1)]),
+    Case(
+        "GP105 alias bomb, at the alias that crossed the limit",
+        {"p.yaml": BOMB},
+        [("GP105", "p.yaml", 4)],
+        says=("the alias *c here crossed the limit",),
+    ),
     Case(
         "GP105 recursive alias",
         {"p.yaml": PROJECT_P + "x: &x [*x]\n"},
@@ -449,17 +454,38 @@ CASES = [
         extra={"c/cluster.yaml": "kind: Node\n"},
     ),
     Case(
+        "GP317 capacityFrom names a cluster description with an alias bomb",
+        {"cluster.yaml": CLUSTER.replace("capacity: {gpu: 64}", "capacityFrom: c/cluster.yaml")},
+        [("GP317", "cluster.yaml", 5)],
+        says=("c/cluster.yaml:4:8: GP105", "the alias *c here crossed the limit"),
+        extra={
+            "c/cluster.yaml": BOMB.replace("g: &g", "bomb: &g")
+            + "kind: Cluster\nspec:\n  pools:\n"
+            + "    - {name: p, count: 1, gpusPerNode: 8, labels: {x: *g}}\n"
+        },
+    ),
+    Case(
+        "GP317 capacityFrom names a pool whose labels or taints are not text",
+        {"cluster.yaml": CLUSTER.replace("capacity: {gpu: 64}", "capacityFrom: c/cluster.yaml")},
+        [("GP317", "cluster.yaml", 5)],
+        says=("c/cluster.yaml: spec.pools[0].taints[0]: expected a mapping with key and effect",),
+        extra={
+            "c/cluster.yaml": "kind: Cluster\nspec:\n  pools:\n"
+            "    - {name: p, count: 1, gpusPerNode: 8, taints: [1]}\n"
+        },
+    ),
+    Case(
         "GP317 capacityFrom names a file nested too deep to read",
         {"cluster.yaml": CLUSTER.replace("capacity: {gpu: 64}", "capacityFrom: c/cluster.yaml")},
         [("GP317", "cluster.yaml", 5)],
-        says=("nests more than 100 levels deep",),
+        says=("c/cluster.yaml:1:103: GP114 lists and mappings nest more than 100 levels",),
         extra={"c/cluster.yaml": "a: " + "[" * 300_000 + "]" * 300_000},
     ),
     Case(
         "GP317 capacityFrom names a file over the size limit",
         {"cluster.yaml": CLUSTER.replace("capacity: {gpu: 64}", "capacityFrom: c/cluster.yaml")},
         [("GP317", "cluster.yaml", 5)],
-        says=("is over 1048576 bytes",),
+        says=("GP103 file is 1100014 bytes, over the limit of 1048576",),
         extra={"c/cluster.yaml": "kind: Cluster\n" + "#" * 1_100_000},
     ),
     Case(
