@@ -46,7 +46,7 @@ E, W, I = Severity.ERROR, Severity.WARNING, Severity.INFO  # noqa: E741
 
 CODES: dict[str, Code] = _codes(
     # -- reading files (GP1xx)
-    Code("GP101", "yaml-syntax", E, "The file is not valid YAML; the position of the parser error is given."),
+    Code("GP101", "yaml-syntax", E, "The file is not valid YAML; the position of the parser error is given, and where the unclosed bracket, brace or quote it was reading opened."),
     Code("GP102", "duplicate-key", E, "A mapping has the same key twice; YAML readers would silently keep one."),
     Code("GP103", "file-too-large", E, "The file exceeds the size limit (`--max-file-size`, default 1 MiB) and is not read."),
     Code("GP104", "not-utf8", E, "The file is not UTF-8 text; the first bad byte is located."),

@@ -29,6 +29,7 @@ from ruamel.yaml.events import (
     DocumentStartEvent,
 )
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+from ruamel.yaml.reader import ReaderError
 from ruamel.yaml.resolver import VersionedResolver
 
 from controller.policy.diagnostics import Diagnostic, did_you_mean
@@ -313,11 +314,14 @@ def _compose(
     try:
         nodes = list(yaml.compose_all(text))
     except MarkedYAMLError as e:
-        mark = e.problem_mark or e.context_mark
-        line, col = (mark.line + 1, mark.column + 1) if mark is not None else (0, 0)
-        problem = e.problem or "invalid YAML"
-        context = f" ({e.context})" if e.context else ""
-        diags.append(Diagnostic("GP101", f"{problem}{context}", src.path, line, col))
+        diags.append(_syntax_diagnostic(src.path, e))
+        return None
+    except ReaderError as e:  # a character YAML does not allow, by its offset
+        line = text.count("\n", 0, e.position) + 1
+        col = e.position - (text.rfind("\n", 0, e.position) + 1) + 1
+        char = f"U+{e.character:04X}" if isinstance(e.character, int) else repr(e.character)
+        msg = f"character {char} is not allowed in YAML ({e.reason}); remove it"
+        diags.append(Diagnostic("GP101", msg, src.path, line, col))
         return None
     except YAMLError as e:
         diags.append(Diagnostic("GP101", str(e).strip() or "invalid YAML", src.path, 1, 1))
@@ -326,6 +330,20 @@ def _compose(
     # characters, so expanding past that (plus slack for tiny files) is an
     # alias bomb: stop it after a few thousand nodes, not at max_nodes.
     return text, nodes, replace(limits, max_nodes=min(limits.max_nodes, len(text) + 1000))
+
+
+def _syntax_diagnostic(file: str, e: MarkedYAMLError) -> Diagnostic:
+    """GP101 where the parser gave up, naming also where the construct it was
+    reading opened (an unclosed bracket or quote is fixed there, not here)."""
+    mark, opened = e.problem_mark or e.context_mark, e.context_mark
+    line, col = (mark.line + 1, mark.column + 1) if mark is not None else (0, 0)
+    message = e.problem or "invalid YAML"
+    if e.context:
+        where = ""
+        if opened is not None and (opened.line + 1, opened.column + 1) != (line, col):
+            where = f" that opened at line {opened.line + 1}, column {opened.column + 1}"
+        message += f" ({e.context}{where})"
+    return Diagnostic("GP101", message, file, line, col)
 
 
 def nesting_too_deep(text: str, *, max_depth: int = DEFAULT_MAX_DEPTH) -> tuple[int, int] | None:

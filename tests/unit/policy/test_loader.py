@@ -43,9 +43,25 @@ spec:
 @pytest.mark.parametrize(
     ("text", "line", "col", "problem"),
     [
-        ("a: [1, 2\nb: 3\n", 2, 2, "did not find expected ',' or ']'"),
+        # Where the parser gave up, and where the construct to close opened.
+        (
+            "a: [1, 2\nb: 3\n",
+            2,
+            2,
+            "did not find expected ',' or ']' (while parsing a flow sequence that opened at "
+            "line 1, column 4)",
+        ),
         ("a: b: c\n", 1, 5, "mapping values are not allowed in this context"),
-        ("a: 'open\n", 2, 1, "found unexpected end of stream"),
+        (
+            "x: 1\na: 'open\n",
+            3,
+            1,
+            "found unexpected end of stream (while scanning a quoted scalar that opened at "
+            "line 2, column 4)",
+        ),
+        # A character YAML refuses, at its own line and column.
+        ("x: 1\ny: a\x00b\n", 2, 5, "character U+0000 is not allowed in YAML"),
+        ("x: 1\ny: \x1b\n", 2, 4, "character U+001B is not allowed in YAML"),
         ("a:\n\tb: 1\n", 2, 1, "found character that cannot start any token"),
         ("a: *nowhere\n", 1, 4, "found undefined alias"),
     ],
