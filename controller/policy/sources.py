@@ -144,15 +144,23 @@ def _blob_source(blob: git.Blob, source: Callable[[git.Blob], Source]) -> Source
     return replace(src, size=0, refused=LINK_REFUSED) if blob.mode == _LINK_MODE else src
 
 
+def _commit(repo: git.Repo, ref: str) -> git.Commit:
+    """The commit `ref` names, resolved by Git itself, so every revision syntax
+    Git knows works (reflog entries `HEAD@{1}`, `@{-1}`, `main@{yesterday}`,
+    which GitPython's own parser fails on with tracebacks); GitRefError otherwise."""
+    try:
+        sha = repo.git.rev_parse("--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}")
+        return repo.commit(sha)
+    except (git.GitCommandError, git.BadName, ValueError):
+        raise GitRefError(f"{ref!r} does not name a commit") from None
+
+
 def git_tree(root: Path, ref: str) -> tuple[list[Source], Resolver, str]:
     """The YAML files under `root` as they were at `ref`, a resolver into that
     tree, and the commit's full hash. A `root` that did not exist at `ref`
     gives no files (everything in the plan is then a create)."""
     repo = _repo(root)
-    try:
-        commit = repo.commit(ref)
-    except (git.BadName, ValueError) as e:
-        raise GitRefError(f"{ref!r} does not name a commit: {e}") from None
+    commit = _commit(repo, ref)
     top = Path(str(repo.working_tree_dir)).resolve()
     rel = Path(os.path.relpath(root.resolve(), top)).as_posix()
     if rel.startswith(".."):

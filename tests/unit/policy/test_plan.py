@@ -279,6 +279,31 @@ def test_a_bad_base_ref_is_a_usage_error(repo: GitRepo, capsys: pytest.CaptureFi
     assert "'no-such-ref' does not name a commit" in err
 
 
+@pytest.mark.parametrize("ref", ["@{-1}", "@{5}", "HEAD@{5}", "main@{3}", "HEAD@{nonsense}", ""])
+def test_a_reflog_ref_git_cannot_resolve_is_a_usage_error(
+    repo: GitRepo, capsys: pytest.CaptureFixture[str], ref: str
+) -> None:
+    """GitPython's own parser raised IndexError or NotImplementedError on these."""
+    repo.write(BASE)
+    repo.commit()
+    assert main(["plan", "policies", "--base", ref]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and f"{ref!r} does not name a commit" in err
+
+
+@pytest.mark.parametrize("ref", ["HEAD@{1}", "main@{1}", "@{1}", "HEAD@{1.year.ago}"])
+def test_reflog_refs_name_the_commits_git_says(
+    repo: GitRepo, capsys: pytest.CaptureFixture[str], ref: str
+) -> None:
+    repo.write(BASE)
+    repo.commit("first")
+    repo.write(policy_files(A(max=16), B))
+    repo.commit("second")
+    # Each names the first commit (a date older than the reflog: its oldest entry).
+    plan = plan_json(capsys, "--base", ref)
+    assert plan["counts"] == {"create": 0, "update": 2, "recreate": 0, "delete": 0}
+
+
 def test_a_repository_without_commits_is_a_usage_error(
     repo: GitRepo, capsys: pytest.CaptureFixture[str]
 ) -> None:
