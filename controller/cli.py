@@ -111,7 +111,8 @@ def _parser() -> argparse.ArgumentParser:
         "render",
         help="print the Kubernetes objects the policies compile to",
         description="Validate, then print the objects the controller would apply, in apply "
-        "order: PriorityClasses, Namespaces, ResourceQuotas, the scheduling-policy ConfigMap.",
+        "order: PriorityClasses, Namespaces, ResourceQuotas, LimitRanges, the scheduling-policy "
+        "ConfigMap.",
         epilog="Diagnostics go to stderr; exit 1 (and no objects) when the policies are invalid.",
     )
     r.add_argument("path", nargs="?", default=".", metavar="PATH", help="policy root (default .)")

@@ -166,6 +166,43 @@ def _qty(where: str, value: Any) -> Fraction:
     return q
 
 
+def _scalar(where: str, value: Any) -> str:
+    """A label or taint value as text; a list or mapping (perhaps an alias that
+    expands to millions of items) is refused, never turned into a string."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int | float) and abs(value) < 10**63:  # a label value's length
+        return repr(value)
+    raise ClusterSpecError(f"{where}: expected a string, found {type(value).__name__}")
+
+
+def _labels(where: str, raw: Any) -> dict[str, str]:
+    if not isinstance(raw, Mapping):
+        raise ClusterSpecError(f"{where}: expected a mapping of label names to values")
+    return {_scalar(f"{where} key", k): _scalar(f"{where}.{k}", v) for k, v in raw.items()}
+
+
+def _taints(where: str, raw: Any) -> tuple[Taint, ...]:
+    if not isinstance(raw, list):
+        raise ClusterSpecError(f"{where}: expected a list of taints")
+    out = []
+    for i, t in enumerate(raw):
+        at = f"{where}[{i}]"
+        if not isinstance(t, Mapping) or "key" not in t or "effect" not in t:
+            raise ClusterSpecError(f"{at}: expected a mapping with key and effect")
+        value = _scalar(f"{at}.value", t.get("value", ""))
+        out.append(
+            Taint(
+                key=_scalar(f"{at}.key", t["key"]),
+                effect=_scalar(f"{at}.effect", t["effect"]),
+                value=value,
+            )
+        )
+    return tuple(out)
+
+
 def parse_cluster(doc: Any, *, source: str = "<cluster>") -> ClusterSpec:
     """Build a `ClusterSpec` from a parsed YAML document, or raise `ClusterSpecError`."""
     if not isinstance(doc, Mapping) or doc.get("kind") != "Cluster":
@@ -187,10 +224,7 @@ def parse_cluster(doc: Any, *, source: str = "<cluster>") -> ClusterSpec:
         if not isinstance(name, str) or not name or name in seen:
             raise ClusterSpecError(f"{where}.name: a unique non-empty name is required")
         seen.add(name)
-        taints = tuple(
-            Taint(key=str(t["key"]), effect=str(t["effect"]), value=str(t.get("value", "")))
-            for t in p.get("taints", [])
-        )
+        taints = _taints(f"{where}.taints", p.get("taints") or [])
         pools.append(
             PoolSpec(
                 name=name,
@@ -210,7 +244,7 @@ def parse_cluster(doc: Any, *, source: str = "<cluster>") -> ClusterSpec:
                 nodes_per_nvlink_domain=_int(
                     f"{where}.nodesPerNVLinkDomain", p.get("nodesPerNVLinkDomain", 1), minimum=1
                 ),
-                labels={str(k): str(v) for k, v in (p.get("labels") or {}).items()},
+                labels=_labels(f"{where}.labels", p.get("labels") or {}),
                 taints=taints,
             )
         )

@@ -4,7 +4,7 @@ One process holds every long-running part:
 
 - the policy reconciler: every PolicySource (a Git repository, or the policy
   kinds as custom resources) compiled and applied as PriorityClasses,
-  Namespaces, ResourceQuotas and the scheduling-policy ConfigMap;
+  Namespaces, ResourceQuotas, LimitRanges and the scheduling-policy ConfigMap;
 - the TrainingJob controller and gang scheduler (unless `--no-scheduler`):
   it places each TrainingJob's workers all or nothing, and restarts, resizes,
   preempts and rolls back gangs;

@@ -11,6 +11,12 @@ nothing to change writes nothing. What it produces, per the README:
   ResourceQuota whose `hard` is the project's `max`, split evenly across the
   project's namespaces (remainders go to the namespaces listed first), so
   the API server enforces the ceiling even when the scheduler is down;
+- beside each ResourceQuota that tracks `requests.cpu` or `requests.memory`,
+  a LimitRange `gangops-defaults` giving every container that sets neither a
+  request nor a limit for them a default request (`DEFAULT_REQUESTS`, or the
+  namespace's whole share when that is smaller), so a pod that asks only for
+  GPUs is admitted instead of refused by quota admission (`must specify
+  requests.cpu`); the quota tracks no limits, so no default limit is set;
 - the compiled scheduling policy, a ConfigMap in the controller's namespace
   holding `policy.json`: the quota tree and tier rules with every default
   resolved, which is what the scheduler reads.
@@ -23,19 +29,23 @@ from fractions import Fraction
 from typing import Any
 
 from controller.policy.model import RESOURCE_NAMES, PolicySet, PriorityTier, Project, QuotaPair
-from controller.quantity import format_quantity
+from controller.quantity import format_quantity, parse_quantity
 from controller.scheduler.policy import DEFAULT_SYSTEM_NAMESPACE, POLICY_CONFIGMAP, POLICY_KEY
 
 __all__ = [
     "ANNOTATION_REVISION",
     "ANNOTATION_SOURCE",
     "APPLY_ORDER",
+    "DEFAULT_REQUESTS",
     "LABEL_MANAGED_BY",
     "LABEL_POD_SECURITY",
     "LABEL_PROJECT",
+    "LIMIT_RANGE_NAME",
+    "MAX_CONFIGMAP_BYTES",
     "QUOTA_NAME",
     "compile_policy_set",
     "object_key",
+    "policy_json",
     "scheduling_policy",
     "split_evenly",
 ]
@@ -48,6 +58,12 @@ LABEL_TIER_PREEMPTIBLE = "gangops.ai/preemptible"
 ANNOTATION_SOURCE = "gangops.ai/source-file"
 ANNOTATION_REVISION = "gangops.ai/revision"
 QUOTA_NAME = "gangops-quota"
+LIMIT_RANGE_NAME = "gangops-defaults"
+DEFAULT_REQUESTS = {"cpu": "1", "memory": "1Gi"}
+"""The default container request for each resource a namespace's ResourceQuota
+tracks besides GPUs (capped at the namespace's share), as the README documents."""
+MAX_CONFIGMAP_BYTES = 1 << 20
+"""What the API server allows in a ConfigMap's data, all keys together."""
 APPLY_ORDER = ("PriorityClass", "Namespace", "ResourceQuota", "LimitRange", "ConfigMap")
 """Kinds in the order they are applied; prune runs in reverse."""
 
@@ -84,6 +100,9 @@ def compile_policy_set(
             objects.append(_namespace(project, ns, revision))
             if hard:
                 objects.append(_resource_quota(project, ns, hard, revision))
+            defaults = _default_requests(hard)
+            if defaults:
+                objects.append(_limit_range(project, ns, defaults, revision))
     objects.append(
         {
             "apiVersion": "v1",
@@ -94,11 +113,7 @@ def compile_policy_set(
                 "labels": {LABEL_MANAGED_BY: "gangops"},
                 "annotations": _annotations(source_root, revision),
             },
-            "data": {
-                POLICY_KEY: json.dumps(
-                    scheduling_policy(policy_set), sort_keys=True, separators=(",", ":")
-                )
-            },
+            "data": {POLICY_KEY: policy_json(policy_set)},
         }
     )
     return sorted(objects, key=object_key)
@@ -153,6 +168,31 @@ def _resource_quota(
     return {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": meta, "spec": {"hard": hard}}
 
 
+def _default_requests(hard: dict[str, str]) -> dict[str, str]:
+    """The LimitRange's default requests for a namespace whose quota is `hard`:
+    each resource the quota tracks besides GPUs, at `DEFAULT_REQUESTS` or the
+    whole share, whichever is smaller."""
+    out = {}
+    for r, default in DEFAULT_REQUESTS.items():
+        share = hard.get(_QUOTA_KEYS[r])
+        if share is not None:
+            out[r] = min(default, share, key=parse_quantity)
+    return out
+
+
+def _limit_range(
+    project: Project, ns: str, defaults: dict[str, str], revision: str
+) -> dict[str, Any]:
+    meta = _metadata(LIMIT_RANGE_NAME, project.doc.file, revision, **{LABEL_PROJECT: project.name})
+    meta["namespace"] = ns
+    return {
+        "apiVersion": "v1",
+        "kind": "LimitRange",
+        "metadata": meta,
+        "spec": {"limits": [{"type": "Container", "defaultRequest": defaults}]},
+    }
+
+
 def split_evenly(total: int, parts: int) -> list[int]:
     """`total` split into `parts` integers differing by at most one, larger ones first."""
     base, extra = divmod(total, parts)
@@ -200,6 +240,12 @@ def _default_tier(policy_set: PolicySet, project: Project, allowed: list[str]) -
     if global_default in allowed:
         return global_default
     return allowed[-1] if allowed else None
+
+
+def policy_json(policy_set: PolicySet) -> str:
+    """The scheduling-policy ConfigMap's `policy.json`: `scheduling_policy` as
+    compact JSON, ASCII only (its length is its size in bytes)."""
+    return json.dumps(scheduling_policy(policy_set), sort_keys=True, separators=(",", ":"))
 
 
 def scheduling_policy(policy_set: PolicySet) -> dict[str, Any]:

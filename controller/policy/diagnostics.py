@@ -46,7 +46,7 @@ E, W, I = Severity.ERROR, Severity.WARNING, Severity.INFO  # noqa: E741
 
 CODES: dict[str, Code] = _codes(
     # -- reading files (GP1xx)
-    Code("GP101", "yaml-syntax", E, "The file is not valid YAML; the position of the parser error is given."),
+    Code("GP101", "yaml-syntax", E, "The file is not valid YAML; the position of the parser error is given, and where the unclosed bracket, brace or quote it was reading opened."),
     Code("GP102", "duplicate-key", E, "A mapping has the same key twice; YAML readers would silently keep one."),
     Code("GP103", "file-too-large", E, "The file exceeds the size limit (`--max-file-size`, default 1 MiB) and is not read."),
     Code("GP104", "not-utf8", E, "The file is not UTF-8 text; the first bad byte is located."),
@@ -57,7 +57,7 @@ CODES: dict[str, Code] = _codes(
     Code("GP109", "unknown-kind", E, "A document of the `policy.ai.operator` group has a kind gangops does not know; the nearest known kind is suggested."),
     Code("GP110", "unsupported-api-version", E, "A document of the `policy.ai.operator` group uses a version other than `v1`."),
     Code("GP111", "foreign-document", I, "A document of another API group (a Kustomization, a cluster description) is not a policy and is skipped."),
-    Code("GP112", "unreadable-file", E, "The file could not be read (permissions, a broken link)."),
+    Code("GP112", "unreadable-file", E, "The file could not be read (permissions), or is not a regular file. Symbolic links are refused, not followed, from the working tree as from Git (which stores a link as the text of its target), so `validate` and the reconciler agree; FIFOs and devices are refused too."),
     Code("GP113", "no-policies", E, "No policy documents were found under the given paths."),
     Code("GP114", "too-deep", E, "Lists and mappings nest more than 100 levels deep (policies need fewer than ten); the file or document is not read."),
     # -- schema (GP2xx)
@@ -80,10 +80,12 @@ CODES: dict[str, Code] = _codes(
     Code("GP312", "invalid-quantity", E, "An amount is not a Kubernetes quantity (examples: 8, 500m, 64Gi, 2Ti) or is negative."),
     Code("GP313", "cluster-policy-count", E, "A policy set needs exactly one ClusterPolicy."),
     Code("GP314", "job-max-above-project", E, "`jobs.maxGPU` is larger than the project's GPU `max`, so such a job could never run."),
-    Code("GP315", "user-max-above-project", W, "A user's `max` is larger than the project's `max`; the project's ceiling applies first."),
+    Code("GP315", "user-max-above-project", W, "A named user's `max` is larger than the project's `max`; the project's ceiling applies first. For `users.default` it is an error: every user not listed would get a ceiling the project never allows."),
     Code("GP316", "reserve-above-capacity", E, "The reserve is larger than the capacity."),
     Code("GP317", "capacity-source", E, "`capacityFrom` names a cluster description that cannot be read or parsed, or neither `capacity.gpu` nor `capacityFrom` is given."),
     Code("GP318", "no-tiers", W, "A project allows no tiers, so none of its jobs can be admitted."),
+    Code("GP319", "user-never-matches", E, "A user name is not a Kubernetes label value (at most 63 ASCII letters, digits, '-', '_', '.'), so no TrainingJob's `ai.operator/user` label can name it (a look-alike letter, a space, a service account)."),
+    Code("GP320", "scheduling-policy-too-large", E, "The compiled scheduling policy is over the 1 MiB the API server allows in a ConfigMap; the size is given."),
 )  # fmt: skip
 
 

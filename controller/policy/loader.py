@@ -12,7 +12,9 @@ Git tree at some revision.
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -20,8 +22,14 @@ from typing import Any
 
 from ruamel.yaml import YAML
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
-from ruamel.yaml.events import CollectionEndEvent, CollectionStartEvent
+from ruamel.yaml.events import (
+    AliasEvent,
+    CollectionEndEvent,
+    CollectionStartEvent,
+    DocumentStartEvent,
+)
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+from ruamel.yaml.reader import ReaderError
 from ruamel.yaml.resolver import VersionedResolver
 
 from controller.policy.diagnostics import Diagnostic, did_you_mean
@@ -34,10 +42,12 @@ __all__ = [
     "DEFAULT_MAX_FILE_BYTES",
     "DEFAULT_MAX_NODES",
     "KINDS",
+    "LINK_REFUSED",
     "Document",
     "Limits",
     "LoadResult",
     "Source",
+    "load_data",
     "load_sources",
     "nesting_too_deep",
     "sources_from_paths",
@@ -72,6 +82,14 @@ class Limits:
 DEFAULT_LIMITS = Limits()
 
 
+LINK_REFUSED = (
+    "is a symbolic link; links are not followed (Git stores a link as the text of its "
+    "target, so the reconciler and `plan --base` could never read what it points to): "
+    "commit the file itself"
+)
+"""Why a symbolic link is not read, from the working tree or from Git alike."""
+
+
 @dataclass(frozen=True)
 class Source:
     """One file to read, wherever it lives (working tree or Git tree)."""
@@ -80,6 +98,9 @@ class Source:
     """Display path, relative to the policy root, with `/` separators."""
     size: int
     read: Callable[[], bytes]
+    refused: str | None = None
+    """Why the file is not read (a symbolic link, a FIFO, a device), reported as
+    GP112 after its path; `read` is then never called."""
 
 
 @dataclass
@@ -117,6 +138,8 @@ class LoadResult:
 
 def sources_from_paths(paths: Iterable[str | Path], *, root: Path | None = None) -> list[Source]:
     """YAML files at or under `paths`, sorted; hidden directories are skipped.
+    Only regular files are read: symbolic links (as Git readers see them: link
+    text), FIFOs and devices come as refused `Source`s, reported as GP112.
 
     Display paths are relative to `root` (default: the current directory)
     when the file is below it. Raises `FileNotFoundError` for a missing path.
@@ -138,21 +161,42 @@ def sources_from_paths(paths: Iterable[str | Path], *, root: Path | None = None)
     out: list[Source] = []
     seen: set[Path] = set()
     for f in found:
-        resolved = f.resolve()
-        if resolved in seen:
+        absolute = Path(os.path.abspath(f))
+        if absolute in seen:
             continue
-        seen.add(resolved)
+        seen.add(absolute)
         try:
-            # Named as found, not as resolved: a link shows as the link.
-            display = Path(os.path.abspath(f)).relative_to(base).as_posix()
+            display = absolute.relative_to(base).as_posix()
         except ValueError:
             display = f.as_posix()
-        try:
-            size = f.stat().st_size
-        except OSError:
-            size = 0
-        out.append(Source(path=display, size=size, read=f.read_bytes))
+        out.append(_file_source(f, display))
     return out
+
+
+def _file_source(f: Path, display: str) -> Source:
+    """A file on disk as a `Source`: only a regular file is read. A symbolic
+    link is refused as Git readers would see it (`LINK_REFUSED`), and so are
+    FIFOs, devices and sockets, which could block or never end."""
+    try:
+        st = os.lstat(f)
+    except OSError as e:
+        return Source(display, 0, f.read_bytes, refused=f"cannot read file: {e.strerror or e}")
+    if stat.S_ISLNK(st.st_mode):
+        return Source(display, 0, f.read_bytes, refused=LINK_REFUSED)
+    if not stat.S_ISREG(st.st_mode):
+        what = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a device or socket"
+        return Source(display, 0, f.read_bytes, refused=f"is {what}, not a regular file")
+    return Source(display, st.st_size, lambda: _read_regular(f))
+
+
+def _read_regular(f: Path) -> bytes:
+    """The bytes of `f`, opened without following a link or waiting on a FIFO, and
+    read only if it is (still) a regular file."""
+    fd = os.open(f, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(f))
+        return fh.read()
 
 
 class _Resolver(VersionedResolver):
@@ -189,7 +233,47 @@ def load_sources(sources: Iterable[Source], *, limits: Limits = DEFAULT_LIMITS) 
 
 
 def _load_one(src: Source, yaml: YAML, limits: Limits, result: LoadResult) -> None:
-    diags = result.diagnostics
+    composed = _compose(src, yaml, limits, result.diagnostics)
+    if composed is None:
+        return
+    text, nodes, budget = composed
+    for index, node in enumerate(nodes):
+        _document(src.path, node, yaml, budget, result, _AliasFinder(yaml, text, index))
+
+
+def load_data(
+    src: Source, *, limits: Limits = DEFAULT_LIMITS
+) -> tuple[list[Any], list[Diagnostic]]:
+    """Every document of `src` as plain values, read as policy files are (the
+    same size, nesting and alias-expansion limits, the same diagnostics), for
+    YAML that is not a policy: a cluster description. A document that cannot
+    be read is left out, and its diagnostics say why."""
+    yaml = _yaml()
+    diags: list[Diagnostic] = []
+    composed = _compose(src, yaml, limits, diags)
+    if composed is None:
+        return [], diags
+    text, nodes, budget = composed
+    out = []
+    for index, node in enumerate(nodes):
+        builder = _Builder(src.path, yaml, budget)
+        problem = _build(builder, node, budget, _AliasFinder(yaml, text, index))
+        if problem is not None:
+            diags.append(problem)
+            continue
+        diags.extend(builder.diagnostics)
+        out.append(builder.data)
+    return out, diags
+
+
+def _compose(
+    src: Source, yaml: YAML, limits: Limits, diags: list[Diagnostic]
+) -> tuple[str, list[Node], Limits] | None:
+    """The file's text, its documents' node graphs and the limits to build them
+    with; None, with diagnostics, when the file cannot be read or parsed."""
+    if src.refused is not None:
+        diags.append(Diagnostic("GP112", src.refused, src.path))
+        return None
     if src.size > limits.max_file_bytes:
         diags.append(
             Diagnostic(
@@ -199,15 +283,15 @@ def _load_one(src: Source, yaml: YAML, limits: Limits, result: LoadResult) -> No
                 src.path,
             )
         )
-        return
+        return None
     try:
         raw = src.read()
     except OSError as e:
         diags.append(Diagnostic("GP112", f"cannot read file: {e.strerror or e}", src.path))
-        return
+        return None
     if len(raw) > limits.max_file_bytes:  # the file grew after it was listed
         diags.append(Diagnostic("GP103", f"file is over {limits.max_file_bytes} bytes", src.path))
-        return
+        return None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -222,29 +306,44 @@ def _load_one(src: Source, yaml: YAML, limits: Limits, result: LoadResult) -> No
                 col,
             )
         )
-        return
+        return None
     deep = _too_deep(yaml, text, limits.max_depth)
     if deep is not None:
         diags.append(_deep_diagnostic(src.path, limits.max_depth, *deep))
-        return
+        return None
     try:
         nodes = list(yaml.compose_all(text))
     except MarkedYAMLError as e:
-        mark = e.problem_mark or e.context_mark
-        line, col = (mark.line + 1, mark.column + 1) if mark is not None else (0, 0)
-        problem = e.problem or "invalid YAML"
-        context = f" ({e.context})" if e.context else ""
-        diags.append(Diagnostic("GP101", f"{problem}{context}", src.path, line, col))
-        return
+        diags.append(_syntax_diagnostic(src.path, e))
+        return None
+    except ReaderError as e:  # a character YAML does not allow, by its offset
+        line = text.count("\n", 0, e.position) + 1
+        col = e.position - (text.rfind("\n", 0, e.position) + 1) + 1
+        char = f"U+{e.character:04X}" if isinstance(e.character, int) else repr(e.character)
+        msg = f"character {char} is not allowed in YAML ({e.reason}); remove it"
+        diags.append(Diagnostic("GP101", msg, src.path, line, col))
+        return None
     except YAMLError as e:
         diags.append(Diagnostic("GP101", str(e).strip() or "invalid YAML", src.path, 1, 1))
-        return
+        return None
     # Without aliases a document cannot have more nodes than its file has
     # characters, so expanding past that (plus slack for tiny files) is an
     # alias bomb: stop it after a few thousand nodes, not at max_nodes.
-    budget = min(limits.max_nodes, len(text) + 1000)
-    for node in nodes:
-        _document(src.path, node, yaml, replace(limits, max_nodes=budget), result)
+    return text, nodes, replace(limits, max_nodes=min(limits.max_nodes, len(text) + 1000))
+
+
+def _syntax_diagnostic(file: str, e: MarkedYAMLError) -> Diagnostic:
+    """GP101 where the parser gave up, naming also where the construct it was
+    reading opened (an unclosed bracket or quote is fixed there, not here)."""
+    mark, opened = e.problem_mark or e.context_mark, e.context_mark
+    line, col = (mark.line + 1, mark.column + 1) if mark is not None else (0, 0)
+    message = e.problem or "invalid YAML"
+    if e.context:
+        where = ""
+        if opened is not None and (opened.line + 1, opened.column + 1) != (line, col):
+            where = f" that opened at line {opened.line + 1}, column {opened.column + 1}"
+        message += f" ({e.context}{where})"
+    return Diagnostic("GP101", message, file, line, col)
 
 
 def nesting_too_deep(text: str, *, max_depth: int = DEFAULT_MAX_DEPTH) -> tuple[int, int] | None:
@@ -293,7 +392,9 @@ def _deep_diagnostic(file: str, max_depth: int, line: int, col: int) -> Diagnost
     )
 
 
-def _document(file: str, node: Node, yaml: YAML, limits: Limits, result: LoadResult) -> None:
+def _document(
+    file: str, node: Node, yaml: YAML, limits: Limits, result: LoadResult, aliases: _AliasFinder
+) -> None:
     line, col = node.start_mark.line + 1, node.start_mark.column + 1
     diags = result.diagnostics
     if isinstance(node, ScalarNode) and node.tag == "tag:yaml.org,2002:null":
@@ -306,34 +407,11 @@ def _document(file: str, node: Node, yaml: YAML, limits: Limits, result: LoadRes
         )
         return
     builder = _Builder(file, yaml, limits)
-    try:
-        data = builder.build(node, ())
-    except _TooDeep as e:
-        diags.append(_deep_diagnostic(file, limits.max_depth, *e.position))
+    problem = _build(builder, node, limits, aliases)
+    if problem is not None:
+        diags.append(problem)
         return
-    except _Recursive as e:
-        diags.append(
-            Diagnostic(
-                "GP105",
-                "an alias refers to a list or mapping that contains it, so it never ends; "
-                "remove the alias",
-                file,
-                *e.position,
-            )
-        )
-        return
-    except _TooManyNodes:
-        diags.append(
-            Diagnostic(
-                "GP105",
-                f"document expands to more than {limits.max_nodes} nodes through anchors and "
-                "aliases (an alias bomb?); remove the aliases",
-                file,
-                line,
-                col,
-            )
-        )
-        return
+    data = builder.data
     diags.extend(builder.diagnostics)
     api_version, kind = data.get("apiVersion"), data.get("kind")
     if not isinstance(api_version, str) or not api_version:
@@ -391,8 +469,70 @@ def _document(file: str, node: Node, yaml: YAML, limits: Limits, result: LoadRes
     )
 
 
+def _build(
+    builder: _Builder, node: Node, limits: Limits, aliases: _AliasFinder
+) -> Diagnostic | None:
+    """Build `node` into `builder.data`; the diagnostic that stopped it, if any."""
+    file = builder.file
+    try:
+        builder.data = builder.build(node, ())
+    except _TooDeep as e:
+        return _deep_diagnostic(file, limits.max_depth, *e.position)
+    except _Recursive as e:
+        return Diagnostic(
+            "GP105",
+            "an alias refers to a list or mapping that contains it, so it never ends; "
+            "remove the alias",
+            file,
+            *e.position,
+        )
+    except _TooManyNodes as e:
+        found = aliases.nth(e.alias) if e.alias is not None else None
+        if found is None:
+            line, col, which = node.start_mark.line + 1, node.start_mark.column + 1, ""
+        else:
+            (line, col), name = found
+            which = f"; the alias *{name} here crossed the limit"
+        return Diagnostic(
+            "GP105",
+            f"document expands to more than {limits.max_nodes} nodes through anchors and "
+            f"aliases (an alias bomb?){which}; remove the aliases",
+            file,
+            line,
+            col,
+        )
+    return None
+
+
+class _AliasFinder:
+    """Where the aliases of one document of a text are, found only when asked:
+    the composed graph keeps no trace of them (an alias is the node it names)."""
+
+    def __init__(self, yaml: YAML, text: str, document: int) -> None:
+        self.yaml, self.text, self.document = yaml, text, document
+
+    def nth(self, n: int) -> tuple[tuple[int, int], str] | None:
+        """The (line, column) and anchor name of the document's `n`th alias (from 1)."""
+        document, seen = -1, 0
+        try:
+            for event in self.yaml.parse(self.text):
+                if isinstance(event, DocumentStartEvent):
+                    document += 1
+                elif isinstance(event, AliasEvent) and document == self.document:
+                    seen += 1
+                    if seen == n:
+                        mark = event.start_mark
+                        return (mark.line + 1, mark.column + 1), str(event.anchor)
+        except YAMLError:
+            return None
+        return None
+
+
 class _TooManyNodes(Exception):
-    pass
+    def __init__(self, alias: int | None) -> None:
+        super().__init__()
+        self.alias = alias
+        """Which of the document's aliases (from 1) was being expanded; None if none was."""
 
 
 class _Positioned(Exception):
@@ -459,26 +599,51 @@ class _Builder:
         """The lists and mappings being built, outermost first."""
         self.positions: dict[Path_, tuple[int, int]] = {}
         self.diagnostics: list[Diagnostic] = []
+        self.data: Any = None
+        """What `build` built, once it has."""
+        self.built: set[int] = set()
+        """The nodes met so far (by id): meeting one again is following an alias."""
+        self.aliases = 0
+        """Aliases of the text followed so far (not those inside an alias' expansion)."""
+        self.expanding: int | None = None
+        """Which of them is being expanded now."""
 
     def build(self, node: Node, path: Path_) -> Any:
         self.budget -= 1
         if self.budget < 0:
-            raise _TooManyNodes
+            raise _TooManyNodes(self.expanding)
         if path not in self.positions:
             self.positions[path] = (node.start_mark.line + 1, node.start_mark.column + 1)
-        if not isinstance(node, MappingNode | SequenceNode):
-            return self._scalar(node)
-        if any(n is node for n in self.open):
-            raise _Recursive(node)
-        if len(self.open) >= self.max_depth:
-            raise _TooDeep(node)
-        self.open.append(node)
+        outermost = self._alias(node)
         try:
-            if isinstance(node, MappingNode):
-                return self._mapping(node, path)
-            return [self.build(item, (*path, i)) for i, item in enumerate(node.value)]
+            if not isinstance(node, MappingNode | SequenceNode):
+                return self._scalar(node)
+            if any(n is node for n in self.open):
+                raise _Recursive(node)
+            if len(self.open) >= self.max_depth:
+                raise _TooDeep(node)
+            self.open.append(node)
+            try:
+                if isinstance(node, MappingNode):
+                    return self._mapping(node, path)
+                return [self.build(item, (*path, i)) for i, item in enumerate(node.value)]
+            finally:
+                self.open.pop()
         finally:
-            self.open.pop()
+            if outermost:
+                self.expanding = None
+
+    def _alias(self, node: Node) -> bool:
+        """Note `node` as met; True when it is an alias of the text itself (not one
+        inside an alias' expansion), which is then the one being expanded."""
+        if id(node) not in self.built:
+            self.built.add(id(node))
+            return False
+        if self.expanding is not None:
+            return False
+        self.aliases += 1
+        self.expanding = self.aliases
+        return True
 
     def _scalar(self, node: Node) -> Any:
         tag = node.tag
@@ -558,6 +723,8 @@ class _Builder:
                 )
 
     def _key(self, node: Node) -> str:
+        if self._alias(node):
+            self.expanding = None
         if isinstance(node, ScalarNode):
             value = self._scalar(node)
             return value if isinstance(value, str) else str(node.value)

@@ -11,6 +11,7 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 from fractions import Fraction
 
+from controller.jobs.spec import LABEL_USER
 from controller.policy.diagnostics import Diagnostic, Severity, did_you_mean
 from controller.policy.loader import Document
 from controller.policy.model import (
@@ -26,6 +27,8 @@ __all__ = ["check"]
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+"""A Kubernetes label value (not empty: a TrainingJob's owner label must name someone)."""
 _RESERVED_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 TIER_MIN, TIER_MAX = -2147483648, 1_000_000_000
 
@@ -194,21 +197,25 @@ def _project(p: Project, tier_names: set[str]) -> Iterator[Diagnostic]:
     yield from _pair_problems(
         p.user_default, doc, f"project {p.name!r} default user", ("spec", "users", "default")
     )
+    # Every user not listed gets the default: a default max the project never
+    # allows is a mistake, not a choice about one person.
+    yield from _user_max(
+        p, p.user_default, "default user", ("spec", "users", "default"), Severity.ERROR
+    )
     for u in p.members:
         path: tuple[str | int, ...] = ("spec", "users", "members", u.index)
         yield from _pair_problems(u.quota, doc, f"user {u.name!r}", path)
-        for r in RESOURCE_NAMES:
-            um, pm = u.quota.max.get(r), p.quota.max.get(r)
-            if um is not None and pm is not None and um > pm:
-                yield _at(
-                    doc,
-                    "GP315",
-                    f"user {u.name!r}: max {r} {format_amount(r, um)} is more than the project's "
-                    f"max {format_amount(r, pm)}; the project's ceiling applies",
-                    *path,
-                    "max",
-                    r,
-                )
+        yield from _user_max(p, u.quota, f"user {u.name!r}", path, None)
+        if not _LABEL_VALUE.match(u.name) or len(u.name) > 63:
+            yield _at(
+                doc,
+                "GP319",
+                f"user {u.name!r} can never own a TrainingJob: the owner is the job's "
+                f"{LABEL_USER} label, and a label value is at most 63 ASCII letters, digits, "
+                "'-', '_' and '.', starting and ending with a letter or digit",
+                *path,
+                "name",
+            )
     seen_users: dict[str, int] = {}
     for u in p.members:
         if u.name in seen_users:
@@ -269,6 +276,28 @@ def _project(p: Project, tier_names: set[str]) -> Iterator[Diagnostic]:
                 "spec",
                 "jobs",
                 "defaultTier",
+            )
+
+
+def _user_max(
+    p: Project,
+    quota: QuotaPair,
+    who: str,
+    path: tuple[str | int, ...],
+    severity: Severity | None,
+) -> Iterator[Diagnostic]:
+    for r in RESOURCE_NAMES:
+        um, pm = quota.max.get(r), p.quota.max.get(r)
+        if um is not None and pm is not None and um > pm:
+            line, col = p.doc.pos((*path, "max", r))
+            yield Diagnostic(
+                "GP315",
+                f"project {p.name!r} {who}: max {r} {format_amount(r, um)} is more than the "
+                f"project's max {format_amount(r, pm)}; the project's ceiling applies",
+                p.doc.file,
+                line,
+                col,
+                severity=severity,
             )
 
 

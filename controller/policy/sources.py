@@ -12,11 +12,12 @@ import os
 import posixpath
 import stat
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import git
 
-from controller.policy.loader import YAML_SUFFIXES, Source, sources_from_paths
+from controller.policy.loader import LINK_REFUSED, YAML_SUFFIXES, Source, sources_from_paths
 from controller.policy.validate import OutsideRepository, Resolver
 
 __all__ = [
@@ -41,8 +42,9 @@ def working_tree(root: Path) -> tuple[list[Source], Resolver]:
 
 def repository_resolver(roots: Sequence[Path]) -> Resolver:
     """A resolver of paths relative to each of `roots` in turn that never leaves the
-    repository: the Git working tree a root is in, else the root itself. Symbolic
-    links are followed only while they stay inside; only regular files are read."""
+    repository: the Git working tree a root is in, else the root itself. A path
+    through a symbolic link is refused (`LINK_REFUSED`), as the Git resolver
+    would read the link's text; only regular files are read."""
     bases = []
     for root in roots:
         base = root if root.is_dir() else root.parent
@@ -58,13 +60,16 @@ def repository_resolver(roots: Sequence[Path]) -> Resolver:
             try:
                 real = p.resolve()
             except (OSError, RuntimeError):  # a symlink loop
-                continue
+                return Source(path=p.as_posix(), size=0, read=bytes, refused=LINK_REFUSED)
             if not real.is_relative_to(top):
                 raise OutsideRepository(f"{ref!r} is outside the repository ({top})")
             try:
                 st = real.stat()
             except OSError:
                 continue
+            if Path(os.path.normpath(base.resolve() / ref)) != real:
+                # A link on the way: Git would hold its text, not its target.
+                return Source(path=p.as_posix(), size=0, read=bytes, refused=LINK_REFUSED)
             if stat.S_ISREG(st.st_mode):
                 return Source(path=p.as_posix(), size=st.st_size, read=real.read_bytes)
         return None
@@ -112,7 +117,7 @@ def tree_sources(
     elif isinstance(item, git.Tree):
         for obj in item.traverse(prune=_hidden):
             if isinstance(obj, git.Blob) and str(obj.path).endswith(YAML_SUFFIXES):
-                sources.append(source(obj))
+                sources.append(_blob_source(obj, source))
     sources.sort(key=lambda s: s.path)
 
     def resolve(ref: str) -> Source | None:
@@ -123,9 +128,31 @@ def tree_sources(
             blob = commit.tree / target
         except KeyError:
             return None
-        return source(blob) if isinstance(blob, git.Blob) else None
+        return _blob_source(blob, source) if isinstance(blob, git.Blob) else None
 
     return sources, resolve
+
+
+_LINK_MODE = 0o120000
+"""A tree entry's mode for a symbolic link (its blob holds the target's path)."""
+
+
+def _blob_source(blob: git.Blob, source: Callable[[git.Blob], Source]) -> Source:
+    """`source(blob)`, or for a symbolic link a refused `Source` whose blob is
+    never read: the same verdict `sources_from_paths` gives the working tree."""
+    src = source(blob)
+    return replace(src, size=0, refused=LINK_REFUSED) if blob.mode == _LINK_MODE else src
+
+
+def _commit(repo: git.Repo, ref: str) -> git.Commit:
+    """The commit `ref` names, resolved by Git itself, so every revision syntax
+    Git knows works (reflog entries `HEAD@{1}`, `@{-1}`, `main@{yesterday}`,
+    which GitPython's own parser fails on with tracebacks); GitRefError otherwise."""
+    try:
+        sha = repo.git.rev_parse("--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}")
+        return repo.commit(sha)
+    except (git.GitCommandError, git.BadName, ValueError):
+        raise GitRefError(f"{ref!r} does not name a commit") from None
 
 
 def git_tree(root: Path, ref: str) -> tuple[list[Source], Resolver, str]:
@@ -133,10 +160,7 @@ def git_tree(root: Path, ref: str) -> tuple[list[Source], Resolver, str]:
     tree, and the commit's full hash. A `root` that did not exist at `ref`
     gives no files (everything in the plan is then a create)."""
     repo = _repo(root)
-    try:
-        commit = repo.commit(ref)
-    except (git.BadName, ValueError) as e:
-        raise GitRefError(f"{ref!r} does not name a commit: {e}") from None
+    commit = _commit(repo, ref)
     top = Path(str(repo.working_tree_dir)).resolve()
     rel = Path(os.path.relpath(root.resolve(), top)).as_posix()
     if rel.startswith(".."):

@@ -21,6 +21,7 @@ from jsonschema.exceptions import ValidationError
 
 from controller.clusterspec import ClusterSpecError, parse_cluster
 from controller.policy import rules
+from controller.policy.compiler import MAX_CONFIGMAP_BYTES, policy_json
 from controller.policy.diagnostics import Diagnostic, did_you_mean, sort_key
 from controller.policy.loader import (
     DEFAULT_LIMITS,
@@ -28,8 +29,8 @@ from controller.policy.loader import (
     Document,
     Limits,
     Source,
+    load_data,
     load_sources,
-    nesting_too_deep,
 )
 from controller.policy.model import (
     ClusterPolicy,
@@ -41,6 +42,7 @@ from controller.policy.model import (
     build_tier,
 )
 from controller.quantity import QuantityError, parse_quantity
+from controller.scheduler.policy import POLICY_CONFIGMAP, POLICY_KEY
 
 __all__ = [
     "OutsideRepository",
@@ -158,12 +160,33 @@ def validate_sources(
         )
     result.diagnostics = sorted(set(diags), key=sort_key)
     if result.ok and len(clusters) == 1:
-        result.policy_set = PolicySet(
+        policy_set = PolicySet(
             cluster=clusters[0],
             tiers=tuple(sorted(tiers, key=lambda t: t.name)),
             projects=tuple(sorted(projects, key=lambda p: p.name)),
         )
+        too_large = _too_large(policy_set, root)
+        if too_large is None:
+            result.policy_set = policy_set
+        else:
+            result.diagnostics = sorted([*result.diagnostics, too_large], key=sort_key)
     return result
+
+
+def _too_large(policy_set: PolicySet, root: str) -> Diagnostic | None:
+    """GP320 when the API server would refuse the scheduling-policy ConfigMap."""
+    size = len(policy_json(policy_set))
+    if size <= MAX_CONFIGMAP_BYTES:
+        return None
+    members = sum(len(p.members) for p in policy_set.projects)
+    return Diagnostic(
+        "GP320",
+        f"the compiled scheduling policy (the ConfigMap {POLICY_CONFIGMAP}, key {POLICY_KEY}) "
+        f"is {size:,} bytes, over the {MAX_CONFIGMAP_BYTES:,} bytes the API server allows "
+        f"in a ConfigMap ({len(policy_set.projects):,} projects, {members:,} named users); "
+        "name fewer users (users.default covers everyone not listed) or fewer projects",
+        root,
+    )
 
 
 def _capacity_from(
@@ -187,21 +210,23 @@ def _capacity_from(
         return None, [Diagnostic("GP317", f"capacityFrom: {e}", doc.file, line, col)]
     if src is None:
         return None, [Diagnostic("GP317", f"capacityFrom: {ref!r} not found", doc.file, line, col)]
-    if src.size > limits.max_file_bytes:
-        msg = f"capacityFrom: {ref!r} is over {limits.max_file_bytes} bytes"
+    if src.refused is not None:
+        msg = f"capacityFrom: {ref!r} {src.refused}"
+        return None, [Diagnostic("GP317", msg, doc.file, line, col)]
+    # Read as policy files are: the same size, nesting and alias-expansion limits.
+    documents, problems = load_data(src, limits=limits)
+    errors = [d for d in problems if d.is_error]
+    if errors:
+        where = f"{ref}:{errors[0].line}:{errors[0].column}" if errors[0].line else ref
+        msg = f"capacityFrom: {where}: {errors[0].code} {errors[0].message}"
+        return None, [Diagnostic("GP317", msg, doc.file, line, col)]
+    if len(documents) != 1:
+        msg = f"capacityFrom: {ref!r} must hold one document, found {len(documents)}"
         return None, [Diagnostic("GP317", msg, doc.file, line, col)]
     try:
-        from ruamel.yaml import YAML
-
-        text = src.read().decode("utf-8")
-        if nesting_too_deep(text, max_depth=limits.max_depth) is not None:
-            msg = f"capacityFrom: {ref!r} nests more than {limits.max_depth} levels deep"
-            return None, [Diagnostic("GP317", msg, doc.file, line, col)]
-        cluster = parse_cluster(YAML(typ="safe").load(text), source=ref)
-    except (ClusterSpecError, OSError, ValueError) as e:
+        cluster = parse_cluster(documents[0], source=ref)
+    except ClusterSpecError as e:
         return None, [Diagnostic("GP317", f"capacityFrom: {e}", doc.file, line, col)]
-    except Exception as e:  # ruamel's YAML errors have no common public base here
-        return None, [Diagnostic("GP317", f"capacityFrom: {ref}: {e}", doc.file, line, col)]
     return cluster.total_gpus, []
 
 

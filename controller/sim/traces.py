@@ -25,7 +25,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from controller.clusterspec import LABEL_RACK, LABEL_ZONE, load_cluster
+from controller.clusterspec import (
+    LABEL_RACK,
+    LABEL_ZONE,
+    MAX_GPUS_PER_NODE,
+    MAX_NODES_PER_POOL,
+    load_cluster,
+)
 from controller.datasets import TRACES_ENV, traces_dir
 from controller.scheduler.types import MILLI, Node, PodShape
 
@@ -86,16 +92,34 @@ def _rows(path: Path) -> tuple[list[str], list[tuple[int, dict[str, str]]]]:
     try:
         with path.open(newline="", encoding="utf-8") as f:
             reader = csv.DictReader(f)
-            header = [h.strip() for h in reader.fieldnames or []]
-            reader.fieldnames = header
-            rows = [(reader.line_num, row) for row in reader]
+            try:
+                header = [h.strip() for h in reader.fieldnames or []]
+                reader.fieldnames = header
+                rows = [(reader.line_num, row) for row in reader]
+            except csv.Error as e:  # a NUL byte, an unclosed quote at the end
+                raise TraceError(f"{path}:{reader.line_num}: not CSV: {e}") from None
     except OSError as e:
         raise TraceError(f"{path}: cannot read: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        raise TraceError(
+            f"{path}: not a trace: byte 0x{e.object[e.start]:02x} at offset {e.start} is not "
+            "UTF-8 text (a trace is a CSV file)"
+        ) from None
     return header, rows
 
 
+MAX_VALUE = 2**53
+"""The largest number a trace may hold: times, sizes and amounts are exact below it."""
+
+
 def _int(
-    path: Path, line: int, row: Mapping[str, str], key: str, default: int | None = None
+    path: Path,
+    line: int,
+    row: Mapping[str, str],
+    key: str,
+    default: int | None = None,
+    *,
+    maximum: int = MAX_VALUE,
 ) -> int:
     raw = (row.get(key) or "").strip()
     if not raw:
@@ -103,11 +127,15 @@ def _int(
             return default
         raise TraceError(f"{path}:{line}: column {key!r} is empty; expected an integer")
     try:
-        return int(float(raw))
-    except ValueError:
+        value = int(float(raw))
+    except (ValueError, OverflowError):  # nan, inf, 1e400
+        value = None
+    if value is None or not 0 <= value <= maximum:
+        shown = raw if len(raw) <= 40 else raw[:37] + "..."
         raise TraceError(
-            f"{path}:{line}: column {key!r}: expected a number, found {raw!r}"
-        ) from None
+            f"{path}:{line}: column {key!r}: expected a number from 0 to {maximum}, found {shown!r}"
+        )
+    return value
 
 
 def _openb_pods(
@@ -218,7 +246,7 @@ def _openb_nodes(path: Path, rows: Iterable[tuple[int, dict[str, str]]]) -> list
     return [
         Node(
             name=row["sn"].strip(),
-            gpus=_int(path, line, row, "gpu"),
+            gpus=_int(path, line, row, "gpu", maximum=MAX_GPUS_PER_NODE),
             cpu_milli=_int(path, line, row, "cpu_milli", 0),
             memory=_int(path, line, row, "memory_mib", 0) * MIB,
             gpu_model=(row.get("model") or "").strip(),
@@ -228,15 +256,21 @@ def _openb_nodes(path: Path, rows: Iterable[tuple[int, dict[str, str]]]) -> list
 
 
 def _tiresias_nodes(path: Path, rows: list[tuple[int, dict[str, str]]]) -> list[Node]:
-    nodes = []
+    nodes: list[Node] = []
     for line, row in rows:
         per_switch = _int(path, line, row, "num_node_p_switch")
-        for s in range(_int(path, line, row, "num_switch")):
+        switches = _int(path, line, row, "num_switch")
+        if len(nodes) + switches * per_switch > MAX_NODES_PER_POOL:
+            raise TraceError(
+                f"{path}:{line}: {switches} switches of {per_switch} nodes: more than "
+                f"{MAX_NODES_PER_POOL} nodes in all"
+            )
+        for s in range(switches):
             for n in range(per_switch):
                 nodes.append(
                     Node(
                         name=f"s{s}-n{n:02d}",
-                        gpus=_int(path, line, row, "num_gpu_p_node"),
+                        gpus=_int(path, line, row, "num_gpu_p_node", maximum=MAX_GPUS_PER_NODE),
                         cpu_milli=_int(path, line, row, "num_cpu_p_node", 0) * 1000,
                         memory=_int(path, line, row, "mem_p_node", 0) * (1 << 30),
                         labels={LABEL_RACK: f"switch-{s}", LABEL_ZONE: "zone"},

@@ -67,8 +67,9 @@ def test_plan_against_the_live_cluster(
     try:
         # Nothing applied yet: everything is a create, and the dry runs wrote nothing.
         first = _plan(capsys, dev_cluster, policy_repo, system)
-        # 2 PriorityClasses, 3 Namespaces, 3 ResourceQuotas, the policy ConfigMap
-        assert first["counts"]["create"] == 9, first
+        # 2 PriorityClasses, 3 Namespaces, 3 ResourceQuotas and their 3 LimitRanges,
+        # the policy ConfigMap
+        assert first["counts"]["create"] == 12, first
         assert kube.get(RESOURCES["PriorityClass"], n("high")) is None
 
         # Applied as the reconciler would: no changes.
@@ -107,6 +108,7 @@ def test_plan_against_the_live_cluster(
         changed = _plan(capsys, dev_cluster, policy_repo, system)
         assert _ids(changed, "recreate") == {f"PriorityClass/{n('high')}"}
         assert _ids(changed, "delete") == {
+            f"LimitRange/{n('b')}/gangops-defaults",
             f"ResourceQuota/{n('b')}/gangops-quota",
             f"Namespace/{n('b')}",
         }

@@ -48,7 +48,10 @@ def test_first_sync_applies_everything_and_reports_ready(
     ids = {e["id"] for e in status["inventory"]["entries"]}
     assert f"_{n('high')}_scheduling.k8s.io_PriorityClass" in ids
     assert f"{n('b')}_gangops-quota__ResourceQuota" in ids
-    assert len(ids) == 2 + 3 + 3 + 1
+    assert f"{n('b')}_gangops-defaults__LimitRange" in ids
+    limits = managed(env.kube, "LimitRange", "gangops-defaults", n("a"))
+    assert limits is not None and limits["spec"]["limits"][0]["defaultRequest"]["cpu"] == "1"
+    assert len(ids) == 2 + 3 + 3 + 3 + 1
     reasons = [e["reason"] for e in env.events(src)]
     assert "ReconciliationSucceeded" in reasons
 

@@ -20,7 +20,7 @@ from kubernetes import client, config
 from controller.devcluster import DevCluster
 from controller.jobs.admission import ADMIN_GROUP
 from controller.kube.client import RESOURCES, ApiError, Kube, connect
-from controller.policy.compiler import compile_policy_set
+from controller.policy.compiler import QUOTA_NAME, compile_policy_set
 from controller.policy.loader import Source
 from controller.policy.validate import validate_sources
 
@@ -289,5 +289,43 @@ def test_compiled_project_namespaces_refuse_pods_beyond_baseline(gang_env: GangE
         }
         err = _refused(lambda: env.kube.create(pod, field_manager="gangops"))
         assert err.status == 403 and 'violates PodSecurity "baseline:latest"' in err.message
+    finally:
+        env.kube.delete(RESOURCES["Namespace"], name)
+
+
+def test_a_pod_that_asks_only_for_gpus_is_admitted_under_a_cpu_and_memory_quota(
+    gang_env: GangEnv,
+) -> None:
+    """The README's TrainingJob template sets only `nvidia.com/gpu`; a quota on
+    CPU and memory makes the API server refuse such a pod (`must specify
+    requests.cpu`) unless the compiled LimitRange gives it default requests."""
+    env = gang_env
+    name = f"defaults-{secrets.token_hex(4)}"
+    project = _PROJECT.format(name=name).replace("{gpu: 8}", '{gpu: 8, cpu: "16", memory: 64Gi}')
+    sources = [_source("cluster.yaml", _CLUSTER), _source("project.yaml", project)]
+    result = validate_sources(sources, root=".", resolve=lambda ref: None)
+    assert result.policy_set is not None, result.diagnostics
+    objects = compile_policy_set(result.policy_set, revision="r", source_root=".")
+    mine = [o for o in objects if name in (o["metadata"].get("namespace"), o["metadata"]["name"])]
+    assert [o["kind"] for o in mine] == ["Namespace", "ResourceQuota", "LimitRange"]
+    for obj in mine:
+        env.kube.apply(obj, field_manager="t")
+    try:
+        quota = RESOURCES["ResourceQuota"]
+
+        def computed() -> object:
+            live = env.kube.get(quota, QUOTA_NAME, namespace=name) or {}
+            return (live.get("status") or {}).get("hard")
+
+        wait_for("the quota controller to compute the quota's status", computed)
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "worker", "namespace": name},
+            "spec": _pod(),
+        }
+        created = env.kube.create(pod, field_manager="gangops")
+        requests = created["spec"]["containers"][0]["resources"]["requests"]
+        assert requests == {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "1"}
     finally:
         env.kube.delete(RESOURCES["Namespace"], name)

@@ -158,7 +158,7 @@ def test_render_yaml_and_json_agree(in_repo: Path, capsys: pytest.CaptureFixture
     assert as_yaml == as_json["items"]
     kinds = [o["kind"] for o in as_yaml]
     assert kinds == sorted(
-        kinds, key=["PriorityClass", "Namespace", "ResourceQuota", "ConfigMap"].index
+        kinds, key=["PriorityClass", "Namespace", "ResourceQuota", "LimitRange", "ConfigMap"].index
     )
     assert {o["metadata"]["annotations"]["gangops.ai/revision"] for o in as_yaml} == {"r1"}
 

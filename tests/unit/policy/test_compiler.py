@@ -21,9 +21,11 @@ from controller.cli import main
 from controller.policy.compiler import (
     ANNOTATION_REVISION,
     ANNOTATION_SOURCE,
+    DEFAULT_REQUESTS,
     LABEL_MANAGED_BY,
     LABEL_POD_SECURITY,
     LABEL_PROJECT,
+    LIMIT_RANGE_NAME,
     QUOTA_NAME,
     compile_policy_set,
     split_evenly,
@@ -119,6 +121,7 @@ def test_every_object_is_labelled_and_annotated() -> None:
         "PriorityClass": "tiers.yaml",
         "Namespace": "projects/a.yaml",
         "ResourceQuota": "projects/a.yaml",
+        "LimitRange": "projects/a.yaml",
         "ConfigMap": "pol",
     }
     for obj in objects:
@@ -128,7 +131,7 @@ def test_every_object_is_labelled_and_annotated() -> None:
             ANNOTATION_SOURCE: sources_by_kind[obj["kind"]],
             ANNOTATION_REVISION: "abc123",
         }
-        if obj["kind"] in ("Namespace", "ResourceQuota"):
+        if obj["kind"] in ("Namespace", "ResourceQuota", "LimitRange"):
             assert meta["labels"][LABEL_PROJECT] == "a"
 
 
@@ -237,6 +240,38 @@ def test_project_namespaces_enforce_a_pod_security_level(level: str | None, expe
     for n in namespaces:
         assert n["metadata"]["labels"][LABEL_POD_SECURITY] == expected
         assert n["metadata"]["labels"][f"{LABEL_POD_SECURITY}-version"] == "latest"
+
+
+def _defaults(files: dict[str, str]) -> dict[str, dict[str, str]]:
+    out = {}
+    for o in compiled(files):
+        if o["kind"] == "LimitRange":
+            assert o["metadata"]["name"] == LIMIT_RANGE_NAME
+            (limit,) = o["spec"]["limits"]
+            assert limit["type"] == "Container" and set(limit) == {"type", "defaultRequest"}
+            out[o["metadata"]["namespace"]] = limit["defaultRequest"]
+    return out
+
+
+@pytest.mark.parametrize(
+    ("max", "expected"),
+    [
+        ({"gpu": 8}, None),
+        ({"gpu": 8, "cpu": "64"}, {"cpu": DEFAULT_REQUESTS["cpu"]}),
+        ({"memory": "1Ti"}, {"memory": DEFAULT_REQUESTS["memory"]}),
+        ({"gpu": 8, "cpu": "64", "memory": "1Ti"}, DEFAULT_REQUESTS),
+        # A share smaller than the default is the default: one pod still fits.
+        ({"cpu": "1", "memory": "1Mi"}, {"cpu": "500m", "memory": "512Ki"}),
+    ],
+)
+def test_quotas_that_track_cpu_or_memory_come_with_default_requests(
+    max: dict[str, Any], expected: dict[str, str] | None
+) -> None:
+    """A pod that asks only for GPUs is not refused by quota admission (`must
+    specify requests.cpu`): the namespace's LimitRange fills in a request for
+    every resource its quota tracks besides GPUs, and sets no limit."""
+    defaults = _defaults(policy_files(project("p").namespaces("p", "q").max(**max).build()))
+    assert defaults == ({} if expected is None else {"p": expected, "q": expected})
 
 
 def test_a_project_without_a_max_gets_no_quota() -> None:

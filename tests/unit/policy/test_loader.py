@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -41,9 +43,25 @@ spec:
 @pytest.mark.parametrize(
     ("text", "line", "col", "problem"),
     [
-        ("a: [1, 2\nb: 3\n", 2, 2, "did not find expected ',' or ']'"),
+        # Where the parser gave up, and where the construct to close opened.
+        (
+            "a: [1, 2\nb: 3\n",
+            2,
+            2,
+            "did not find expected ',' or ']' (while parsing a flow sequence that opened at "
+            "line 1, column 4)",
+        ),
         ("a: b: c\n", 1, 5, "mapping values are not allowed in this context"),
-        ("a: 'open\n", 2, 1, "found unexpected end of stream"),
+        (
+            "x: 1\na: 'open\n",
+            3,
+            1,
+            "found unexpected end of stream (while scanning a quoted scalar that opened at "
+            "line 2, column 4)",
+        ),
+        # A character YAML refuses, at its own line and column.
+        ("x: 1\ny: a\x00b\n", 2, 5, "character U+0000 is not allowed in YAML"),
+        ("x: 1\ny: \x1b\n", 2, 4, "character U+001B is not allowed in YAML"),
         ("a:\n\tb: 1\n", 2, 1, "found character that cannot start any token"),
         ("a: *nowhere\n", 1, 4, "found undefined alias"),
     ],
@@ -186,8 +204,25 @@ def test_an_alias_bomb_is_refused_quickly() -> None:
     start = time.perf_counter()
     result = load({"bomb.yaml": text})  # a billion nodes if expanded
     assert time.perf_counter() - start < 1.0
-    assert where(result) == [("GP105", 1, 1)]
-    assert "alias" in result.diagnostics[0].message
+    # Where the fix goes: the first alias that took it over the limit (`d`'s
+    # first `*c`), not the start of the document.
+    assert where(result) == [("GP105", 4, 8)]
+    assert "the alias *c here crossed the limit" in result.diagnostics[0].message
+
+
+def test_an_alias_bomb_is_located_in_its_own_document_and_through_merge_keys() -> None:
+    text = (
+        "x: &x 1\ny: *x\n---\n"
+        "m: &m {k: v}\n"
+        "n: &n {<<: *m, a: [*m, *m]}\n"
+        "o: &o [*n, *n, *n, *n, *n, *n, *n, *n, *n, *n]\n"
+        f"p: [{', '.join(['*o'] * 20)}]\n"
+    )
+    result = load({"bomb.yaml": text})
+    (d,) = [d for d in result.diagnostics if d.code == "GP105"]
+    assert d.line == 7 and "the alias *o here crossed the limit" in d.message
+    line = text.splitlines()[d.line - 1]
+    assert line[d.column - 1 :].startswith("*o") and line[: d.column].count("*o") > 1
 
 
 def test_aliases_within_the_budget_are_fine() -> None:
@@ -298,6 +333,38 @@ def test_sources_from_paths(tmp_path: Path) -> None:
     assert found[0].size == 5 and found[0].read() == b"x: 1\n"
     with pytest.raises(FileNotFoundError):
         sources_from_paths([tmp_path / "missing"])
+
+
+@pytest.mark.parametrize(
+    ("make", "says"),
+    [
+        (lambda f: os.symlink(f, f), "is a symbolic link"),
+        (lambda f: os.symlink("/dev/zero", f), "is a symbolic link"),
+        (lambda f: os.symlink(f.parent / "real.yml", f), "is a symbolic link"),
+        (os.mkfifo, "is a FIFO, not a regular file"),
+    ],
+    ids=["loop", "dev-zero", "regular-target", "fifo"],
+)
+def test_only_regular_files_are_read(
+    tmp_path: Path, make: Callable[[Path], None], says: str
+) -> None:
+    """A link loop (a traceback), a link to /dev/zero (read until MemoryError)
+    and a FIFO (blocked forever) each get GP112 at once; a link to a regular
+    file too, as Git readers would see only its text."""
+    (tmp_path / "real.yml").write_text(PROJECT)
+    make(tmp_path / "odd.yaml")
+    done: list[LoadResult] = []
+    reader = threading.Thread(
+        target=lambda: done.append(load_sources(sources_from_paths([tmp_path], root=tmp_path))),
+        daemon=True,
+    )
+    reader.start()
+    reader.join(timeout=30)
+    assert done, "reading the policy files did not finish"
+    (result,) = done
+    (refused,) = [d for d in result.diagnostics if d.code == "GP112"]
+    assert (refused.file, refused.line) == ("odd.yaml", 0) and says in refused.message
+    assert [d.file for d in result.documents] == ["real.yml"]
 
 
 def test_unreadable_file_on_disk(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ checks every change (action, object, destructive), the warnings and the notes.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,8 @@ import pytest
 from controller.cli import main
 from controller.policy.plan import Change, FieldChange, Plan, make_plan
 from controller.policy.report import GITHUB_COMMENT_LIMIT, format_plan
+from controller.policy.sources import git_tree, working_tree
+from controller.policy.validate import validate_sources
 from tests.unit.policy.builders import (
     TIERS,
     cluster,
@@ -276,6 +279,31 @@ def test_a_bad_base_ref_is_a_usage_error(repo: GitRepo, capsys: pytest.CaptureFi
     assert "'no-such-ref' does not name a commit" in err
 
 
+@pytest.mark.parametrize("ref", ["@{-1}", "@{5}", "HEAD@{5}", "main@{3}", "HEAD@{nonsense}", ""])
+def test_a_reflog_ref_git_cannot_resolve_is_a_usage_error(
+    repo: GitRepo, capsys: pytest.CaptureFixture[str], ref: str
+) -> None:
+    """GitPython's own parser raised IndexError or NotImplementedError on these."""
+    repo.write(BASE)
+    repo.commit()
+    assert main(["plan", "policies", "--base", ref]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and f"{ref!r} does not name a commit" in err
+
+
+@pytest.mark.parametrize("ref", ["HEAD@{1}", "main@{1}", "@{1}", "HEAD@{1.year.ago}"])
+def test_reflog_refs_name_the_commits_git_says(
+    repo: GitRepo, capsys: pytest.CaptureFixture[str], ref: str
+) -> None:
+    repo.write(BASE)
+    repo.commit("first")
+    repo.write(policy_files(A(max=16), B))
+    repo.commit("second")
+    # Each names the first commit (a date older than the reflog: its oldest entry).
+    plan = plan_json(capsys, "--base", ref)
+    assert plan["counts"] == {"create": 0, "update": 2, "recreate": 0, "delete": 0}
+
+
 def test_a_repository_without_commits_is_a_usage_error(
     repo: GitRepo, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -458,3 +486,35 @@ def test_how_the_path_is_given_changes_nothing(
         monkeypatch.chdir(tmp_path_factory.mktemp("elsewhere"))
     assert main(["plan", path, "--base", "HEAD", "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["changes"] == []
+
+
+def _verdicts(root: Path, ref: str | None) -> list[tuple[str, str, int, str]]:
+    if ref is None:
+        sources, resolve = working_tree(root)
+    else:
+        sources, resolve, _ = git_tree(root, ref)
+    result = validate_sources(sources, root=str(root), resolve=resolve)
+    return [(d.code, d.file, d.line, d.message) for d in result.diagnostics]
+
+
+def test_symbolic_links_get_the_same_verdict_from_disk_and_from_git(repo: GitRepo) -> None:
+    """`validate` used to follow a link that Git readers (`plan --base`, the
+    reconciler) see as the text of its target: a commit that passed CI and
+    stalled the reconciler. Both readers now refuse links alike, under the
+    policy path (GP112) and through `capacityFrom` (GP317)."""
+    description = "kind: Cluster\nspec:\n  pools: [{name: a, count: 8, gpusPerNode: 8}]\n"
+    files = policy_files(A(), B, cluster_doc=cluster(gpu=None, capacityFrom="c/cluster.desc"))
+    repo.write(files)
+    repo.write({"team.yaml": files["projects/b.yaml"].replace("b", "team")}, under="shared")
+    repo.write({"cluster.yaml": description}, under="c")
+    (repo.root / "policies" / "c").mkdir()
+    os.symlink("../../c/cluster.yaml", repo.root / "policies" / "c" / "cluster.desc")
+    os.symlink("../shared/team.yaml", repo.root / "policies" / "team.yaml")
+    repo.commit()
+    on_disk = _verdicts(Path("policies"), None)
+    assert on_disk == _verdicts(Path("policies"), "HEAD")
+    assert [(code, file) for code, file, _, _ in on_disk] == [
+        ("GP317", "policies/cluster.yaml"),
+        ("GP112", "policies/team.yaml"),
+    ]
+    assert all("is a symbolic link; links are not followed" in m for *_, m in on_disk)

@@ -113,7 +113,12 @@ CASES = [
         [("GP104", "p.yaml", 7)],
         says=("0xe9",),
     ),
-    Case("GP105 alias bomb", {"p.yaml": BOMB}, [("GP105", "p.yaml", 1)]),
+    Case(
+        "GP105 alias bomb, at the alias that crossed the limit",
+        {"p.yaml": BOMB},
+        [("GP105", "p.yaml", 4)],
+        says=("the alias *c here crossed the limit",),
+    ),
     Case(
         "GP105 recursive alias",
         {"p.yaml": PROJECT_P + "x: &x [*x]\n"},
@@ -206,6 +211,15 @@ CASES = [
         {"tiers.yaml": TIERS.replace("Never", "Sometimes")},
         [("GP204", "tiers.yaml", 14)],
         says=("not one of 'PreemptLowerPriority', 'Never'",),
+    ),
+    Case(
+        "GP204 numbers the scheduler could not turn into a duration or a count",
+        {
+            "cluster.yaml": CLUSTER
+            + f"  preemption: {{minRuntimeSeconds: {'9' * 400}, maxPerHour: 100001}}\n"
+        },
+        [("GP204", "cluster.yaml", 7), ("GP204", "cluster.yaml", 7), ("GP313", ".", 0)],
+        says=("more than the maximum of 31536000", "more than the maximum of 100000"),
     ),
     Case(
         "GP204 duplicate namespaces",
@@ -386,6 +400,38 @@ CASES = [
         [("GP315", "p.yaml", 7)],
     ),
     Case(
+        "GP319 user names no TrainingJob label can carry",
+        {
+            "p.yaml": PROJECT_P
+            + "  users:\n    members:\n"
+            + "".join(
+                f"      - {{name: {name}}}\n"
+                for name in ('"\u0430lice"', '"alice "', '"system:serviceaccount:p:ci"', "a" * 64)
+            )
+            + "      - {name: A_b.c-9}\n"
+        },
+        [
+            ("GP319", "p.yaml", 9),
+            ("GP319", "p.yaml", 10),
+            ("GP319", "p.yaml", 11),
+            ("GP319", "p.yaml", 12),
+        ],
+        says=("user '\u0430lice' can never own a TrainingJob", "'alice '"),
+    ),
+    Case(
+        "GP320 a scheduling policy the API server would refuse",
+        {
+            f"p{i}.yaml": PROJECT_P.replace("{name: p}", f"{{name: p{i}}}").replace(
+                "[p]", f"[p{i}]"
+            )
+            + "  users:\n    members:\n"
+            + "".join(f"      - {{name: u{j:059d}}}\n" for j in range(1000))
+            for i in range(12)
+        },
+        [("GP320", ".", 0), ("GP306", "cluster.yaml", 5)],
+        says=("bytes, over the 1,048,576 bytes", "12 projects, 12,000 named users"),
+    ),
+    Case(
         "GP316 reserve above capacity",
         {"cluster.yaml": CLUSTER.replace("{gpu: 8,", "{gpu: 65,")},
         [("GP316", "cluster.yaml", 6)],
@@ -408,17 +454,38 @@ CASES = [
         extra={"c/cluster.yaml": "kind: Node\n"},
     ),
     Case(
+        "GP317 capacityFrom names a cluster description with an alias bomb",
+        {"cluster.yaml": CLUSTER.replace("capacity: {gpu: 64}", "capacityFrom: c/cluster.yaml")},
+        [("GP317", "cluster.yaml", 5)],
+        says=("c/cluster.yaml:4:8: GP105", "the alias *c here crossed the limit"),
+        extra={
+            "c/cluster.yaml": BOMB.replace("g: &g", "bomb: &g")
+            + "kind: Cluster\nspec:\n  pools:\n"
+            + "    - {name: p, count: 1, gpusPerNode: 8, labels: {x: *g}}\n"
+        },
+    ),
+    Case(
+        "GP317 capacityFrom names a pool whose labels or taints are not text",
+        {"cluster.yaml": CLUSTER.replace("capacity: {gpu: 64}", "capacityFrom: c/cluster.yaml")},
+        [("GP317", "cluster.yaml", 5)],
+        says=("c/cluster.yaml: spec.pools[0].taints[0]: expected a mapping with key and effect",),
+        extra={
+            "c/cluster.yaml": "kind: Cluster\nspec:\n  pools:\n"
+            "    - {name: p, count: 1, gpusPerNode: 8, taints: [1]}\n"
+        },
+    ),
+    Case(
         "GP317 capacityFrom names a file nested too deep to read",
         {"cluster.yaml": CLUSTER.replace("capacity: {gpu: 64}", "capacityFrom: c/cluster.yaml")},
         [("GP317", "cluster.yaml", 5)],
-        says=("nests more than 100 levels deep",),
+        says=("c/cluster.yaml:1:103: GP114 lists and mappings nest more than 100 levels",),
         extra={"c/cluster.yaml": "a: " + "[" * 300_000 + "]" * 300_000},
     ),
     Case(
         "GP317 capacityFrom names a file over the size limit",
         {"cluster.yaml": CLUSTER.replace("capacity: {gpu: 64}", "capacityFrom: c/cluster.yaml")},
         [("GP317", "cluster.yaml", 5)],
-        says=("is over 1048576 bytes",),
+        says=("GP103 file is 1100014 bytes, over the limit of 1048576",),
         extra={"c/cluster.yaml": "kind: Cluster\n" + "#" * 1_100_000},
     ),
     Case(
@@ -478,6 +545,20 @@ def test_diagnostics(case: Case) -> None:
         assert text in messages
     assert result.ok == (not any(CODES[c].severity is Severity.ERROR for c, _, _ in case.expect))
     assert (result.policy_set is not None) == result.ok
+
+
+def test_a_default_user_max_above_the_projects_is_an_error() -> None:
+    """Everyone not listed would get a ceiling the project never allows: the
+    rule that warns about named users also checks `users.default`, as an error."""
+    files = {
+        **BASE,
+        "p.yaml": PROJECT_P + "  users: {default: {max: {gpu: 9}}, members: [{name: ann}]}\n",
+    }
+    result = validate(files)
+    assert located(result.diagnostics) == [("GP315", "p.yaml", 7)]
+    (d,) = result.diagnostics
+    assert d.is_error and "project 'p' default user: max gpu 9" in d.message
+    assert result.policy_set is None
 
 
 def test_every_registered_code_has_a_case() -> None:

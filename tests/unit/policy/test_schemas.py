@@ -103,6 +103,29 @@ def test_every_property_is_described(path: Path) -> None:
     assert _undescribed(_load(path)) == []
 
 
+def _unbounded(schema: Schema) -> list[str]:
+    """Numbers without a `maximum`: a value the controller must then turn into
+    a float or a duration (an OverflowError in every scheduling step)."""
+    return [
+        where
+        for where, sub in _subschemas(schema)
+        if {"integer", "number"} & set(_as_list(sub.get("type"))) and "maximum" not in sub
+    ]
+
+
+def _as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+@pytest.mark.parametrize(
+    "path",
+    [*POLICY_SCHEMAS, REPO / "schemas" / "schedulingpolicy.schema.json"],
+    ids=lambda p: p.name,
+)
+def test_every_number_is_bounded(path: Path) -> None:
+    assert _unbounded(_load(path)) == []
+
+
 def test_the_checks_find_what_they_look_for() -> None:
     bad: Schema = {
         "type": "object",
@@ -121,3 +144,11 @@ def test_the_checks_find_what_they_look_for() -> None:
         "#/$defs/described/anyOf/0",
     ]
     assert _undescribed(bad) == ["#/properties/open", "#/properties/bare"]
+    numbers: Schema = {
+        "properties": {
+            "n": {"type": "number"},
+            "i": {"type": ["integer", "null"], "maximum": 3},
+            "q": {"anyOf": [{"type": "integer", "minimum": 0}, {"type": "string"}]},
+        }
+    }
+    assert _unbounded(numbers) == ["#/properties/n", "#/properties/q/anyOf/0"]

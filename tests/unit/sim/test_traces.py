@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
 
+from controller.clusterspec import ClusterSpecError
 from controller.scheduler.types import MILLI
 from controller.sim.traces import TraceError, load_cluster_file, load_trace
 
@@ -93,6 +95,65 @@ def test_gangops_csv(tmp_path: Path) -> None:
     assert (bert.workers, bert.pod.gpus, bert.min_workers, bert.max_workers) == (2, 8, 1, 4)
     assert (bert.tier, bert.project, bert.user) == ("high", "nlp", "alice")
     assert tiny.pod.shared and tiny.project is None
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("job_id,submit_time,duration,gang_size\na,0,inf,8\n", r"a\.csv:2: column 'duration'"),
+        ("job_id,submit_time,duration,gang_size\na,1e400,1,8\n", r"column 'submit_time'"),
+        ("job_id,submit_time,duration,gang_size\na,-5,1,8\n", r"'submit_time'.* found '-5'"),
+        ("job_id,submit_time,duration,gang_size\na,0,-1,8\n", r"'duration'.* found '-1'"),
+        ("job_id,submit_time,duration,gang_size\na,0,1\x00,8\n", r"a\.csv:2: column 'duration'"),
+        ("\x89PNG\r\n\x1a\n\x00\x00\xff\xfe", r"not a trace: byte 0x89 at offset 0"),
+    ],
+    ids=["inf", "1e400", "negative-submit", "negative-duration", "nul", "binary"],
+)
+def test_malformed_traces_are_trace_errors(tmp_path: Path, text: str, says: str) -> None:
+    """Each was a traceback (OverflowError, UnicodeDecodeError) or silently
+    accepted (negative times); `gangops simulate` prints a TraceError, exit 1."""
+    path = tmp_path / "a.csv"
+    path.write_bytes(text.encode("latin-1"))
+    with pytest.raises(TraceError, match=says):
+        load_trace(path)
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "says"),
+    [
+        ("n.csv", "sn,cpu_milli,memory_mib,gpu,model\nx,1,1,inf,V100\n", r"column 'gpu'"),
+        ("n.csv", "sn,cpu_milli,memory_mib,gpu,model\nx,1,1,100000,V100\n", r"0 to 1024"),
+        (
+            "t.csv",
+            "num_switch,num_node_p_switch,num_gpu_p_node\n1000000,1000000,8\n",
+            "more than 100000 nodes",
+        ),
+        (
+            "c.yaml",
+            "kind: Cluster\nspec:\n  pools: [{name: p, count: 1, gpusPerNode: 8, taints: [1]}]\n",
+            r"taints\[0\]: expected a mapping",
+        ),
+        (
+            "c.yaml",
+            "a: &a [x, x, x, x, x, x, x, x, x, x]\n"
+            + "".join(
+                f"{n}: &{n} [{', '.join([f'*{p}'] * 10)}]\n"
+                for p, n in zip("abcdefgh", "bcdefghi", strict=True)
+            )
+            + "kind: Cluster\nspec:\n  pools: [{name: p, count: 1, gpusPerNode: 8, "
+            "labels: {x: *i}}]\n",
+            r"labels\.x: expected a string, found list",
+        ),
+    ],
+    ids=["gpu-inf", "gpu-huge", "switches-huge", "taint-not-mapping", "label-alias-bomb"],
+)
+def test_malformed_clusters_are_errors(tmp_path: Path, name: str, text: str, says: str) -> None:
+    path = tmp_path / name
+    path.write_text(text)
+    start = time.perf_counter()
+    with pytest.raises((TraceError, ClusterSpecError), match=says):
+        load_cluster_file(path)
+    assert time.perf_counter() - start < 5
 
 
 def test_errors_name_file_and_line(tmp_path: Path) -> None:
