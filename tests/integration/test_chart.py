@@ -30,7 +30,7 @@ from controller.kube.client import RESOURCES, ApiError, Kube, connect
 from tests.unit.chart.helm import CHART, helm, parse, render, value_files
 
 from .gang_helpers import GangEnv, policy_doc
-from .kube import free_port
+from .kube import free_port, wait_for
 from .reconciler_helpers import TEST_LABEL, PolicyRepo, ReconcileEnv, managed
 
 pytest_plugins = ["tests.integration.reconciler_fixtures", "tests.integration.gang_fixtures"]
@@ -88,52 +88,67 @@ def test_every_values_file_passes_server_side_dry_run(
 # --- least privilege ---------------------------------------------------------------
 
 
-def _grant(dev_cluster: DevCluster, admin: Kube, namespace: str, tmp_path: Path) -> Path:
-    """Apply the chart's controller RBAC for a release in `namespace`; return a
-    kubeconfig holding a token of its ServiceAccount (TokenRequest API)."""
-    release = f"lp-{secrets.token_hex(3)}"
-    objs = render(namespace=namespace, release=release, values={"agent": {"enabled": False}})
-    kinds = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
-    rbac = [
-        o
-        for o in objs
-        if o["kind"] in kinds
-        and o["metadata"].get("labels", {}).get("app.kubernetes.io/component") == "controller"
-    ]
-    assert {o["kind"] for o in rbac} == set(kinds)
+Grant = Callable[[str, str], Path]
+
+
+@pytest.fixture
+def grant(dev_cluster: DevCluster, tmp_path: Path) -> Iterator[Grant]:
+    """`grant(component, namespace)`: apply the chart's RBAC of `component` (controller
+    or agent) for a release in `namespace`, and return a kubeconfig holding a token of
+    its ServiceAccount from the TokenRequest API. Cluster-wide objects are deleted after."""
     rbac_api = client.RbacAuthorizationV1Api(_api(dev_cluster))
     core = client.CoreV1Api(_api(dev_cluster))
-    for o in rbac:
-        if o["kind"] == "ServiceAccount":
-            core.create_namespaced_service_account(namespace, o)
-        elif o["kind"] == "ClusterRole":
-            rbac_api.create_cluster_role(o)
-        elif o["kind"] == "ClusterRoleBinding":
-            rbac_api.create_cluster_role_binding(o)
-        elif o["kind"] == "Role":
-            rbac_api.create_namespaced_role(namespace, o)
-        else:
-            rbac_api.create_namespaced_role_binding(namespace, o)
-    sa = next(o for o in rbac if o["kind"] == "ServiceAccount")["metadata"]["name"]
-    token = core.create_namespaced_service_account_token(
-        sa, namespace, {"spec": {"expirationSeconds": 3600}}
-    ).status.token
-    admin_cfg = YAML(typ="safe").load(dev_cluster.kubeconfig.read_text())
-    cluster = admin_cfg["clusters"][0]["cluster"]
-    path = tmp_path / f"{sa}.kubeconfig"
-    path.write_text(
-        json.dumps(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "local", "cluster": cluster}],
-                "users": [{"name": sa, "user": {"token": token}}],
-                "contexts": [{"name": "sa", "context": {"cluster": "local", "user": sa}}],
-                "current-context": "sa",
-            }
+    made: list[Obj] = []
+
+    def apply(component: str, namespace: str) -> Path:
+        release = f"lp-{secrets.token_hex(3)}"
+        objs = render(namespace=namespace, release=release)
+        kinds = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
+        rbac = [
+            o
+            for o in objs
+            if o["kind"] in kinds
+            and o["metadata"].get("labels", {}).get("app.kubernetes.io/component") == component
+        ]
+        for o in rbac:
+            if o["kind"] == "ServiceAccount":
+                core.create_namespaced_service_account(namespace, o)
+            elif o["kind"] == "ClusterRole":
+                rbac_api.create_cluster_role(o)
+            elif o["kind"] == "ClusterRoleBinding":
+                rbac_api.create_cluster_role_binding(o)
+            elif o["kind"] == "Role":
+                rbac_api.create_namespaced_role(namespace, o)
+            else:
+                rbac_api.create_namespaced_role_binding(namespace, o)
+            made.append(o)
+        sa = next(o for o in rbac if o["kind"] == "ServiceAccount")["metadata"]["name"]
+        token = core.create_namespaced_service_account_token(
+            sa, namespace, {"spec": {"expirationSeconds": 3600}}
+        ).status.token
+        admin_cfg = YAML(typ="safe").load(dev_cluster.kubeconfig.read_text())
+        cluster = admin_cfg["clusters"][0]["cluster"]
+        path = tmp_path / f"{sa}.kubeconfig"
+        path.write_text(
+            json.dumps(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "clusters": [{"name": "local", "cluster": cluster}],
+                    "users": [{"name": sa, "user": {"token": token}}],
+                    "contexts": [{"name": "sa", "context": {"cluster": "local", "user": sa}}],
+                    "current-context": "sa",
+                }
+            )
         )
-    )
-    return path
+        return path
+
+    yield apply
+    for o in made:
+        if o["kind"] == "ClusterRole":
+            rbac_api.delete_cluster_role(o["metadata"]["name"])
+        elif o["kind"] == "ClusterRoleBinding":
+            rbac_api.delete_cluster_role_binding(o["metadata"]["name"])
 
 
 _APIS: dict[str, client.ApiClient] = {}
@@ -212,10 +227,10 @@ def test_the_controller_reconciles_as_the_charts_service_account(
     reconcile_env: ReconcileEnv,
     policy_repo: PolicyRepo,
     run_as: Callable[..., tuple[subprocess.Popen[bytes], Path]],
-    tmp_path: Path,
+    grant: Grant,
 ) -> None:
     env, n = reconcile_env, policy_repo.name
-    sa_config = _grant(dev_cluster, kube, env.system_namespace, tmp_path)
+    sa_config = grant("controller", env.system_namespace)
     values = {
         "controller": {
             "sourceSelector": f"{TEST_LABEL}={env.prefix}",
@@ -250,11 +265,11 @@ def test_the_controller_schedules_as_the_charts_service_account_and_no_more(
     admin: Kube,
     gang_env: GangEnv,
     run_as: Callable[..., tuple[subprocess.Popen[bytes], Path]],
-    tmp_path: Path,
+    grant: Grant,
 ) -> None:
     env = gang_env
     env.claim(1)
-    sa_config = _grant(dev_cluster, admin, env.system_namespace, tmp_path)
+    sa_config = grant("controller", env.system_namespace)
     env.set_policy(policy_doc({"p": {"namespace": env.namespace, "guaranteed": 8}}))
     values = {
         "controller": {
@@ -332,6 +347,59 @@ def test_the_controller_schedules_as_the_charts_service_account_and_no_more(
                 RESOURCES["Node"],
                 env.nodes[0],
                 {"metadata": {"labels": {"x": "y"}}},
+                field_manager="t",
+            ),
+        ),
+    ]
+    for what, call in refused:
+        with pytest.raises(ApiError) as e:
+            call()
+        assert e.value.status == 403, f"{what}: {e.value}"
+
+
+def test_the_node_agent_publishes_gpu_health_as_the_charts_service_account_and_no_more(
+    admin: Kube,
+    namespace: str,
+    claim_node: Callable[..., str],
+    grant: Grant,
+    tmp_path: Path,
+) -> None:
+    node = claim_node()
+    sa_config = grant("agent", namespace)
+    scenario = tmp_path / "healthy.yaml"
+    scenario.write_text("events: []\n")
+    log = tmp_path / "agent.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "controller.cli", "agent", "--node", node,
+             "--listen", f"127.0.0.1:{free_port()}", "--scenario", str(scenario),
+             "--gpus", "8", "--pod-resources-socket", "", "--publish-node", "on",
+             "--kubeconfig", str(sa_config)],
+            stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+
+        def published() -> Obj | None:
+            live = admin.get(RESOURCES["Node"], node) or {}
+            conds = (live.get("status") or {}).get("conditions") or []
+            return next((c for c in conds if c["type"] == "GPUProblem"), None)
+
+        cond = wait_for("the agent's condition on its Node", published, timeout=30)
+        assert cond["reason"] == "GPUsHealthy"
+        text = log.read_text(errors="replace")
+        assert "forbidden" not in text.lower(), text[-3000:]
+    finally:
+        proc.terminate()
+        proc.wait(20)
+    sa = connect(str(sa_config))
+    refused: list[tuple[str, Callable[[], object]]] = [
+        ("listing pods", lambda: sa.list(RESOURCES["Pod"])),
+        ("reading a Secret", lambda: sa.get(RESOURCES["Secret"], "x", namespace)),
+        ("deleting a Node", lambda: sa.delete(RESOURCES["Node"], node)),
+        (
+            "creating a Node",
+            lambda: sa.create(
+                {"apiVersion": "v1", "kind": "Node", "metadata": {"name": f"{node}-forged"}},
                 field_manager="t",
             ),
         ),

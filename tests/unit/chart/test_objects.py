@@ -83,7 +83,7 @@ def test_no_rbac_rule_uses_a_wildcard() -> None:
 def test_the_agent_may_only_publish_on_nodes() -> None:
     role = find(render(), "ClusterRole", "-agent")
     assert role["rules"] == [
-        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]},
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["patch"]},
         {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]},
     ]
     assert not [
