@@ -16,7 +16,7 @@ from controller.jobs.admission import admission_objects, mutating_objects
 from controller.kube.crds import generate_crds
 from controller.policy.validate import schema_dir
 
-from .helm import CHART, VALUES_DIR, find, render
+from .helm import CHART, ROOT, VALUES_DIR, find, render
 from .reference import README, render_reference
 
 Obj = dict[str, Any]
@@ -166,7 +166,9 @@ def test_the_gpu_metrics_interval_is_the_agents_reading_interval_and_the_scrapes
     assert find(objs, "PodMonitor")["spec"]["podMetricsEndpoints"][0]["interval"] == interval
 
 
-def test_the_prometheus_rule_holds_the_charts_recording_rules(tmp_path: Path) -> None:
+def test_the_prometheus_rule_holds_the_charts_recording_rules_and_they_pass_promtool(
+    tmp_path: Path,
+) -> None:
     from ruamel.yaml import YAML
 
     rule = find(
@@ -182,6 +184,15 @@ def test_the_prometheus_rule_holds_the_charts_recording_rules(tmp_path: Path) ->
     out = subprocess.run(
         [promtool, "check", "rules", str(extracted)], capture_output=True, text=True
     )
+    assert out.returncode == 0, out.stdout + out.stderr
+    # The recording rules' own test cases, run over the rules as rendered.
+    cases = (ROOT / "tests" / "unit" / "prometheus" / "recording-rules.test.yaml").read_text()
+    tests = tmp_path / "rules.test.yaml"
+    tests.write_text(
+        cases.replace("../../../charts/gangops/files/prometheus/recording-rules.yaml", "rules.yaml")
+    )
+    assert "- rules.yaml" in tests.read_text()
+    out = subprocess.run([promtool, "test", "rules", str(tests)], capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
 
 
