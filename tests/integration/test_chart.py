@@ -410,6 +410,80 @@ def test_the_node_agent_publishes_gpu_health_as_the_charts_service_account_and_n
         assert e.value.status == 403, f"{what}: {e.value}"
 
 
+def test_tenants_bound_to_edit_create_trainingjobs_and_view_only_reads_them(
+    dev_cluster: DevCluster,
+    trainingjob_api: Kube,
+    namespace: str,
+) -> None:
+    """The chart's aggregated ClusterRoles, on the cluster's own `edit` and `view`."""
+    rbac_api = client.RbacAuthorizationV1Api(_api(dev_cluster))
+    roles = [
+        o
+        for o in render(release=f"agg-{secrets.token_hex(3)}")
+        if o["kind"] == "ClusterRole" and "-trainingjobs-" in o["metadata"]["name"]
+    ]
+    assert len(roles) == 2
+    for role, user in (("edit", "alice"), ("view", "bob")):
+        rbac_api.create_namespaced_role_binding(
+            namespace,
+            {
+                "metadata": {"name": f"{user}-{role}"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                            "name": role},
+                "subjects": [{"kind": "User", "name": user,
+                              "apiGroup": "rbac.authorization.k8s.io"}],
+            },
+        )  # fmt: skip
+    alice = connect(str(dev_cluster.user_kubeconfigs["alice"]))
+    bob = connect(str(dev_cluster.user_kubeconfigs["bob"]))
+    job = {
+        "apiVersion": "ai.operator/v1",
+        "kind": "TrainingJob",
+        "metadata": {"name": "mine", "namespace": namespace,
+                     "labels": {"ai.operator/user": "alice"}},
+        "spec": {"gangSize": 1, "priority": "batch", "template": {"spec": {"containers": [
+            {"name": "t", "image": "trainer", "resources": {"limits": {"nvidia.com/gpu": 1}}}
+        ]}}},
+    }  # fmt: skip
+
+    def refused(call: Callable[[], object]) -> bool:
+        try:
+            call()
+        except ApiError as e:
+            assert e.status == 403, e
+            return True
+        return False
+
+    # Without the chart's roles, edit and view do not reach TrainingJobs.
+    assert refused(lambda: alice.create(job, field_manager="t"))
+    assert refused(lambda: bob.list(RESOURCES["TrainingJob"], namespace=namespace))
+    try:
+        for o in roles:
+            rbac_api.create_cluster_role(o)
+        wait_for(
+            "alice's TrainingJob (edit, aggregated)",
+            lambda: not refused(lambda: alice.create(job, field_manager="t")),
+        )
+        wait_for(
+            "bob's list (view, aggregated)",
+            lambda: not refused(lambda: bob.list(RESOURCES["TrainingJob"], namespace=namespace)),
+        )
+        assert bob.get(RESOURCES["TrainingJob"], "mine", namespace) is not None
+        other = {**job, "metadata": {**job["metadata"], "name": "bobs",
+                                     "labels": {"ai.operator/user": "bob"}}}  # fmt: skip
+        assert refused(lambda: bob.create(other, field_manager="t"))
+        # Nobody but the controller writes a job's status.
+        assert refused(
+            lambda: alice.merge_patch(
+                RESOURCES["TrainingJob"], "mine", {"status": {"phase": "Running"}},
+                field_manager="t", namespace=namespace, subresource="status",
+            )
+        )  # fmt: skip
+    finally:
+        for o in roles:
+            rbac_api.delete_cluster_role(o["metadata"]["name"])
+
+
 # --- install, upgrade, rollback, uninstall ------------------------------------------
 
 
