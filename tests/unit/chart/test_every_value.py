@@ -74,6 +74,11 @@ CHANGES: dict[str, Case] = {
     "monitoring.serviceMonitor.interval": ("1m", MONITORING_ON),
     "monitoring.podMonitor.enabled": (True, {}),
     "monitoring.prometheusRule.enabled": (True, {}),
+    "monitoring.grafanaDashboards.enabled": (True, {}),
+    "monitoring.grafanaDashboards.sidecarLabel": (
+        "dashboards",
+        {"monitoring.grafanaDashboards.enabled": True},
+    ),
     "networkPolicy.enabled": (False, {}),
     "networkPolicy.metricsFrom": ([{"podSelector": {"matchLabels": {"app": "prom"}}}], {}),
     "networkPolicy.webhookFrom": ([{"namespaceSelector": {}}], {}),
