@@ -39,7 +39,7 @@ CHANGES: dict[str, Case] = {
     "controller.sourceSelector": ("shard=a", {}),
     "controller.jobSelector": ("team=nlp", {}),
     "controller.gangNodeSelector": ("pool=a100", {}),
-    "controller.growIntervalSeconds": (600, {}),
+    "controller.growIntervalSeconds": (900, {}),
     "controller.verbose": (True, {}),
     "controller.metricsPort": (8181, {}),
     "controller.webhook.enabled": (False, {}),
