@@ -85,6 +85,44 @@ def test_every_values_file_passes_server_side_dry_run(
     assert out.count("(server dry run)") == len(sent), out
 
 
+@pytest.mark.parametrize(
+    ("kind", "level", "admitted"),
+    [("Deployment", "restricted", True), ("DaemonSet", "baseline", False),
+     ("DaemonSet", "privileged", True)],
+)  # fmt: skip
+def test_pod_security_admits_the_controller_at_restricted_and_the_agent_only_at_privileged(
+    control_plane: Build,
+    dev_cluster: DevCluster,
+    api: client.ApiClient,
+    namespace: str,
+    kind: str,
+    level: str,
+    admitted: bool,
+) -> None:
+    """The pods' templates, created (dry-run) as Pods in a namespace enforcing `level`:
+    the agent's read-only hostPath to the pod-resources socket is what baseline refuses."""
+    client.CoreV1Api(api).patch_namespace(
+        namespace, {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": level}}}
+    )
+    template = next(o for o in render(namespace=namespace) if o["kind"] == kind)["spec"]["template"]
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "probe", "namespace": namespace},
+           "spec": {**template["spec"], "serviceAccountName": "default"}}  # fmt: skip
+    out = subprocess.run(
+        [str(control_plane.bin_dir / "kubectl"), "--kubeconfig", str(dev_cluster.kubeconfig),
+         "create", "--dry-run=server", "-f", "-"],
+        input=json.dumps(pod), capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    if admitted:
+        assert out.returncode == 0, out.stderr
+    else:
+        # ... and for nothing else: PSA lists every violation.
+        assert out.returncode != 0, out.stdout
+        assert out.stderr.strip().endswith(
+            'violates PodSecurity "baseline:latest": hostPath volumes (volume "pod-resources")'
+        ), out.stderr
+
+
 # --- least privilege ---------------------------------------------------------------
 
 
@@ -360,11 +398,14 @@ def test_the_controller_schedules_as_the_charts_service_account_and_no_more(
 def test_the_node_agent_publishes_gpu_health_as_the_charts_service_account_and_no_more(
     admin: Kube,
     namespace: str,
-    claim_node: Callable[..., str],
     grant: Grant,
     tmp_path: Path,
 ) -> None:
-    node = claim_node()
+    # A Node of its own (no kubelet behind it): the session's fake GPU nodes are
+    # claimed by the scheduling tests.
+    node = f"chart-agent-{secrets.token_hex(3)}"
+    admin.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}},
+                 field_manager="test")  # fmt: skip
     sa_config = grant("agent", namespace)
     scenario = tmp_path / "healthy.yaml"
     scenario.write_text("events: []\n")
@@ -408,6 +449,7 @@ def test_the_node_agent_publishes_gpu_health_as_the_charts_service_account_and_n
         with pytest.raises(ApiError) as e:
             call()
         assert e.value.status == 403, f"{what}: {e.value}"
+    admin.delete(RESOURCES["Node"], node)
 
 
 def test_tenants_bound_to_edit_create_trainingjobs_and_view_only_reads_them(
