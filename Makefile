@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: venv control-plane demo demo-pr test unit integration lint bench e2e clean
+.PHONY: venv control-plane helm demo demo-pr test unit integration lint bench e2e clean
 
 venv: $(STAMP)
 
@@ -21,6 +21,11 @@ $(STAMP): pyproject.toml
 control-plane: venv
 	@$(BIN)/python -m controller.devcluster build >/dev/null
 
+# helm, built from its Go module (tools/helm/go.mod) once and cached under
+# ~/.cache/gangops/helm-<version>: minutes the first time; the chart's tests use it.
+helm:
+	@bash tools/helm/build.sh >/dev/null
+
 # The main job: gangops running on the local control plane, narrated (scripts/demo.sh).
 demo: venv control-plane
 	@bash scripts/debian-deps.sh
@@ -30,14 +35,14 @@ demo: venv control-plane
 demo-pr: venv
 	@bash scripts/demo-pr.sh
 
-test: venv control-plane
+test: venv control-plane helm
 	@bash scripts/debian-deps.sh
 	@if command -v go >/dev/null; then \
 	  (cd clusters/local && GOFLAGS=-mod=readonly go test ./cmd/fake-kubelet/); \
 	else echo "go test ./cmd/fake-kubelet/ not run: Go is not installed"; fi
 	$(BIN)/pytest tests/unit tests/integration
 
-unit: venv
+unit: venv helm
 	@bash scripts/debian-deps.sh
 	$(BIN)/pytest tests/unit
 

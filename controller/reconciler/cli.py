@@ -1,8 +1,9 @@
 """`gangops install-crds`: the CRDs generated from schemas/, into a cluster or a directory.
 
-The chart ships the same files (`charts/gangops/crds/`, written by
-`--output-dir`); this command is for clusters installed without Helm and for
-regenerating the chart's copies after a schema change.
+The Helm chart ships the same objects (`charts/gangops/files/crds/` and
+`files/admission/`, written by `--output-dir charts/gangops/files`, which its
+templates read); this command is for clusters installed without Helm and for
+regenerating the chart's copies after a schema or policy change.
 """
 
 from __future__ import annotations
@@ -26,7 +27,13 @@ _NOT_SERVED = (
 def _install_crds(args: argparse.Namespace) -> int:
     from controller.jobs.admission import admission_objects, mutating_objects
     from controller.kube.client import FIELD_MANAGER, ApiError, connect
-    from controller.kube.crds import crd_file_name, generate_crds, install, render_yaml
+    from controller.kube.crds import (
+        crd_file_name,
+        generate_crds,
+        install,
+        render_yaml,
+        render_yaml_stream,
+    )
     from controller.policy.validate import schema_dir
 
     crds = generate_crds(schema_dir())
@@ -36,11 +43,14 @@ def _install_crds(args: argparse.Namespace) -> int:
         "metadata": {"name": args.system_namespace},
     }
     if args.output_dir is not None:
-        out = Path(args.output_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        for crd in crds:
-            (out / crd_file_name(crd)).write_text(render_yaml(crd), encoding="utf-8")
-            print(f"wrote {out / crd_file_name(crd)}")
+        files = {f"crds/{crd_file_name(c)}": render_yaml(c) for c in crds}
+        files["admission/validating.yaml"] = render_yaml_stream(admission_objects())
+        files["admission/mutating.yaml"] = render_yaml_stream(mutating_objects())
+        for name, text in files.items():
+            path = Path(args.output_dir) / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+            print(f"wrote {path}")
         return 0
     if args.print:
         docs = [namespace, *crds, *admission_objects()]
@@ -117,7 +127,10 @@ def add_subcommand(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
     p.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS")
     where = p.add_mutually_exclusive_group()
     where.add_argument(
-        "--output-dir", metavar="DIR", help="write one YAML file per CRD here instead"
+        "--output-dir",
+        metavar="DIR",
+        help="write DIR/crds/<group>_<plural>.yaml per CRD and DIR/admission/{validating,"
+        "mutating}.yaml instead (the chart's copies: --output-dir charts/gangops/files)",
     )
     where.add_argument("--print", action="store_true", help="print the CRDs as YAML instead")
     p.set_defaults(func=_install_crds)

@@ -209,8 +209,15 @@ class Reconciler:
         self.sources = informer(
             "PolicySource", self._on_source, label_selector=settings.source_selector
         )
+        # The one ConfigMap the compiler writes is in the system namespace: watch it
+        # there, so the controller needs no read access to other namespaces' ConfigMaps.
         self.managed = {
-            kind: informer(kind, self._on_managed, label_selector=LABEL_SOURCE)
+            kind: informer(
+                kind,
+                self._on_managed,
+                label_selector=LABEL_SOURCE,
+                **({"namespace": settings.system_namespace} if kind == "ConfigMap" else {}),
+            )
             for kind in APPLY_ORDER
         }
         self.policy_crs = {kind: informer(kind, self._on_policy_cr) for kind in POLICY_KINDS}

@@ -9,11 +9,13 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator
 
-from controller.kube.crds import crd_file_name, generate_crds, render_yaml
+from controller.jobs.admission import admission_objects, mutating_objects
+from controller.kube.crds import crd_file_name, generate_crds, render_yaml, render_yaml_stream
 from controller.policy.validate import schema_dir
 
 ROOT = Path(__file__).resolve().parents[3]
-CHART_CRDS = ROOT / "charts" / "gangops" / "crds"
+CHART_FILES = ROOT / "charts" / "gangops" / "files"
+REGENERATE = "run gangops install-crds --output-dir charts/gangops/files"
 
 
 def _walk(node: Any) -> Any:
@@ -27,11 +29,19 @@ def _walk(node: Any) -> Any:
 
 
 def test_chart_crds_are_generated_from_the_schemas() -> None:
-    """Regenerate with `gangops install-crds --output-dir charts/gangops/crds`."""
     crds = generate_crds(schema_dir())
     want = {crd_file_name(c): render_yaml(c) for c in crds}
-    have = {p.name: p.read_text(encoding="utf-8") for p in CHART_CRDS.glob("*.yaml")}
-    assert have == want, "charts/gangops/crds is stale: run gangops install-crds --output-dir"
+    have = {p.name: p.read_text(encoding="utf-8") for p in (CHART_FILES / "crds").glob("*.yaml")}
+    assert have == want, f"charts/gangops/files/crds is stale: {REGENERATE}"
+
+
+def test_chart_admission_policies_are_generated_from_the_code() -> None:
+    want = {
+        "validating.yaml": render_yaml_stream(admission_objects()),
+        "mutating.yaml": render_yaml_stream(mutating_objects()),
+    }
+    have = {p.name: p.read_text(encoding="utf-8") for p in (CHART_FILES / "admission").glob("*")}
+    assert have == want, f"charts/gangops/files/admission is stale: {REGENERATE}"
 
 
 def test_crds_use_the_structural_dialect() -> None:
