@@ -5,6 +5,7 @@ on a GPU out of service, without it some do."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -229,6 +230,8 @@ def test_with_telemetry_no_job_lands_on_a_bad_gpu_and_without_some_do(tmp_path: 
     cov = on["gangops"]["forecast_p90_coverage"]
     assert isinstance(cov, float) and 0.0 <= cov <= 1.0
     assert off["gangops"]["forecast_p90_coverage"] is None
+    if importlib.util.find_spec("matplotlib") is not None:
+        assert (tmp_path / "report0" / "telemetry.png").stat().st_size > 10_000
     assert on["_inputs"]["telemetry"] == {
         "recording": str(tmp_path / "rec"),
         "faults": str(tmp_path / "faults.yaml"),
