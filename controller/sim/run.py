@@ -179,7 +179,12 @@ def run_jobs(
             desc = f"simulate {name}" + (f" seed {seed}" if seeds > 1 else "")
             frag = FragModel(typical)
             feed = None
-            if name == "gangops" and exp.use_telemetry and (replay or faults):
+            if (
+                name == "gangops"
+                and exp.use_telemetry
+                and not exp.arrivals_only
+                and (replay or faults)
+            ):
                 feed = Feed(policy, replay=replay, faults=faults, t0=first)
             sched = make_scheduler(name, nodes, doc, fragmentation=frag, seed=seed, feed=feed)
             if exp.arrivals_only:

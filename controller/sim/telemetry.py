@@ -193,6 +193,8 @@ class Feed:
     """Per project, every demand sample (one-minute grid), for scoring."""
     forecasts: list[_Scored] = field(default_factory=list)
     _current: dict[str, Forecast] = field(default_factory=dict)
+    _pods: dict[tuple[str, str], PodUsage] = field(default_factory=dict)
+    _pods_at: float = -math.inf
     _forecast_at: float = -math.inf
 
     def __post_init__(self) -> None:
@@ -205,14 +207,16 @@ class Feed:
     def telemetry(self, now: float, snap: Snapshot) -> Telemetry:
         """The step's snapshot: health as of now, usage as of the last minute."""
         usage_at = math.floor(now / USAGE_EVERY_S) * USAGE_EVERY_S
-        pods: dict[tuple[str, str], PodUsage] = {}
+        if usage_at != self._pods_at:  # one reading a minute, as the provider's
+            self._pods_at, self._pods = usage_at, {}
+        pods = self._pods
         if self.replay is not None:
             for r in snap.running.values():
                 if r.started <= usage_at:
                     for i in range(r.gang.workers):
-                        pods[(NAMESPACE, f"{r.gang.id}#{i}")] = self.replay.usage(
-                            r.gang.id, i, usage_at - r.started
-                        )
+                        key = (NAMESPACE, f"{r.gang.id}#{i}#{r.started}")
+                        if key not in pods:
+                            pods[key] = self.replay.usage(r.gang.id, i, usage_at - r.started)
         return Telemetry(
             health=Signal(now),
             usage=Signal(usage_at) if self.replay is not None else Signal(),
@@ -223,7 +227,10 @@ class Feed:
     def _utilisation(self, now: float, snap: Snapshot) -> dict[JobId, float]:
         t = self.telemetry(now, snap)
         jobs = {
-            r.gang.id: (r.started, [(NAMESPACE, f"{r.gang.id}#{i}") for i in range(r.gang.workers)])
+            r.gang.id: (
+                r.started,
+                [(NAMESPACE, f"{r.gang.id}#{i}#{r.started}") for i in range(r.gang.workers)],
+            )
             for r in snap.running.values()
         }
         return job_utilisation(t, jobs, now)
