@@ -19,6 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from enum import Enum
 
+from controller.nodehealth import XID_CLASSES, XidClass, classify_xid
+
 __all__ = [
     "XID_CLASSES",
     "GpuHealth",
@@ -33,46 +35,6 @@ __all__ = [
     "on_xid",
     "parse_xid_class",
 ]
-
-
-class XidClass(Enum):
-    IGNORE = "ignore"
-    RESTART_APP = "restart-app"
-    RESET_GPU = "reset-gpu"
-    REBOOT_NODE = "reboot-node"
-
-
-XID_CLASSES: dict[int, XidClass] = {
-    # the application's fault: restart it; the GPU is fine
-    13: XidClass.RESTART_APP,  # graphics engine exception
-    31: XidClass.RESTART_APP,  # GPU memory page fault
-    43: XidClass.RESTART_APP,  # GPU stopped processing
-    45: XidClass.IGNORE,  # preemptive cleanup after an earlier error
-    63: XidClass.IGNORE,  # ECC page retirement / row remapping recorded
-    68: XidClass.RESTART_APP,  # video decoder exception
-    92: XidClass.IGNORE,  # high single-bit ECC error rate
-    94: XidClass.RESTART_APP,  # contained ECC error
-    # the GPU's fault: reset the GPU
-    48: XidClass.RESET_GPU,  # double-bit ECC error
-    61: XidClass.RESET_GPU,  # internal micro-controller breakpoint
-    62: XidClass.RESET_GPU,  # internal micro-controller halt
-    64: XidClass.RESET_GPU,  # ECC page retirement / row remapping failure
-    74: XidClass.RESET_GPU,  # NVLink error
-    95: XidClass.RESET_GPU,  # uncontained ECC error
-    119: XidClass.RESET_GPU,  # GSP RPC timeout
-    120: XidClass.RESET_GPU,  # GSP error
-    140: XidClass.RESET_GPU,  # unrecovered ECC error
-    # the node's fault: reboot it
-    79: XidClass.REBOOT_NODE,  # GPU has fallen off the bus
-}
-UNKNOWN_XID_CLASS = XidClass.RESTART_APP
-
-
-def classify_xid(xid: int, overrides: dict[int, XidClass] | None = None) -> XidClass:
-    """The class of an XID: `overrides` first, then the catalogue, else RESTART_APP."""
-    if overrides and xid in overrides:
-        return overrides[xid]
-    return XID_CLASSES.get(xid, UNKNOWN_XID_CLASS)
 
 
 def parse_xid_class(text: str) -> tuple[int, XidClass]:

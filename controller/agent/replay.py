@@ -30,11 +30,8 @@ handles them exactly as on a real node.
 
 from __future__ import annotations
 
-import bisect
-import csv
 import threading
 import time
-from array import array
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +42,7 @@ import pynvml
 from controller.agent.nvml import GpuIdentity, Sample, XidEvent, nvml_error
 from controller.agent.podresources import fake_gpu_uuid
 from controller.datasets import TELEMETRY_ENV, telemetry_dir
+from controller.telemetry_data import DUTY_FILE, MEMORY_FILE, Recording, load_recording
 
 __all__ = [
     "DUTY_FILE",
@@ -60,80 +58,8 @@ __all__ = [
     "telemetry_dir",
 ]
 
-DUTY_FILE = "pod_gpu_duty_cycle.csv"
-MEMORY_FILE = "pod_gpu_memory_used_bytes.csv"
 _MIB = 1024 * 1024
 _RESERVED_MIB = 512.0
-
-
-@dataclass(frozen=True)
-class Series:
-    """One container's samples: offsets from its first timestamp (s), and values
-    (arrays of doubles: a day of 60 containers is 1.4 MB, not 10 as float objects)."""
-
-    offsets: array[float]
-    values: array[float]
-
-    @property
-    def duration(self) -> float:
-        if len(self.offsets) < 2:
-            return 60.0
-        # one more step after the last sample, so a loop does not repeat it twice
-        return self.offsets[-1] + (self.offsets[-1] - self.offsets[-2])
-
-    def at(self, t: float) -> float:
-        """The value recorded at `t` seconds into the series (looped), held until the
-        next sample."""
-        t %= self.duration
-        i = bisect.bisect_right(self.offsets, t) - 1
-        return self.values[max(i, 0)]
-
-
-@dataclass(frozen=True)
-class Recording:
-    """Per container: utilisation (%) and memory used (bytes)."""
-
-    containers: tuple[str, ...]
-    duty: dict[str, Series]
-    memory: dict[str, Series]
-
-
-def _read_series(path: Path) -> dict[str, Series]:
-    rows: dict[str, list[tuple[float, float]]] = {}
-    with path.open(newline="") as f:
-        reader = csv.reader(f)
-        header = next(reader, None)
-        if header is None or [h.strip() for h in header[:3]] != ["container", "timestamp", "value"]:
-            raise ValueError(f"{path}: expected the header container,timestamp,value")
-        for line, row in enumerate(reader, start=2):
-            try:
-                rows.setdefault(row[0], []).append((float(row[1]), float(row[2])))
-            except (IndexError, ValueError):
-                raise ValueError(f"{path}:{line}: expected container,timestamp,value") from None
-    out: dict[str, Series] = {}
-    for container, samples in rows.items():
-        samples.sort()
-        t0 = samples[0][0]
-        out[container] = Series(
-            array("d", (t - t0 for t, _ in samples)), array("d", (v for _, v in samples))
-        )
-    return out
-
-
-def load_recording(directory: str | Path) -> Recording:
-    """Read a telemetry directory; ValueError naming the file and line if malformed."""
-    d = Path(directory)
-    for name in (DUTY_FILE, MEMORY_FILE):
-        if not (d / name).is_file():
-            raise ValueError(
-                f"{d}: no {name} (a replay directory holds {DUTY_FILE} and {MEMORY_FILE})"
-            )
-    duty = _read_series(d / DUTY_FILE)
-    memory = _read_series(d / MEMORY_FILE)
-    containers = tuple(sorted(set(duty) | set(memory)))
-    if not containers:
-        raise ValueError(f"{d}: the replay files hold no samples")
-    return Recording(containers, duty, memory)
 
 
 # -- scenarios

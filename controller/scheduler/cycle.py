@@ -228,11 +228,11 @@ def _lend_limit(snap: Snapshot, policy: SchedulingPolicy, hints: Hints, g: Gang)
     used = snap.project_usage.get(g.project, 0)
     if used + g.gpu_total <= project.guaranteed:
         return None
-    kept = {p: m for p, m in hints.protect.items() if p != g.project}
-    protected = sum(kept.values())
+    protected = sum(hints.protect.values()) - hints.protect.get(g.project, 0)
     idle = snap.capacity - sum(snap.project_usage.values())
     if idle - g.gpu_total >= protected:
         return None
+    kept = {p: m for p, m in hints.protect.items() if p != g.project}
     who = ", ".join(f"{p} ({format_gpus(m)})" for p, m in sorted(kept.items()))
     return (
         f"would borrow idle guarantee that is forecast to be asked for soon by {who}; "

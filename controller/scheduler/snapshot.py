@@ -11,7 +11,7 @@ up from the nodes `assume` and `forget` changed.
 from __future__ import annotations
 
 from collections.abc import Container, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from controller.scheduler.fragmentation import FragModel
 from controller.scheduler.types import (
@@ -257,6 +257,20 @@ class Snapshot:
         if entry.items is None:
             entry.items = list(entry.slots.values())
         return entry.items
+
+    def set_unhealthy(self, name: str, unhealthy: frozenset[int]) -> None:
+        """Node `name`'s GPUs out of service are now `unhealthy`. The controller builds
+        a snapshot per step from nodes that carry it (`telemetry.with_health`); the
+        simulator keeps one for a run and tells it here, so only that node's cached
+        figures are counted again."""
+        ns = self.by_name.get(name)
+        if ns is None or ns.node.unhealthy == unhealthy:
+            return
+        ns.node = replace(ns.node, unhealthy=unhealthy)
+        self.capacity += (ns.bad - ns.node.bad_gpus) * MILLI
+        ns.bad = ns.node.bad_gpus
+        ns.stamp += 1
+        self._touch(ns)
 
     def _touch(self, ns: NodeState) -> None:
         self._changed.append(ns)

@@ -15,6 +15,7 @@ from typing import Any
 
 from controller.clusterspec import ClusterSpecError
 from controller.scheduler.policy import SchedulingPolicy
+from controller.sim.faults import FaultError
 from controller.sim.generator import generate, to_csv
 from controller.sim.plot import PlotUnavailable, write_figures
 from controller.sim.report import figures, format_table, write_report
@@ -98,6 +99,9 @@ def _simulate(args: argparse.Namespace) -> int:
             max_duration=args.max_duration,
             repeat=args.repeat,
             session_mean=args.session_mean,
+            telemetry=Path(args.telemetry) if args.telemetry else None,
+            faults=Path(args.faults) if args.faults else None,
+            use_telemetry=not args.no_telemetry,
         )
         if args.generate is not None:
             nodes = load_cluster_file(exp.cluster)
@@ -125,9 +129,14 @@ def _simulate(args: argparse.Namespace) -> int:
             }
         else:
             runs, inputs = run(exp, show_progress=args.progress)
-    except (TraceError, PolicyError, ClusterSpecError) as e:
+    except (TraceError, PolicyError, ClusterSpecError, FaultError) as e:
         print(f"gangops simulate: {e}", file=sys.stderr)
         return 1
+    inputs["telemetry"] = {
+        "recording": args.telemetry,
+        "faults": args.faults,
+        "used_by_gangops": not args.no_telemetry and bool(args.telemetry or args.faults),
+    }
     results = {r.name: figures(r) for r in runs}
     print(f"{inputs['mode']}: {inputs['jobs']} jobs on {inputs['nodes']} nodes "
           f"({inputs['gpus']} GPUs), {inputs['trace']}")  # fmt: skip
@@ -212,6 +221,20 @@ def add_subcommand(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
         metavar="N",
         help="traces without tenants: mean number of consecutive jobs one project submits "
         f"(default {SESSION_MEAN})",
+    )
+    p.add_argument(
+        "--telemetry",
+        metavar="DIR",
+        help="with departures: replay this recorded GPU telemetry on the jobs "
+        "(format of ../shared/telemetry/genai2026/; docs/simulator.md)",
+    )
+    p.add_argument(
+        "--faults", metavar="FILE", help="with departures: scripted GPU faults (YAML, docs)"
+    )
+    p.add_argument(
+        "--no-telemetry",
+        action="store_true",
+        help="gangops schedules by requests alone; the telemetry and faults are still measured",
     )
     p.add_argument("--tick", type=float, default=10.0, help="seconds between cycles (default 10)")
     p.add_argument("--limit", type=int, metavar="N", help="only the first N jobs of the trace")

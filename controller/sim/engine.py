@@ -12,6 +12,17 @@ worker-seconds, done at its current number of workers (a resize is a restart
 from a checkpoint taken at that moment). Nothing here reads
 the wall clock except the progress callback's caller.
 
+With a `Truth` (`--telemetry`, `--faults`), the engine also keeps what really
+happens on the GPUs, whatever the scheduler knows: a simulated device plugin
+(`faults.Devices`) gives each started pod physical GPUs, healthy ones first,
+and a job that had to get one out of service at that moment (the fault schedule)
+is counted in `jobs_on_unhealthy_gpus`; such a run does no useful work (on a GPU
+off the bus a job crashes or hangs), so it holds its GPUs for its duration, as
+planned, and its GPU-seconds count in `lost_gpu_seconds` with the runs cut short
+by preemption. `idle_gpu_seconds` are GPU-seconds held while the job's replayed
+utilisation was under 5 % (`telemetry.Replayed`). A fault under a job already
+running is not modelled: it would hit every scheduler alike.
+
 `--arrivals-only` (FGD's fragmentation experiment): jobs arrive one by one
 and never leave; a job that does not fit on arrival is dropped; the figure is
 the share of GPUs allocated as the arrived demand grows.
@@ -29,10 +40,12 @@ from controller.scheduler.cycle import GROW_INTERVAL_S
 from controller.scheduler.policy import SchedulingPolicy
 from controller.scheduler.snapshot import NodeState
 from controller.scheduler.types import MILLI, Gang, JobId, PodShape
+from controller.sim.faults import Devices, FaultSchedule
 from controller.sim.schedulers import Scheduler
+from controller.sim.telemetry import Replayed
 from controller.sim.traces import TraceJob
 
-__all__ = ["RunResult", "gang_of", "simulate", "simulate_arrivals"]
+__all__ = ["RunResult", "Truth", "gang_of", "simulate", "simulate_arrivals"]
 
 SERIES_POINTS = 600
 """Utilisation samples kept for the plots."""
@@ -95,6 +108,24 @@ class RunResult:
     """Arrivals-only: percent of capacity allocated when arrived demand reaches 100 %."""
     dropped: int = 0
     """Arrivals-only: jobs that did not fit on arrival."""
+    on_unhealthy: set[str] = field(default_factory=set)
+    """Jobs the device plugin had to give a GPU out of service (with a `Truth`)."""
+    idle_gpu_seconds: float | None = None
+    """GPU-seconds held while the replayed utilisation was under 5 % (with a replay)."""
+    lost_gpu_seconds: float = 0.0
+    """GPU-seconds of work lost: runs cut short by preemption, and runs on GPUs out
+    of service."""
+    forecast: dict[str, object] | None = None
+    """The demand forecast's scores (`telemetry.Feed.score`), when the scheduler used one."""
+
+
+@dataclass
+class Truth:
+    """What really happens on the GPUs, whatever the scheduler knows."""
+
+    devices: Devices
+    faults: FaultSchedule | None = None
+    replay: Replayed | None = None
 
 
 def gang_of(job: TraceJob, policy: SchedulingPolicy) -> Gang:
@@ -210,6 +241,10 @@ class _Job:
     work_left: float = 0.0
     """Worker-seconds of work left, as of `seg_start`."""
     seg_start: float = 0.0
+    placed_at: float = 0.0
+    """When its current placement began (start, restart or resize)."""
+    on_bad_gpu: bool = False
+    """Its current placement includes a GPU that was out of service."""
 
 
 def simulate(
@@ -220,18 +255,30 @@ def simulate(
     capacity_milli: int,
     tick: float = 10.0,
     progress: Callable[[int], None] | None = None,
+    truth: Truth | None = None,
 ) -> RunResult:
     """Arrivals, starts, completions and preemptions until the queue drains
     or nothing more can happen; `progress` is told after each cycle how many
-    jobs have started or been rejected."""
+    jobs have started or been rejected. With `truth`, placements are checked
+    against the fault schedule and idle GPU-time is measured (module docstring)."""
     result = RunResult(scheduler.name, capacity_milli, len(jobs))
     state = {j.id: _Job(gang_of(j, policy), j.duration) for j in jobs}
     events: list[tuple[float, int, int, str, int]] = []
-    """(time, kind 0=finish 1=arrival 2=wake-up, order, job, run). A wake-up only
-    makes a cycle happen: an elastic job may grow once `GROW_INTERVAL_S` has
-    passed since it (re)started, even if nothing else happens then."""
+    """(time, kind 0=finish 1=arrival 2=wake-up 3=health change, order, job, run). A
+    wake-up or a health change only makes a cycle happen: an elastic job may grow
+    once `GROW_INTERVAL_S` has passed since it (re)started, even if nothing else
+    happens then; a GPU back in service may start a waiting job."""
     for n, j in enumerate(jobs):
         heapq.heappush(events, (j.submit, 1, n, j.id, 0))
+    start_at = jobs[0].submit if jobs else 0.0
+    if truth is not None and truth.faults is not None:
+        # a GPU going out or coming back makes a cycle happen, as a Node update does
+        for c in truth.faults.changes:
+            heapq.heappush(events, (start_at + c, 3, 0, "", 0))
+        if truth.replay is not None:
+            result.idle_gpu_seconds = 0.0
+    elif truth is not None and truth.replay is not None:
+        result.idle_gpu_seconds = 0.0
     pending: dict[JobId, _Job] = {}
     running: set[JobId] = set()
     used = 0
@@ -262,6 +309,35 @@ def simulate(
                 usage[p] = usage.get(p, 0.0) + u * dt
         last = to
 
+    def place(job: _Job, at: float) -> None:
+        """The device plugin binds the job's pods (with a `truth`)."""
+        job.placed_at = at
+        job.on_bad_gpu = False
+        if truth is None:
+            return
+        placement = scheduler.placement(job.gang.id)
+        if placement is None:
+            return
+        bad = truth.faults.at(at - start_at) if truth.faults is not None else {}
+        job.on_bad_gpu = truth.devices.bind(job.gang.id, job.gang.pod, placement.pods, bad)
+        if job.on_bad_gpu:
+            result.on_unhealthy.add(job.gang.id)
+
+    def unplace(job: _Job, at: float) -> None:
+        """The job's current placement ends: what it lost, what it held idle."""
+        held = job.workers * job.gang.pod.gpu_total / MILLI
+        if job.on_bad_gpu:
+            result.lost_gpu_seconds += held * (at - job.placed_at)
+        if truth is None:
+            return
+        truth.devices.release(job.gang.id)
+        if truth.replay is not None and result.idle_gpu_seconds is not None:
+            per_pod = job.gang.pod.gpu_total / MILLI
+            for i in range(job.workers):
+                result.idle_gpu_seconds += per_pod * truth.replay.idle_seconds(
+                    job.gang.id, i, 0.0, at - job.placed_at
+                )
+
     def stop(job: _Job) -> None:
         nonlocal used
         running.discard(job.gang.id)
@@ -273,6 +349,8 @@ def simulate(
 
     def stale(ev: tuple[float, int, int, str, int]) -> bool:
         """A wake-up for a job that has since ended, been preempted or resized."""
+        if ev[1] == 3:  # a health change matters only to jobs waiting to be placed
+            return not pending
         return ev[1] == 2 and (ev[3] not in running or state[JobId(ev[3])].run != ev[4])
 
     while events:
@@ -286,13 +364,16 @@ def simulate(
         while events and events[0][0] <= now:
             et, kind, _, jid, run = heapq.heappop(events)
             advance(et)
+            if kind == 3:
+                continue
             job = state[JobId(jid)]
             if kind == 1:
                 pending[job.gang.id] = job
-            elif kind == 2:
+            elif kind >= 2:
                 pass
             elif run == job.run and job.gang.id in running:
                 scheduler.release(job.gang.id)
+                unplace(job, et)
                 stop(job)
                 result.jcts.append(et - job.gang.created)
         advance(now)
@@ -307,11 +388,15 @@ def simulate(
             job = state[victim]
             held = job.workers * job.gang.pod.gpu_total
             result.preempted_gpu_seconds += held * (now - job.run_start) / MILLI
+            if not job.on_bad_gpu:  # else counted as lost by unplace
+                result.lost_gpu_seconds += held * (now - job.run_start) / MILLI
+            unplace(job, now)
             stop(job)
             job.run += 1
             pending[victim] = job
             result.preemptions += 1
             preempted_at.append(now)
+        placed: list[_Job] = []
         for started in outcome.started:
             job = pending.pop(started)
             if job.start is None:
@@ -332,6 +417,7 @@ def simulate(
                 project_used.get(job.gang.project, 0) + job.gang.gpu_total
             )
             job.workers = job.gang.workers
+            placed.append(job)
             if job.duration is not None:
                 job.work_left, job.seg_start = job.duration * job.workers, now
                 heapq.heappush(events, (now + job.duration, 0, 0, started, job.run))
@@ -344,6 +430,7 @@ def simulate(
             if workers < min(job.workers, job.gang.workers):
                 preempted_at.append(now)  # below its submitted size: counts as a preemption
             delta = (workers - job.workers) * job.gang.pod.gpu_total
+            unplace(job, now)
             used += delta
             project_used[job.gang.project] += delta
             result.resizes += 1
@@ -354,8 +441,11 @@ def simulate(
                 end = now + max(0.0, job.work_left) / workers
                 heapq.heappush(events, (end, 0, 0, resized, job.run))
             job.workers = workers
+            place(job, now)
             if job.gang.max_workers is not None and workers < job.gang.max_workers:
                 heapq.heappush(events, (now + wake_after, 2, 0, resized, job.run))
+        for job in placed:  # after the shrinks above have given their GPUs back
+            place(job, now)
         partial = scheduler.partial()
         partial_milli = sum(partial.values())
         for jid_, _held in partial.items():
@@ -379,6 +469,8 @@ def simulate(
         if progress:
             progress(len(result.delays) + result.rejected)
     end = last
+    for jid_ in list(running):
+        unplace(state[jid_], end)
     result.makespan = end - start_time
     if result.makespan > 0:
         result.utilization /= capacity_milli * result.makespan

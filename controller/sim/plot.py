@@ -7,7 +7,9 @@ schedulers, one PNG each, every scheduler in the same colour throughout:
   `queueing_delay_cdf.png` (share of jobs started within a delay, log time),
   `project_share.png` (GPUs each project holds over time under gangops,
   stacked) and `comparison.png` (gangops against each baseline: utilisation
-  and delay percentiles);
+  and delay percentiles); with `--telemetry` or `--faults`, `telemetry.png`
+  (jobs placed on GPUs out of service, GPU-time lost, share of held GPU-time
+  idle);
 - arrivals-only: `allocation.png` (GPUs allocated as the arrived demand
   grows) and `comparison.png` (allocation at 100 % arrived demand, and
   fragmentation).
@@ -77,6 +79,8 @@ def write_figures(
             ("project_share.png", _project_share(runs)),
             ("comparison.png", _comparison(results, colours)),
         ]
+        if any(r.runs[0].idle_gpu_seconds is not None or r.runs[0].on_unhealthy for r in runs):
+            drawings.append(("telemetry.png", _telemetry(runs, results, colours)))
     written = []
     for name, fig in drawings:
         path = out_dir / name
@@ -273,6 +277,40 @@ def _comparison(results: Mapping[str, Mapping[str, Any]], colours: Mapping[str, 
     handles, labels = util.get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside lower center", ncols=len(labels))
     fig.suptitle(_title(results))
+    return fig
+
+
+def _telemetry(
+    runs: Sequence[SchedulerRun],
+    results: Mapping[str, Mapping[str, Any]],
+    colours: Mapping[str, str],
+) -> Figure:
+    fig = _figure(_WIDE)
+    bad, lost, idle = fig.subplots(1, 3)
+    names = list(results)
+    for ax, key, title, scale, fmt in (
+        (bad, "jobs_on_unhealthy_gpus", "Jobs placed on GPUs out of service", 1.0, "{:.0f}"),
+        (lost, "lost_gpu_seconds", "GPU-hours lost (preempted or on a bad GPU)", 3600.0,
+         "{:.3g}"),
+    ):  # fmt: skip
+        vals = [float(results[n].get(key) or 0.0) / scale for n in names]
+        bars = ax.bar(names, vals, color=[colours[n] for n in names])
+        ax.bar_label(bars, labels=[fmt.format(v) for v in vals], fontsize=8, padding=2)
+        ax.set_title(title, fontsize=10)
+        ax.grid(alpha=0.3, axis="y")
+        ax.tick_params(axis="x", labelrotation=30)
+    shares = []
+    for r in runs:
+        rr = r.runs[0]
+        allocated = rr.utilization * rr.capacity_milli / 1000 * rr.makespan  # GPU-seconds
+        shares.append(100 * (rr.idle_gpu_seconds or 0.0) / allocated if allocated else 0.0)
+    bars = idle.bar(names, shares, color=[colours[n] for n in names])
+    idle.bar_label(bars, labels=[f"{v:.1f}" for v in shares], fontsize=8, padding=2)
+    idle.set_ylim(0, 110)
+    idle.set_title("Held GPU-time idle (replayed use < 5 %), %", fontsize=10)
+    idle.grid(alpha=0.3, axis="y")
+    idle.tick_params(axis="x", labelrotation=30)
+    fig.suptitle("Telemetry and faults: what happened on the GPUs")
     return fig
 
 

@@ -58,6 +58,15 @@ def figures(run: SchedulerRun) -> dict[str, Any]:
         "never_started": sum(r.never_started for r in runs),
         "rejected": sum(r.rejected for r in runs),
         "makespan": round(first.makespan, 1),
+        "jobs_on_unhealthy_gpus": sum(len(r.on_unhealthy) for r in runs),
+        "lost_gpu_seconds": round(sum(r.lost_gpu_seconds for r in runs), 1),
+        "idle_gpu_seconds": (
+            None
+            if first.idle_gpu_seconds is None
+            else round(sum(r.idle_gpu_seconds or 0.0 for r in runs), 1)
+        ),
+        "forecast_p90_coverage": (first.forecast or {}).get("forecast_p90_coverage"),
+        "forecast": first.forecast,
         "wall_seconds": round(run.wall_seconds, 2),
     }
     full = [r.allocation_at_full for r in runs if r.allocation_at_full is not None]
@@ -86,6 +95,8 @@ def format_table(results: Mapping[str, Mapping[str, Any]], *, arrivals_only: boo
             ("gang t/o", "gang_timeouts"), ("partial GPU-s", "partial_gang_gpu_seconds"),
             ("deadlock", "deadlocked"), ("frag", "fragmentation"),
             ("never started", "never_started"), ("rejected", "rejected"),
+            ("on bad GPU", "jobs_on_unhealthy_gpus"), ("lost GPU-s", "lost_gpu_seconds"),
+            ("idle GPU-s", "idle_gpu_seconds"), ("fc p90 cov", "forecast_p90_coverage"),
             ("wall s", "wall_seconds"),
         ]  # fmt: skip
     rows = [[h for h, _ in cols]]

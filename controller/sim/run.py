@@ -20,8 +20,10 @@ from controller.progress import progress
 from controller.scheduler.fragmentation import FragModel, typical_pods
 from controller.scheduler.policy import SchedulingPolicy
 from controller.scheduler.types import MILLI, Node, PodShape
-from controller.sim.engine import RunResult, simulate, simulate_arrivals
+from controller.sim.engine import RunResult, Truth, simulate, simulate_arrivals
+from controller.sim.faults import Devices, FaultSchedule, load_faults
 from controller.sim.schedulers import SCHEDULERS, make_scheduler
+from controller.sim.telemetry import Feed, Replayed
 from controller.sim.tenants import (
     SESSION_MEAN,
     assign_tenants,
@@ -29,7 +31,8 @@ from controller.sim.tenants import (
     open_policy_doc,
     scale_policy_doc,
 )
-from controller.sim.traces import TraceJob, load_cluster_file, load_trace
+from controller.sim.traces import TraceError, TraceJob, load_cluster_file, load_trace
+from controller.telemetry_data import load_recording
 
 __all__ = ["Experiment", "SchedulerRun", "prepare_arrivals", "run", "run_jobs"]
 
@@ -65,6 +68,14 @@ class Experiment:
     session_mean: float = SESSION_MEAN
     """Mean length, in jobs, of a project's run of consecutive submissions
     when the trace has no tenants (`tenants.assign_tenants`)."""
+    telemetry: Path | None = None
+    """With departures: recorded GPU telemetry replayed on the jobs (the format of
+    ../shared/telemetry/genai2026/)."""
+    faults: Path | None = None
+    """With departures: scripted GPU faults (`sim.faults`)."""
+    use_telemetry: bool = True
+    """False (`--no-telemetry`): gangops schedules by requests alone, blind to the
+    faults and the replayed usage, which are still measured."""
 
 
 @dataclass
@@ -154,6 +165,8 @@ def run_jobs(
     with `show_progress`, each run's progress goes to stderr (`controller.progress`)."""
     capacity = sum(n.gpus for n in nodes) * MILLI
     policy = SchedulingPolicy.from_dict(doc)
+    replay, faults = _truth_inputs(exp, nodes)
+    first = jobs[0].submit if jobs else 0.0
     typical = typical_pods(j.pod for j in jobs)
     shapes = [PodShape(t.gpus, t.gpu_milli, t.cpu_milli, 0, t.gpu_models) for t in typical]
     out = []
@@ -165,7 +178,15 @@ def run_jobs(
             seed = exp.seed + k
             desc = f"simulate {name}" + (f" seed {seed}" if seeds > 1 else "")
             frag = FragModel(typical)
-            sched = make_scheduler(name, nodes, doc, fragmentation=frag, seed=seed)
+            feed = None
+            if (
+                name == "gangops"
+                and exp.use_telemetry
+                and not exp.arrivals_only
+                and (replay or faults)
+            ):
+                feed = Feed(policy, replay=replay, faults=faults, t0=first)
+            sched = make_scheduler(name, nodes, doc, fragmentation=frag, seed=seed, feed=feed)
             if exp.arrivals_only:
                 workload = prepare_arrivals(
                     jobs, capacity, seed=seed, tune=exp.tune, order=exp.order
@@ -174,13 +195,32 @@ def run_jobs(
                     r = simulate_arrivals(workload, sched, policy, capacity_milli=capacity,
                                           shapes=shapes, progress=bar.set)  # fmt: skip
             else:
+                truth = Truth(Devices(nodes), faults, replay) if (replay or faults) else None
                 with progress(len(jobs), desc, unit="jobs", enabled=show_progress) as bar:
                     r = simulate(jobs, sched, policy, capacity_milli=capacity, tick=exp.tick,
-                                 progress=bar.set)  # fmt: skip
+                                 progress=bar.set, truth=truth)  # fmt: skip
+                if feed is not None:
+                    r.forecast = feed.score()
             sched_run.runs.append(r)
         sched_run.wall_seconds = time.perf_counter() - t0
         out.append(sched_run)
     return out
+
+
+def _truth_inputs(
+    exp: Experiment, nodes: Sequence[Node]
+) -> tuple[Replayed | None, FaultSchedule | None]:
+    """The replayed recording and the fault schedule (checked against the nodes)."""
+    replay = faults = None
+    if exp.telemetry is not None:
+        try:
+            replay = Replayed(load_recording(exp.telemetry))
+        except (OSError, ValueError) as e:
+            raise TraceError(f"--telemetry: {e}") from None
+    if exp.faults is not None:
+        faults = load_faults(exp.faults)
+        faults.check(nodes)
+    return replay, faults
 
 
 def run(

@@ -39,6 +39,7 @@ from controller.scheduler.types import (
     Running,
 )
 from controller.sim.baselines import PLACERS, Placer
+from controller.sim.telemetry import Feed
 
 __all__ = ["SCHEDULERS", "Outcome", "Scheduler", "make_scheduler"]
 
@@ -80,9 +81,16 @@ class Scheduler(Protocol):
         """Gangs holding some but not all of their pods' GPUs: milli-GPUs held."""
         ...
 
+    def placement(self, job: JobId) -> Placement | None:
+        """Where a running job's pods are (None: not running)."""
+        ...
+
 
 class GangopsScheduler:
-    """The real core: `cycle.schedule` on a snapshot that lives for the run."""
+    """The real core: `cycle.schedule` on a snapshot that lives for the run. With a
+    telemetry `feed`, each cycle the snapshot's nodes carry the GPUs out of service
+    (`Snapshot.set_unhealthy` when they change: what `telemetry.with_health` gives
+    the controller's per-step snapshot) and the cycle gets the feed's `Hints`."""
 
     def __init__(
         self,
@@ -90,16 +98,19 @@ class GangopsScheduler:
         policy: SchedulingPolicy,
         fragmentation: FragModel | None,
         name: str = "gangops",
+        feed: Feed | None = None,
     ) -> None:
         self.name = name
         self.policy = policy
         self.nodes = tuple(nodes)
+        self.feed = feed
         self.snap = Snapshot(
             nodes,
             levels=policy.topology_levels,
             reserve_tiers=policy.reserve_tiers,
             fragmentation=fragmentation,
         )
+        self._health: Mapping[str, frozenset[int]] = {}
         self._empty: Snapshot | None = None
         self._ever_fits: dict[tuple[PodShape, int, bool], bool] = {}
 
@@ -131,9 +142,22 @@ class GangopsScheduler:
                 queue.append(g)
             else:
                 out.rejected.append(g.id)
+        hints = None
+        if self.feed is not None:
+            health = self.feed.unhealthy(now)
+            if health != self._health:
+                for name in health.keys() | self._health.keys():
+                    self.snap.set_unhealthy(name, health.get(name, frozenset()))
+                self._health = health
+            hints = self.feed.hints(now, self.snap, queue)
         # Even with nothing queued: a cycle may grow elastic gangs onto idle GPUs.
         result = schedule(
-            self.snap, queue, self.policy, now=now, preemptions_last_hour=recent_preemptions
+            self.snap,
+            queue,
+            self.policy,
+            now=now,
+            preemptions_last_hour=recent_preemptions,
+            hints=hints,
         )
         for d in result.decisions:
             if isinstance(d, Admit):
@@ -155,6 +179,10 @@ class GangopsScheduler:
 
     def partial(self) -> Mapping[JobId, int]:
         return {}
+
+    def placement(self, job: JobId) -> Placement | None:
+        r = self.snap.running.get(job)
+        return r.placement if r is not None else None
 
 
 def _island_policy(doc: Mapping[str, Any], project: str, gpus: int) -> SchedulingPolicy:
@@ -247,6 +275,10 @@ class StaticScheduler:
     def partial(self) -> Mapping[JobId, int]:
         return {}
 
+    def placement(self, job: JobId) -> Placement | None:
+        owner = self.owner.get(job)
+        return self.parts[owner].placement(job) if owner is not None else None
+
 
 class PerPodScheduler:
     """Pods placed one at a time by a baseline placer.
@@ -336,6 +368,12 @@ class PerPodScheduler:
             if len(pods) < self.gangs[j].workers
         }
 
+    def placement(self, job: JobId) -> Placement | None:
+        pods = self.bound.get(job)
+        if not pods:
+            return None
+        return Placement(tuple(p for rid in pods for p in self.snap.running[rid].placement.pods))
+
 
 def make_scheduler(
     name: str,
@@ -344,10 +382,12 @@ def make_scheduler(
     *,
     fragmentation: FragModel | None,
     seed: int,
+    feed: Feed | None = None,
 ) -> Scheduler:
-    """A fresh scheduler called `name` (one of `SCHEDULERS`)."""
+    """A fresh scheduler called `name` (one of `SCHEDULERS`); `feed`: telemetry for
+    gangops (the baselines schedule by requests alone)."""
     if name == "gangops":
-        return GangopsScheduler(nodes, SchedulingPolicy.from_dict(doc), fragmentation)
+        return GangopsScheduler(nodes, SchedulingPolicy.from_dict(doc), fragmentation, feed=feed)
     if name == "static":
         return StaticScheduler(nodes, doc, fragmentation)
     if name == "fifo-greedy":

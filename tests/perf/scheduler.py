@@ -12,6 +12,28 @@ Threshold: at least 2,000 pods decided per second (from the issue). Measured
 2026-12-02 on the 2-core development machine: see `make bench` output; the
 seeded workload makes runs comparable.
 
+Telemetry (issue 13): the cost of a scheduling step with telemetry over the same
+step without, measured in the same run (a ratio, so the machine's speed cancels
+out), in CPU time of the process (the development machine is shared, and wall time
+there moves by 30 % between runs). The cluster holds the first `RUNNING` gangs of
+the queue and 1 node in 20 has one GPU out of service; a step decides the next
+`STEP`. Without telemetry the health comes from the agent's Node annotation (as it
+does without Prometheus); with it, the step merges it from the `Telemetry`
+(`with_health`), derives `job_utilisation` for every running gang from a
+`PodUsage` for every pod and `protect_from_forecasts` for every project, and the
+cycle gets those `Hints`. The hints are chosen so that they do not change the
+decisions (every gang equally busy, one milli-GPU protected per project, a
+cluster that does not fill: every borrowing gang runs the lending check, which
+never binds; checked), because hints that change decisions change the work: on a
+full cluster a protection blocks each borrowing gang before its victim search and
+makes the step several times cheaper, and one preemption more or less moves it by
+more than 5 %. Threshold: at most 1.05 (the issue). Each side is the best of
+`TELEMETRY_REPEATS` interleaved runs. Measured 2026-12-03 on the 2-core
+development machine (shared with three other sessions), `.venv/bin/python -m
+tests.perf scheduler`, four runs: x0.897, x1.057, x0.999, x0.983 (steps of
+0.085-0.131 s); the noise is larger than the effect. Without the CPU clock the
+same runs gave 0.87-1.25.
+
 Run: `make bench` (or `.venv/bin/python -m tests.perf scheduler`).
 """
 
@@ -19,19 +41,36 @@ from __future__ import annotations
 
 import random
 import time
+from dataclasses import replace
 from typing import Any
 
 from controller.policy.validate import check_scheduling_policy
 from controller.scheduler.cycle import schedule
+from controller.scheduler.forecast import Forecast
 from controller.scheduler.policy import SchedulingPolicy
 from controller.scheduler.snapshot import Snapshot
-from controller.scheduler.types import Admit, Gang, JobId, Node, PodShape
+from controller.scheduler.telemetry import (
+    Hints,
+    PodUsage,
+    Signal,
+    Telemetry,
+    job_utilisation,
+    protect_from_forecasts,
+    with_health,
+)
+from controller.scheduler.types import Admit, Gang, JobId, Node, PodShape, Running
 from tests.perf.harness import Result
 
 __all__ = ["run"]
 
 NODES, GPUS, JOBS = 1000, 8, 5000
 PODS_PER_SECOND_MIN = 2000.0
+TELEMETRY_RATIO_MAX = 1.05
+TELEMETRY_REPEATS = 15
+RUNNING, STEP = 300, 400
+"""Gangs already running when the timed step starts (about 2,600 GPUs: every project
+below its guarantee, so each has idle guarantee to protect), and gangs the step
+decides (about 3,500 GPUs more: projects borrow, the cluster does not fill)."""
 LEVELS = ("nvidia.com/gpu.clique", "topology.kubernetes.io/rack", "topology.kubernetes.io/zone")
 TIERS = (("critical", 1_000_000, False), ("high", 100_000, False), ("normal", 10_000, False),
          ("batch", 1_000, True))  # fmt: skip
@@ -116,6 +155,62 @@ def _queue(rng: random.Random) -> list[Gang]:
     return out
 
 
+def _telemetry_ratio(doc: dict[str, Any], queue: list[Gang]) -> tuple[float, float, float]:
+    """(step with telemetry / step without, best seconds without, best with)."""
+    policy = SchedulingPolicy.from_dict(doc)
+    unhealthy = {f"node-{k:04d}": frozenset({k % GPUS}) for k in range(0, NODES, 20)}
+    t_nodes = _nodes()
+    a_nodes = [replace(n, unhealthy=unhealthy.get(n.name, frozenset())) for n in t_nodes]
+    warm = Snapshot(a_nodes, levels=LEVELS)
+    admitted = schedule(warm, queue[:RUNNING], policy, now=0.0).decisions
+    running = [Running(d.gang, d.placement, 0.0) for d in admitted if isinstance(d, Admit)]
+    now = 3600.0  # the cluster as it stands an hour later
+    usage = PodUsage(avg_1m=50.0, avg_5m=50.0, avg_15m=50.0, p95_5m=60.0, trend_per_min=0.0)
+    names = {r.gang.id: [(r.gang.project, f"{r.gang.id}-{i}") for i in range(r.gang.workers)]
+             for r in running}  # fmt: skip
+    t = Telemetry(
+        health=Signal(now - 5),
+        usage=Signal(now - 5),
+        unhealthy=unhealthy,
+        pods={pod: usage for pods in names.values() for pod in pods},
+    )
+    jobs = {r.gang.id: (r.started, names[r.gang.id]) for r in running}
+    guaranteed = {p.name: p.guaranteed for p in policy.projects.values()}
+    # one milli-GPU each: every borrowing gang runs the lending check, which never binds
+    forecasts = {
+        p: Forecast(0.0, 0.0, 0.0, float(warm.project_usage.get(p, 0) + 1), 60) for p in PROJECTS
+    }
+    results: dict[str, list[Any]] = {}
+
+    def without() -> None:
+        # health without Prometheus: the agent's Node annotation (Node.unhealthy)
+        snap = Snapshot(a_nodes, levels=LEVELS, running=running)
+        results["without"] = schedule(
+            snap, queue[RUNNING : RUNNING + STEP], policy, now=now
+        ).decisions
+
+    def with_telemetry() -> None:
+        snap = Snapshot(with_health(t_nodes, t), levels=LEVELS, running=running)
+        hints = Hints(
+            utilisation=job_utilisation(t, jobs, now),
+            protect=protect_from_forecasts(forecasts, snap.project_usage, guaranteed),
+        )
+        assert len(hints.utilisation) == len(running) and len(hints.protect) == len(PROJECTS)
+        results["with"] = schedule(
+            snap, queue[RUNNING : RUNNING + STEP], policy, now=now, hints=hints
+        ).decisions
+
+    best = {without: float("inf"), with_telemetry: float("inf")}
+    for _ in range(TELEMETRY_REPEATS):
+        for step in (without, with_telemetry):
+            t0 = time.process_time()
+            step()
+            best[step] = min(best[step], time.process_time() - t0)
+    same = [type(d) for d in results["with"]] == [type(d) for d in results["without"]]
+    assert same, "the hints were chosen not to change the decisions, so the work is the same"
+    return best[with_telemetry] / best[without], best[without], best[with_telemetry]
+
+
 def run() -> list[Result]:
     """Run the benchmark and return its figures."""
     rng = random.Random(42)
@@ -143,7 +238,13 @@ def run() -> list[Result]:
         f"{placed} pods placed; per-gang decision p50 {pct(0.5):.3f} ms, "
         f"p95 {pct(0.95):.3f} ms, p99 {pct(0.99):.3f} ms, max {per_gang[-1] * 1000:.3f} ms"
     )
+    ratio, plain, telemetry = _telemetry_ratio(doc, queue)
+    print(
+        f"scheduler: a step over {STEP} gangs with telemetry {telemetry:.3f} s, "
+        f"without {plain:.3f} s (best of {TELEMETRY_REPEATS}): x{ratio:.3f}"
+    )
     return [
+        Result("scheduler: step with telemetry / without", ratio, "x", TELEMETRY_RATIO_MAX),
         Result(
             "scheduler: pods decided per second",
             pods / elapsed,

@@ -24,7 +24,7 @@ def _bad(n: Node, *gpus: int) -> Node:
 
 def test_a_node_with_one_bad_gpu_of_eight_offers_seven() -> None:
     snap = Snapshot([_bad(node("a"), 3)], levels=LEVELS)
-    assert place(snap, job("eight").gang(8).build()) is None
+    assert place(snap, job("eight").gang(8, per_worker=8).build()) is None
     assert place(snap, job("seven").gang(7).build()) is not None
     assert snap.capacity == 7 * MILLI
 
@@ -93,3 +93,19 @@ def test_never_more_gpus_placed_on_a_node_than_it_has_in_service(
                 placed[p.node] = placed.get(p.node, 0) + len(p.devices)
     for n in nodes:
         assert placed.get(n.name, 0) <= n.gpus - n.bad_gpus
+
+
+def test_set_unhealthy_in_place_is_a_snapshot_built_with_it() -> None:
+    # the simulator keeps one snapshot for a run and tells it when health changes
+    snap = Snapshot([node("a"), node("b")], levels=LEVELS)
+    seven = job("seven").gang(7).build()
+    assert place(snap, job("eight").gang(8, per_worker=8).build()) is not None
+    snap.set_unhealthy("a", frozenset({3}))
+    snap.set_unhealthy("b", frozenset({0, 1}))
+    fresh = Snapshot([_bad(node("a"), 3), _bad(node("b"), 0, 1)], levels=LEVELS)
+    assert snap.capacity == fresh.capacity == 13 * MILLI
+    assert place(snap, job("eight").gang(8, per_worker=8).build()) is None
+    assert place(snap, seven) == place(fresh, seven)
+    snap.set_unhealthy("a", frozenset())
+    assert snap.capacity == 14 * MILLI
+    assert place(snap, job("eight").gang(8, per_worker=8).build()) is not None
