@@ -182,10 +182,15 @@ def namespace(new_namespace: Callable[[], str]) -> str:
 @pytest.fixture(scope="session")
 def claim_node(dev_cluster: DevCluster) -> Callable[..., str]:
     """`claim_node(gpus=8)`: an untainted fake node with at least `gpus` GPUs that no other
-    test of the session has claimed, so tests never compete for a node's GPUs."""
+    test of the session has claimed, so tests never compete for a node's GPUs.
+    `claim_node(gpus=0)` (a pod that takes no GPU) shares the last node instead of
+    taking one: the cluster has only 12 untainted nodes for the whole session."""
     free = [n for n in dev_cluster.options.cluster.nodes() if not n.taints]
+    shared = free[-1].name
 
     def claim(gpus: int = 8) -> str:
+        if gpus == 0:
+            return shared
         for i, n in enumerate(free):
             if n.gpus >= gpus:
                 del free[i]
