@@ -150,6 +150,8 @@ class PodResourcesClient:
             )
             response.ParseFromString(payload)
         except _GrpcStatus as e:
+            if e.code == "DEADLINE_EXCEEDED":  # the server gave up first: same story
+                raise self._error(method, e.code, f"no answer within {self.timeout_s:g}s") from None
             raise self._error(method, e.code, e.message) from None
         except TimeoutError:
             raise self._error(
