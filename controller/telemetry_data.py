@@ -10,8 +10,10 @@ from __future__ import annotations
 import bisect
 import csv
 from array import array
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 __all__ = ["DUTY_FILE", "MEMORY_FILE", "Recording", "Series", "load_recording"]
 
@@ -87,3 +89,27 @@ def load_recording(directory: str | Path) -> Recording:
     if not containers:
         raise ValueError(f"{d}: the replay files hold no samples")
     return Recording(containers, duty, memory)
+
+
+def load_events(path: Path, error: type[ValueError], *, hint: str = "") -> list[tuple[int, Any]]:
+    """The `events:` list of a scripted-faults file (the agent's `--scenario`, the
+    simulator's `--faults`), each entry with its line; `error` with file:line when the
+    file cannot be read, is not YAML, or holds no such list (`hint` says where the format
+    is documented)."""
+    from ruamel.yaml import YAML  # only for these files: the node agent stays small without
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise error(f"{path}: cannot read: {e.strerror}") from None
+    try:
+        doc = YAML(typ="rt").load(text)
+    except Exception as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        raise error(f"{where}: not YAML: {getattr(e, 'problem', e)}") from None
+    items = doc.get("events") if isinstance(doc, Mapping) else None
+    if not isinstance(items, list):
+        raise error(f"{path}:1: expected a mapping with a list `events`{hint}")
+    lines = getattr(items, "lc", None)
+    return [(lines.item(i)[0] + 1 if lines else 1, raw) for i, raw in enumerate(items)]

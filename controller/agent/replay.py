@@ -42,7 +42,7 @@ import pynvml
 from controller.agent.nvml import GpuIdentity, Sample, XidEvent, nvml_error
 from controller.agent.podresources import fake_gpu_uuid
 from controller.datasets import TELEMETRY_ENV, telemetry_dir
-from controller.telemetry_data import DUTY_FILE, MEMORY_FILE, Recording, load_recording
+from controller.telemetry_data import DUTY_FILE, MEMORY_FILE, Recording, load_events, load_recording
 
 __all__ = [
     "DUTY_FILE",
@@ -133,19 +133,9 @@ def _event(raw: Any) -> Event:
 
 def load_scenario(path: str | Path) -> Scenario:
     """Parse a scenario file; ScenarioError with file:line for any bad event."""
-    from ruamel.yaml import YAML  # only for scenarios: the agent stays small without
-
     p = Path(path)
-    try:
-        doc = YAML(typ="rt").load(p.read_text())
-    except Exception as e:
-        raise ScenarioError(f"{p}: not YAML: {e}") from None
-    items = doc.get("events") if isinstance(doc, dict) else None
-    if not isinstance(items, list):
-        raise ScenarioError(f"{p}:1: expected a mapping with a list `events`")
     events = []
-    for i, raw in enumerate(items):
-        line = items.lc.item(i)[0] + 1 if hasattr(items, "lc") else 1
+    for line, raw in load_events(p, ScenarioError):
         try:
             events.append(_event(raw))
         except (ValueError, TypeError) as e:

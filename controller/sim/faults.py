@@ -31,6 +31,7 @@ from typing import Any
 
 from controller.nodehealth import XidClass, classify_xid
 from controller.scheduler.types import MILLI, Node, PodPlacement, PodShape
+from controller.telemetry_data import load_events
 
 __all__ = ["CLEAN_PERIOD_S", "Devices", "Fault", "FaultError", "FaultSchedule", "load_faults"]
 
@@ -153,24 +154,8 @@ class FaultSchedule:
 
 def load_faults(path: Path) -> FaultSchedule:
     """Parse a faults file; FaultError with file:line for anything wrong."""
-    from ruamel.yaml import YAML
-
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise FaultError(f"{path}: cannot read: {e.strerror}") from None
-    try:
-        doc = YAML(typ="rt").load(text)
-    except Exception as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
-        raise FaultError(f"{where}: not YAML: {getattr(e, 'problem', e)}") from None
-    items = doc.get("events") if isinstance(doc, Mapping) else None
-    if not isinstance(items, list):
-        raise FaultError(f"{path}:1: expected a mapping with a list `events` (docs/simulator.md)")
     faults = []
-    for i, raw in enumerate(items):
-        line = items.lc.item(i)[0] + 1 if hasattr(items, "lc") else 1
+    for line, raw in load_events(path, FaultError, hint=" (docs/simulator.md)"):
         try:
             faults.append(_fault(raw, line))
         except ValueError as e:
