@@ -10,7 +10,8 @@ loopback port, with a generated configuration in a work directory:
   (`write_targets` writes one atomically; Prometheus notices the change at
   once through inotify, and re-reads it every `file_sd_refresh_s` as well);
   fixed targets may be given too, and Prometheus scrapes itself;
-- the recording rules in `RECORDING_RULES` are loaded;
+- the recording rules in `RECORDING_RULES` and the alerting rules in
+  `ALERT_RULES` are loaded (alerts go nowhere unless an Alertmanager is given);
 - the scrape and rule-evaluation interval is 1 s by default, so a test sees a
   value within seconds (15 s, Prometheus' own default, is the production one).
 
@@ -47,6 +48,7 @@ from controller.devcluster.launcher import (
 
 __all__ = [
     "AGENT_JOB",
+    "ALERT_RULES",
     "INSTALL_HINT",
     "RECORDING_RULES",
     "STATIC_JOB",
@@ -77,6 +79,8 @@ RECORDING_RULES = (
     / "recording-rules.yaml"
 )
 """The GPU recording rules the Helm chart ships (over dcgm-exporter's metric names)."""
+ALERT_RULES = RECORDING_RULES.with_name("alert-rules.yaml")
+"""The GPU alerting rules the Helm chart ships (docs/alerts.md)."""
 
 INSTALL_HINT = "apt-get install prometheus (scripts/debian-deps.sh does, under `make test`)"
 
@@ -118,8 +122,8 @@ class PrometheusConfig:
     `start_prometheus` creates a missing one, empty."""
     static_targets: tuple[TargetGroup, ...] = ()
     """Fixed targets, job `STATIC_JOB`."""
-    rule_files: tuple[Path, ...] = (RECORDING_RULES,)
-    """Rule files to load; by default the chart's GPU recording rules."""
+    rule_files: tuple[Path, ...] = (RECORDING_RULES, ALERT_RULES)
+    """Rule files to load; by default the chart's GPU recording and alerting rules."""
     file_sd_refresh_s: float = 5.0
     """Re-read the file_sd files this often, besides on every change (inotify)."""
     scrape_timeout_s: float | None = None

@@ -166,15 +166,20 @@ def test_the_gpu_metrics_interval_is_the_agents_reading_interval_and_the_scrapes
     assert find(objs, "PodMonitor")["spec"]["podMetricsEndpoints"][0]["interval"] == interval
 
 
-def test_the_prometheus_rule_holds_the_charts_recording_rules_and_they_pass_promtool(
-    tmp_path: Path,
+@pytest.mark.parametrize(
+    ("suffix", "name"), [("-gpu", "recording-rules"), ("-gpu-alerts", "alert-rules")]
+)
+def test_the_prometheus_rules_hold_the_charts_rules_and_they_pass_promtool(
+    tmp_path: Path, suffix: str, name: str
 ) -> None:
     from ruamel.yaml import YAML
 
     rule = find(
-        render(values={"monitoring": {"prometheusRule": {"enabled": True}}}), "PrometheusRule"
+        render(values={"monitoring": {"prometheusRule": {"enabled": True}}}),
+        "PrometheusRule",
+        suffix,
     )
-    path = CHART / "files" / "prometheus" / "recording-rules.yaml"
+    path = CHART / "files" / "prometheus" / f"{name}.yaml"
     assert rule["spec"] == YAML(typ="safe").load(path.read_text())
     promtool = shutil.which("promtool")
     if promtool is None:
@@ -185,11 +190,11 @@ def test_the_prometheus_rule_holds_the_charts_recording_rules_and_they_pass_prom
         [promtool, "check", "rules", str(extracted)], capture_output=True, text=True
     )
     assert out.returncode == 0, out.stdout + out.stderr
-    # The recording rules' own test cases, run over the rules as rendered.
-    cases = (ROOT / "tests" / "unit" / "prometheus" / "recording-rules.test.yaml").read_text()
+    # The rules' own test cases, run over the rules as rendered.
+    cases = (ROOT / "tests" / "unit" / "prometheus" / f"{name}.test.yaml").read_text()
     tests = tmp_path / "rules.test.yaml"
     tests.write_text(
-        cases.replace("../../../charts/gangops/files/prometheus/recording-rules.yaml", "rules.yaml")
+        cases.replace(f"../../../charts/gangops/files/prometheus/{name}.yaml", "rules.yaml")
     )
     assert "- rules.yaml" in tests.read_text()
     out = subprocess.run([promtool, "test", "rules", str(tests)], capture_output=True, text=True)

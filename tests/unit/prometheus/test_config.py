@@ -10,6 +10,7 @@ import pytest
 
 from controller.devcluster.prometheus import (
     AGENT_JOB,
+    ALERT_RULES,
     RECORDING_RULES,
     STATIC_JOB,
     PrometheusConfig,
@@ -28,7 +29,7 @@ def test_defaults_scrape_every_second_and_load_the_charts_rules() -> None:
     config = render_config(PrometheusConfig(), self_address=SELF)
     assert config == {
         "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
-        "rule_files": [str(RECORDING_RULES)],
+        "rule_files": [str(RECORDING_RULES), str(ALERT_RULES)],
         "scrape_configs": [{"job_name": "prometheus", "static_configs": [{"targets": [SELF]}]}],
     }
 
