@@ -82,6 +82,17 @@ def test_the_node_agents_unhealthy_gpus_are_read_and_a_malformed_entry_is_ignore
     assert node_of(node("m")).unhealthy == frozenset()
 
 
+def test_gpus_an_alert_action_quarantined_count_with_the_agents() -> None:
+    n = node("n")
+    n["metadata"]["annotations"] = {
+        "gangops.ai/unhealthy-gpus": "1",
+        "gangops.ai/quarantined-gpus": "1,5",
+    }
+    assert node_of(n).unhealthy == frozenset({1, 5})
+    n["metadata"]["annotations"] = {"gangops.ai/quarantined-gpus": "2"}
+    assert node_of(n).unhealthy == frozenset({2})
+
+
 def test_pod_requests_read_gpu_limits_when_requests_are_absent() -> None:
     p = foreign("x", "a", 3)
     p["spec"]["containers"].append({"name": "s", "resources": {"requests": {"cpu": "500m"}}})
