@@ -8,7 +8,9 @@ One process holds every long-running part:
 - the TrainingJob controller and gang scheduler (unless `--no-scheduler`):
   it places each TrainingJob's workers all or nothing, and restarts, resizes,
   preempts and rolls back gangs;
-- the webhook server (Git pushes: `POST /hook/<policysource>`);
+- the webhook server (Git pushes: `POST /hook/<policysource>`; Alertmanager:
+  `POST /alertmanager`, whose alerts the leader turns into the ClusterPolicy's
+  alert actions, docs/alerts.md);
 - the metrics and health server (`/metrics`, `/healthz`, `/readyz`).
 
 Before any of it starts, `run` checks that the API server answers and that
@@ -19,8 +21,9 @@ the leader reconciles and schedules, and its client is fenced by the elector,
 so a replica whose Lease lapsed cannot write even from a thread still in
 flight. A leader that loses the Lease exits (status 1), as
 controller-runtime's managers do: the restart rejoins the election as a
-candidate with clean state. Every replica serves webhooks (they only annotate
-the PolicySource) and metrics.
+candidate with clean state. Every replica serves Git webhooks (they only
+annotate the PolicySource) and metrics; Alertmanager's deliveries are taken by
+the leader only (a candidate answers 503, which Alertmanager retries).
 """
 
 from __future__ import annotations
@@ -39,6 +42,10 @@ from types import FrameType
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from controller.alerts.actor import ActorSettings, AlertActor
+from controller.alerts.metrics import AlertMetrics
+from controller.alerts.receiver import PATH as ALERTMANAGER_PATH
+from controller.alerts.receiver import Credentials, Inbox, Receiver
 from controller.gang.controller import GangController, GangSettings
 from controller.gang.metrics import GangMetrics
 from controller.gang.telemetry import PrometheusTelemetry, TelemetryMetrics
@@ -57,8 +64,9 @@ __all__ = ["add_subcommand"]
 log = logging.getLogger("gangops.run")
 
 _WEBHOOK_LIMITS = Limits(max_body_bytes=1024 * 1024)
-"""Push payloads are a few KiB (GitHub lists at most 20 commits); a larger body is
-refused with 413 before it is read."""
+"""Push payloads are a few KiB (GitHub lists at most 20 commits), an Alertmanager
+delivery about 1 KiB per alert (its webhook_config `max_alerts` keeps one below the
+limit); a larger body is refused with 413 before it is read."""
 _METRICS_LIMITS = Limits(max_body_bytes=4096)
 """Scrapes and probes are GETs; no body is needed."""
 
@@ -77,6 +85,9 @@ endpoints:
   METRICS_ADDR  /metrics (Prometheus), /healthz, /readyz
   WEBHOOK_ADDR  POST /hook/<policysource>  (GitHub X-Hub-Signature-256 or GitLab
                 X-Gitlab-Token, checked against the secret in --webhook-secret-file)
+                POST /alertmanager  (Alertmanager's webhook, version 4; a bearer token
+                from --alertmanager-token-file or basic auth from
+                --alertmanager-basic-auth-file; without either, refused)
 
 With leader election (the default) replicas share a Lease; only the holder
 writes, and a holder that loses it exits with status 1 to be restarted.
@@ -126,6 +137,14 @@ def _run(args: argparse.Namespace) -> int:
     secret = (
         Path(args.webhook_secret_file).read_bytes().strip() if args.webhook_secret_file else b""
     )
+    try:
+        credentials = Credentials.from_files(
+            token_file=args.alertmanager_token_file,
+            basic_auth_file=args.alertmanager_basic_auth_file,
+        )
+    except (OSError, ValueError) as e:
+        print(f"gangops run: Alertmanager credentials: {e}", file=sys.stderr)
+        return 2
     identity = args.identity or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
     settings = ReconcilerSettings(
         cache_dir=Path(args.cache_dir),
@@ -156,6 +175,9 @@ def _run(args: argparse.Namespace) -> int:
     exit_code = 0
     reconciler: Reconciler | None = None
     scheduler: GangController | None = None
+    alert_actor: AlertActor | None = None
+    alert_metrics = AlertMetrics(metrics.registry)
+    inbox = Inbox()
     elector: LeaseElector | None = None
 
     def start_leading() -> None:
@@ -165,6 +187,15 @@ def _run(args: argparse.Namespace) -> int:
         fenced = kube.fenced(elector.is_leader) if elector is not None else kube
         reconciler = Reconciler(fenced, settings=settings, clock=clock, metrics=metrics)
         reconciler.start()
+        nonlocal alert_actor
+        alert_actor = AlertActor(
+            fenced,
+            inbox=inbox,
+            clock=clock,
+            metrics=alert_metrics,
+            settings=ActorSettings(args.system_namespace, tick_s=args.alert_tick),
+        )
+        alert_actor.start()
         if args.scheduler:
             nonlocal scheduler
             scheduler = GangController(
@@ -193,6 +224,7 @@ def _run(args: argparse.Namespace) -> int:
             reconciler is not None
             and reconciler.ready()
             and (scheduler is None or scheduler.ready())
+            and (alert_actor is None or alert_actor.ready())
         )
 
     def health(request: Request) -> Response:
@@ -220,6 +252,14 @@ def _run(args: argparse.Namespace) -> int:
         metrics.webhooks.labels(r.result).inc()
         return text(r.status, r.message)
 
+    alertmanager = Receiver(
+        credentials,
+        inbox,
+        alert_metrics,
+        accepting=lambda: alert_actor is not None,
+        monotonic=clock.monotonic,
+    )
+
     metrics_routes = {"/metrics": scrape, "/healthz": health, "/readyz": health}
     try:
         servers = [
@@ -228,7 +268,10 @@ def _run(args: argparse.Namespace) -> int:
         if args.webhook_addr:
             servers.append(
                 HttpServer(
-                    args.webhook_addr, {PATH_PREFIX: hook}, limits=_WEBHOOK_LIMITS, name="webhook"
+                    args.webhook_addr,
+                    {PATH_PREFIX: hook, ALERTMANAGER_PATH: alertmanager},
+                    limits=_WEBHOOK_LIMITS,
+                    name="webhook",
                 )
             )
     except ServerError as e:
@@ -283,6 +326,8 @@ def _run(args: argparse.Namespace) -> int:
             campaign.join(10)
         if scheduler is not None:
             scheduler.stop()
+        if alert_actor is not None:
+            alert_actor.stop()
         if reconciler is not None:
             reconciler.stop()
         for server in servers:
@@ -344,6 +389,24 @@ def add_subcommand(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
     p.add_argument(
         "--webhook-secret-file",
         help="file holding the shared webhook secret (GitHub HMAC key / GitLab token)",
+    )
+    p.add_argument(
+        "--alertmanager-token-file",
+        help="file holding the bearer token Alertmanager sends to POST /alertmanager"
+        " (its http_config authorization credentials_file)",
+    )
+    p.add_argument(
+        "--alertmanager-basic-auth-file",
+        help="file holding user:password Alertmanager sends to POST /alertmanager"
+        " (its http_config basic_auth)",
+    )
+    p.add_argument(
+        "--alert-tick",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="how often alert actions look for due work: restarts after their grace"
+        " period, undo after the cool-down (default %(default)g)",
     )
     p.add_argument("--cache-dir", default=_default_cache(), help="Git caches (default %(default)s)")
     p.add_argument(
