@@ -7,6 +7,9 @@ reads it (with or without Prometheus).
 - annotation `gangops.ai/quarantined-gpus`: the GPU indices an alert action took out
   of service (controller/alerts); only the alert actions write it, and the scheduler
   counts the union of both;
+- annotation `gangops.ai/out-of-service`: in words, why an alert action holds the
+  node or its GPUs and when they come back (for `kubectl describe node` and
+  `gangops explain`);
 - TrainingJob annotations `gangops.ai/checkpoint-requested` and
   `gangops.ai/restart-requested`, each `"<RFC 3339 time> <why>"`: an alert action
   asks the job to checkpoint (for its training code or operator to act on), then
@@ -27,6 +30,7 @@ from typing import Any
 __all__ = [
     "CHECKPOINT_ANNOTATION",
     "CONDITION",
+    "OUT_OF_SERVICE_ANNOTATION",
     "QUARANTINE_ANNOTATION",
     "RESTART_ANNOTATION",
     "UNHEALTHY_ANNOTATION",
@@ -41,6 +45,7 @@ __all__ = [
 
 UNHEALTHY_ANNOTATION = "gangops.ai/unhealthy-gpus"
 QUARANTINE_ANNOTATION = "gangops.ai/quarantined-gpus"
+OUT_OF_SERVICE_ANNOTATION = "gangops.ai/out-of-service"
 CHECKPOINT_ANNOTATION = "gangops.ai/checkpoint-requested"
 RESTART_ANNOTATION = "gangops.ai/restart-requested"
 CONDITION = "GPUProblem"

@@ -39,6 +39,7 @@ from typing import Literal
 
 from controller.alerts.payload import Alert
 from controller.alerts.policy import ActionKind, AlertPolicy, Mode
+from controller.nodehealth import OUT_OF_SERVICE_ANNOTATION
 
 __all__ = [
     "REASON_ANNOTATION",
@@ -57,7 +58,7 @@ __all__ = [
 
 STATE_ANNOTATION = "gangops.ai/alert-actions"
 """The node's `NodeState`, JSON."""
-REASON_ANNOTATION = "gangops.ai/out-of-service"
+REASON_ANNOTATION = OUT_OF_SERVICE_ANNOTATION
 """Why the node or some of its GPUs are out of service and when they come back, in
 words (`describe`); what `kubectl describe node` shows a person."""
 TAINT_KEY = "gangops.ai/gpu-fault"

@@ -13,12 +13,14 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import Any
 
 from controller.gang.lifecycle import decide
 from controller.gang.record import format_time, parse_time
 from controller.gang.view import JobView, job_views, namespace_quotas
 from controller.kube.client import RESOURCES, ApiError, KubeApi
 from controller.kube.clock import Clock, SystemClock
+from controller.nodehealth import OUT_OF_SERVICE_ANNOTATION
 from controller.scheduler.explain import explain
 from controller.scheduler.policy import (
     DEFAULT_SYSTEM_NAMESPACE,
@@ -82,6 +84,7 @@ def explain_job(
     )  # fmt: skip
     text = explain(JobId(job), result=result, snap=snap, policy=policy)
     text += _health_lines(snap)
+    text += _alert_lines(nodes)
     if telemetry is not None:
         text += _telemetry_lines(telemetry, mine, now)
     if JobId(job) in todo.backing_off:
@@ -103,6 +106,19 @@ def _health_lines(snap: Snapshot) -> str:
         "GPUs out of service (never offered until the node agent says they are"
         f" healthy): {listed}.\n"
     )
+
+
+def _alert_lines(nodes: list[dict[str, Any]]) -> str:
+    """Nodes and GPUs an alert action holds out of service, why and until when."""
+    held = []
+    for n in nodes:
+        annotations = n["metadata"].get("annotations") or {}
+        why = str(annotations.get(OUT_OF_SERVICE_ANNOTATION) or "").strip()
+        if why:
+            held.append(f"{n['metadata']['name']}: {why}")
+    if not held:
+        return ""
+    return "Held out of service by alert actions: " + "; ".join(held) + ".\n"
 
 
 def _telemetry_lines(t: Telemetry, view: JobView | None, now: float) -> str:
