@@ -126,6 +126,9 @@ class PrometheusConfig:
     """Rule files to load; by default the chart's GPU recording and alerting rules."""
     file_sd_refresh_s: float = 5.0
     """Re-read the file_sd files this often, besides on every change (inotify)."""
+    alertmanagers: tuple[str, ...] = ()
+    """Alertmanagers (host:port) the firing alerts are sent to; none: alerts only show
+    in Prometheus' own /alerts."""
     scrape_timeout_s: float | None = None
     """Give up on a scrape after this long; by default the interval, at most 10 s
     (Prometheus rejects a timeout longer than the interval)."""
@@ -174,7 +177,7 @@ def render_config(config: PrometheusConfig, *, self_address: str) -> dict[str, A
                 "static_configs": [dict(g) for g in config.static_targets],
             }
         )
-    return {
+    rendered: dict[str, Any] = {
         "global": {
             "scrape_interval": _duration(interval),
             "scrape_timeout": _duration(timeout),
@@ -183,6 +186,11 @@ def render_config(config: PrometheusConfig, *, self_address: str) -> dict[str, A
         "rule_files": [str(p) for p in config.rule_files],
         "scrape_configs": scrape_configs,
     }
+    if config.alertmanagers:
+        rendered["alerting"] = {
+            "alertmanagers": [{"static_configs": [{"targets": list(config.alertmanagers)}]}]
+        }
+    return rendered
 
 
 def write_targets(path: Path, groups: Sequence[TargetGroup]) -> None:

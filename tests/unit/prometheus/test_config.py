@@ -111,3 +111,11 @@ def test_a_timeout_longer_than_the_interval_is_a_prometheus_error(tmp_path: Path
     config = PrometheusConfig(scrape_timeout_s=2.0, rule_files=())
     with pytest.raises(PrometheusError, match="cannot configure Prometheus: scrape timeout"):
         start_prometheus(tmp_path, config, binary=Path("/bin/false"))
+
+
+def test_alerts_go_to_the_alertmanagers_given() -> None:
+    config = render_config(PrometheusConfig(alertmanagers=("127.0.0.1:9093",)), self_address=SELF)
+    assert config["alerting"] == {
+        "alertmanagers": [{"static_configs": [{"targets": ["127.0.0.1:9093"]}]}]
+    }
+    assert "alerting" not in render_config(PrometheusConfig(), self_address=SELF)
