@@ -2,7 +2,7 @@
 
 Usage: python -m tests.perf [NAME ...]
 (names: policy, scheduler, devcluster, reconciler, gang, sim, agent, prometheus,
-telemetry; default: all)
+telemetry, alerts; default: all)
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import sys
 
 from tests.perf import (
     agent,
+    alerts,
     devcluster,
     gang,
     policy,
@@ -32,6 +33,7 @@ BENCHMARKS = {
     "agent": agent.run,
     "prometheus": prometheus.run,
     "telemetry": telemetry_bench.run,
+    "alerts": alerts.run,
 }
 
 
