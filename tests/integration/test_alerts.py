@@ -235,7 +235,11 @@ def test_a_storm_on_every_node_trips_the_breaker_and_is_undone_after_the_cool_do
             lambda: all(QUARANTINE_ANNOTATION not in node_annotations(env.kube, n) for n in held),
             timeout=60,
         )
-        assert [len(events(env.kube, n, "GPUReturned")) for n in held] == [1] * limit
+        wait_for(  # the Event follows the Node's write
+            "a GPUReturned Event on each",
+            lambda: [len(events(env.kube, n, "GPUReturned")) for n in held] == [1] * limit,
+            timeout=10,
+        )
     finally:
         stop(proc)
 
@@ -383,7 +387,11 @@ def test_a_leak_checkpoints_and_restarts_the_job_elsewhere_and_the_gpu_returns(
             ),
             timeout=leak.seconds + 120,
         )
-        assert len(events(env.kube, leaky, "GPUReturned")) == 1
+        wait_for(
+            "one GPUReturned Event",
+            lambda: len(events(env.kube, leaky, "GPUReturned")) == 1,
+            timeout=10,
+        )
         print(
             f"leak to action {t_action - t_agents - leak.at_s:.1f}s"
             f" (scrape and evaluation 1s, for 30s, group_wait 1s)"
