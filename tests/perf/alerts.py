@@ -41,7 +41,7 @@ from controller.devcluster.alertmanager import AlertmanagerConfig, start_alertma
 from controller.devcluster.launcher import _free_ports
 from controller.devcluster.prometheus import PrometheusConfig, start_prometheus
 from controller.devcluster.telemetry import TelemetryOptions, start_agents
-from controller.kube.client import RESOURCES, Kube, connect
+from controller.kube.client import RESOURCES, ApiError, Kube, connect
 from controller.kube.crds import generate_crds, install
 from controller.nodehealth import QUARANTINE_ANNOTATION, parse_indices
 from controller.policy.validate import schema_dir
@@ -50,7 +50,9 @@ from tests.perf.devcluster import thousand_node_cluster
 from tests.perf.harness import Result, print_table
 
 # Thresholds: the targets of issue 18. Measured on the reference machine (2 vCPUs
-# shared with three other sessions' work): see docs/alerts.md for the figures.
+# shared with three other sessions' work), 2026-12-03: webhook to action p50 22 ms,
+# p99 291 ms, max 330 ms; metric change to action 39.8 s on each of the three GPUs
+# (under the 46 s worst case the timings allow).
 WEBHOOK_P99_MAX_S = 1.0
 METRIC_TO_ACTION_MAX_S = 60.0
 
@@ -106,15 +108,20 @@ class _Landed:
 
     def _watch(self, rv: str) -> None:
         while not self._stop.is_set():
-            for ev in self._kube.watch(RESOURCES["Node"], resource_version=rv, timeout_s=30):
-                now = time.monotonic()
-                obj = ev["object"]
-                rv = obj["metadata"].get("resourceVersion", rv)
-                ann = obj["metadata"].get("annotations") or {}
-                for gpu in parse_indices(ann.get(QUARANTINE_ANNOTATION)):
-                    self.at.setdefault((obj["metadata"]["name"], gpu), now)
+            try:
+                for ev in self._kube.watch(RESOURCES["Node"], resource_version=rv, timeout_s=30):
+                    now = time.monotonic()
+                    obj = ev["object"]
+                    rv = obj["metadata"].get("resourceVersion", rv)
+                    ann = obj["metadata"].get("annotations") or {}
+                    for gpu in parse_indices(ann.get(QUARANTINE_ANNOTATION)):
+                        self.at.setdefault((obj["metadata"]["name"], gpu), now)
+                    if self._stop.is_set():
+                        return
+            except ApiError:
                 if self._stop.is_set():
-                    return
+                    return  # the cluster is going away
+                _, rv = self._kube.list(RESOURCES["Node"])
 
     def wait(self, keys: list[tuple[str, int]], timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
