@@ -6,6 +6,8 @@ GPUs, a real Prometheus evaluating the chart's alerting rules, a real Alertmanag
   rest get CircuitOpen Events; all of it is undone after the cool-down;
 - 10,000 deliveries (direct replays, reordered, and through Alertmanager's own
   `POST /api/v2/alerts`) leave exactly one effect and one Event per alert;
+- crash trials: `gangops run` SIGKILLed at random moments while deliveries fire
+  and then resolve converges to one quarantine, cordon and taint, then to none;
 - a scripted leak on one GPU of a running gang: Prometheus' GangopsGPUMemoryLeak
   fires, the GPU is quarantined, the job is asked to checkpoint and, after its
   grace period, its gang is restarted on another node (not counted against its
@@ -21,6 +23,7 @@ import base64
 import datetime as dt
 import http.client
 import json
+import random
 import shutil
 import signal
 import subprocess
@@ -299,6 +302,85 @@ def test_ten_thousand_deliveries_leave_one_effect_each(
     finally:
         alerting.am.post_alerts([am_alert(LEAK, node, 4, ends=time.time())])  # not for later tests
         stop(proc)
+
+
+def test_killed_at_random_moments_the_actions_converge_to_one_effect_each(
+    gang_env: GangEnv, dev_cluster: DevCluster, alerting: Alerting, tmp_path: Path, cleanup: None
+) -> None:
+    """Crash trials: `gangops run` SIGKILLed at random moments while deliveries (firing,
+    then resolved) keep arriving, as Alertmanager repeats them. The Node ends with one
+    quarantine, one cordon and one taint while the alerts fire, and none of them once
+    they resolved and the cool-down passed; no Event is recorded twice."""
+    env = gang_env
+    (node,) = env.claim(1)
+    env.set_policy(alert_policy(env, [{"alert": LEAK}, {"alert": XID, "action": "cordon-node"}]))
+    starts = _iso(time.time())
+    seed = random.randrange(1 << 30)
+    rng = random.Random(seed)
+
+    def body(status: str) -> list[bytes]:
+        alerts = [
+            {"status": status, "labels": {"alertname": LEAK, "Hostname": node, "gpu": str(g)},
+             "startsAt": starts, "endsAt": "0001-01-01T00:00:00Z", "fingerprint": f"crash-{g}"}
+            for g in (1, 2)
+        ] + [
+            {"status": status, "labels": {"alertname": XID, "Hostname": node},
+             "startsAt": starts, "endsAt": "0001-01-01T00:00:00Z", "fingerprint": "crash-x"}
+        ]  # fmt: skip
+        return [json.dumps({"version": "4", "alerts": [a]}).encode() for a in alerts]
+
+    def trials(status: str, count: int) -> None:
+        for trial in range(count):
+            log = tmp_path / f"run-{status}-{trial}.log"
+            proc = controller(env, dev_cluster, alerting, log)
+            until = time.monotonic() + rng.uniform(0.0, 1.5)
+            while time.monotonic() < until:
+                _post(alerting.port, rng.choice(body(status)))
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+
+    def taints() -> list[str]:
+        obj = env.kube.get(RESOURCES["Node"], node) or {}
+        return [t["key"] for t in (obj.get("spec") or {}).get("taints") or ()]
+
+    def unschedulable() -> bool:
+        obj = env.kube.get(RESOURCES["Node"], node) or {}
+        return bool((obj.get("spec") or {}).get("unschedulable"))
+
+    trials("firing", 6)
+    final = controller(env, dev_cluster, alerting, tmp_path / "run-final.log")
+    try:
+        for b in body("firing"):  # Alertmanager's next repeat
+            assert _post(alerting.port, b) == 200
+
+        def acted() -> bool:
+            q = node_annotations(env.kube, node).get(QUARANTINE_ANNOTATION)
+            return q == "1,2" and unschedulable() and taints().count(TAINT_KEY) == 1
+
+        wait_for(f"one quarantine, cordon and taint (seed {seed})", acted, timeout=30)
+    finally:
+        stop(final)
+    trials("resolved", 4)
+    final = controller(env, dev_cluster, alerting, tmp_path / "run-final2.log")
+    try:
+        for b in body("resolved"):
+            assert _post(alerting.port, b) == 200
+
+        def undone() -> bool:
+            ann = node_annotations(env.kube, node)
+            return (
+                QUARANTINE_ANNOTATION not in ann
+                and not unschedulable()
+                and TAINT_KEY not in taints()
+            )
+
+        wait_for(f"everything undone after the cool-down (seed {seed})", undone, timeout=30)
+        for reason in ("AlertAction", "NodeReturned", "GPUReturned"):
+            counted = len(events(env.kube, node, reason))
+            want = 3 if reason == "AlertAction" else 1
+            assert counted <= want, f"{counted} {reason} Events (seed {seed})"
+    finally:
+        stop(final)
 
 
 @dataclass
