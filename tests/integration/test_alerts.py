@@ -166,9 +166,21 @@ def node_annotations(kube: Kube, node: str) -> dict[str, str]:
     return dict((obj.get("metadata") or {}).get("annotations") or {})
 
 
+_EARLIER: set[str] = set()
+"""Uids of the Events that were there when the running test began (the tests share
+nodes, and a Node's Events outlive a test)."""
+
+
 def events(kube: Kube, name: str, reason: str, namespace: str = "default") -> list[Obj]:
+    """This test's Events about object `name` with `reason`."""
     got, _ = kube.list(RESOURCES["Event"], namespace=namespace)
-    return [e for e in got if e["involvedObject"]["name"] == name and e.get("reason") == reason]
+    return [
+        e
+        for e in got
+        if e["involvedObject"]["name"] == name
+        and e.get("reason") == reason
+        and e["metadata"].get("uid") not in _EARLIER
+    ]
 
 
 def clean_nodes(kube: Kube) -> None:
@@ -198,6 +210,10 @@ def clean_nodes(kube: Kube) -> None:
 @pytest.fixture
 def cleanup(gang_env: GangEnv) -> Iterator[None]:
     clean_nodes(gang_env.kube)
+    _EARLIER.clear()
+    _EARLIER.update(
+        e["metadata"]["uid"] for e in gang_env.kube.list(RESOURCES["Event"], namespace="default")[0]
+    )
     yield
     clean_nodes(gang_env.kube)
 

@@ -8,7 +8,8 @@ process notes when each GPU's quarantine lands on its Node.
 1. webhook to action: 200 deliveries, one alert each (4 GPUs on each of the 50
    nodes), posted one by one every 50 ms as Alertmanager would (bearer token, its
    payload version 4); each one's time from the POST to the Node event that shows
-   its GPU in `gangops.ai/quarantined-gpus`; p99. The breaker is opened wide for
+   its GPU in `gangops.ai/quarantined-gpus`, p99; and from the POST to its answer,
+   p99 (under 200 ms). The breaker is opened wide for
    this phase (100 %, 100 nodes): it measures the path, not the policy.
 2. metric change to action: the node agents replay GPUs for every node, a real
    Prometheus scrapes them and evaluates the chart's rules, a real Alertmanager
@@ -54,6 +55,9 @@ from tests.perf.harness import Result, print_table
 # p99 291 ms, max 330 ms; metric change to action 39.8 s on each of the three GPUs
 # (under the 46 s worst case the timings allow).
 WEBHOOK_P99_MAX_S = 1.0
+ANSWER_P99_MAX_S = 0.2
+"""Alertmanager's delivery is answered within 200 ms (the issue's figure): the
+receiver only checks, parses and queues."""
 METRIC_TO_ACTION_MAX_S = 60.0
 
 NODES = 50
@@ -153,9 +157,13 @@ def _delivery(node: str, gpu: int) -> bytes:
     ).encode()
 
 
-def _webhook_phase(kube: Kube, port: int, nodes: list[str], landed: _Landed) -> list[float]:
+def _webhook_phase(
+    kube: Kube, port: int, nodes: list[str], landed: _Landed
+) -> tuple[list[float], list[float]]:
+    """(POST to action, POST to answer) of each delivery, seconds."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     sent: dict[tuple[str, int], float] = {}
+    answers: list[float] = []
     try:
         for gpu in range(4):
             for node in nodes:
@@ -167,13 +175,14 @@ def _webhook_phase(kube: Kube, port: int, nodes: list[str], landed: _Landed) -> 
                 with conn.getresponse() as resp:
                     resp.read()
                     assert resp.status == 200, resp.status
+                answers.append(time.monotonic() - sent[(node, gpu)])
                 time.sleep(0.05)
     finally:
         conn.close()
     landed.wait(list(sent), timeout_s=30)
     missing = [k for k in sent if k not in landed.at]
     assert not missing, f"{len(missing)} quarantines never landed, e.g. {missing[:3]}"
-    return [landed.at[k] - t for k, t in sent.items()]
+    return [landed.at[k] - t for k, t in sent.items()], answers
 
 
 def _recording(d: Path) -> Path:
@@ -261,7 +270,7 @@ def run(nodes: int = NODES) -> list[Result]:
             time.sleep(2.0)  # the actor's first list
             names = sorted(o["metadata"]["name"] for o in kube.list(RESOURCES["Node"])[0])
             landed = _Landed(kube)
-            webhook = _webhook_phase(kube, port, names, landed)
+            webhook, answers = _webhook_phase(kube, port, names, landed)
             am = start_alertmanager(
                 work / "alertmanager",
                 AlertmanagerConfig(
@@ -290,6 +299,7 @@ def run(nodes: int = NODES) -> list[Result]:
         f" {', '.join(f'{m:.1f}' for m in metric)} s"
     )
     return [
+        Result("alerts: webhook answered p99", _p99(answers), "s", ANSWER_P99_MAX_S),
         Result("alerts: webhook to action p99", _p99(webhook), "s", WEBHOOK_P99_MAX_S),
         Result("alerts: metric change to action (max of 3)", max(metric), "s",
                METRIC_TO_ACTION_MAX_S),
