@@ -51,9 +51,10 @@ from tests.perf.devcluster import thousand_node_cluster
 from tests.perf.harness import Result, print_table
 
 # Thresholds: the targets of issue 18. Measured on the reference machine (2 vCPUs
-# shared with three other sessions' work), 2026-12-03: webhook to action p50 22 ms,
-# p99 291 ms, max 330 ms; metric change to action 39.8 s on each of the three GPUs
-# (under the 46 s worst case the timings allow).
+# shared with three other sessions' work), 2026-12-03, two runs: webhook answered p99
+# 19 ms; webhook to action p50 21-22 ms, p99 178-291 ms; metric change to action
+# 39.8 s (all three GPUs) and 39.5 / 45.0 / 44.9 s. The metric figure errs long by the
+# agents' start-up (its origin is taken before they are launched).
 WEBHOOK_P99_MAX_S = 1.0
 ANSWER_P99_MAX_S = 0.2
 """Alertmanager's delivery is answered within 200 ms (the issue's figure): the
