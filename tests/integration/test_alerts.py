@@ -4,8 +4,9 @@ GPUs, a real Prometheus evaluating the chart's alerting rules, a real Alertmanag
 
 - a storm of alerts on every node trips the breaker: one node is acted on, the
   rest get CircuitOpen Events; all of it is undone after the cool-down;
-- 10,000 deliveries (direct replays, reordered, and through Alertmanager's own
-  `POST /api/v2/alerts`) leave exactly one effect and one Event per alert;
+- 10,000 deliveries (direct replays, reordered, through Alertmanager's own
+  `POST /api/v2/alerts`, and again after Alertmanager restarts) leave exactly one
+  effect and one Event per alert;
 - crash trials: `gangops run` SIGKILLed at random moments while deliveries fire
   and then resolve converges to one quarantine, cordon and taint, then to none;
 - a scripted leak on one GPU of a running gang: Prometheus' GangopsGPUMemoryLeak
@@ -24,11 +25,14 @@ import datetime as dt
 import http.client
 import json
 import random
+import re
+import secrets
 import shutil
 import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -75,6 +79,7 @@ Obj = dict[str, Any]
 @dataclass
 class Alerting:
     am: Alertmanager
+    config: AlertmanagerConfig
     port: int
     """gangops run's webhook port (Alertmanager posts there)."""
     token_file: Path
@@ -87,12 +92,12 @@ def alerting(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Alerting]:
     token = work / "token"
     token.write_text(TOKEN + "\n")
     port = _free_ports(1)[0]
-    am = start_alertmanager(
-        work / "alertmanager",
-        AlertmanagerConfig(f"http://127.0.0.1:{port}/alertmanager", token, repeat_interval_s=30),
+    config = AlertmanagerConfig(
+        f"http://127.0.0.1:{port}/alertmanager", token, repeat_interval_s=30
     )
-    yield Alerting(am, port, token, work)
-    am.stop()
+    a = Alerting(start_alertmanager(work / "alertmanager", config), config, port, token, work)
+    yield a
+    a.am.stop()
 
 
 def alert_policy(env: GangEnv, rules: list[Obj], **breaker: int) -> Obj:
@@ -109,7 +114,7 @@ def alert_policy(env: GangEnv, rules: list[Obj], **breaker: int) -> Obj:
 
 
 def controller(
-    env: GangEnv, dev_cluster: DevCluster, a: Alerting, log: Path
+    env: GangEnv, dev_cluster: DevCluster, a: Alerting, log: Path, *, metrics_port: int = 0
 ) -> subprocess.Popen[bytes]:
     args = [
         sys.executable, "-m", "controller.cli", "run",
@@ -118,7 +123,7 @@ def controller(
         "--webhook-addr", f"127.0.0.1:{a.port}",
         "--alertmanager-token-file", str(a.token_file),
         "--alert-tick", "1",
-        "--metrics-addr", "127.0.0.1:0",
+        "--metrics-addr", f"127.0.0.1:{metrics_port}",
         "--system-namespace", env.system_namespace,
         "--job-selector", env.job_selector,
         "--node-selector", env.node_selector,
@@ -130,6 +135,14 @@ def controller(
     wait_for("gangops run to lead", lambda: "leading" in log.read_text(), timeout=30)
     wait_for("the alert actor to list the nodes", lambda: _ready(a.port), timeout=30)
     return proc
+
+
+def _accepted(metrics_port: int) -> float:
+    """gangops run's count of accepted Alertmanager deliveries."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    m = re.search(r'^gangops_alertmanager_deliveries_total\{result="accepted"\} (\S+)$', text, re.M)
+    return float(m.group(1)) if m else 0.0
 
 
 def _ready(port: int) -> bool:
@@ -222,10 +235,14 @@ def _iso(t: float) -> str:
     return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def am_alert(name: str, node: str, gpu: int, *, ends: float | None = None) -> Obj:
+def am_alert(
+    name: str, node: str, gpu: int, *, ends: float | None = None, starts: str | None = None
+) -> Obj:
     out: Obj = {"labels": {"alertname": name, "Hostname": node, "gpu": str(gpu)}}
     if ends is not None:
         out["endsAt"] = _iso(ends)
+    if starts is not None:
+        out["startsAt"] = starts  # as Prometheus sends it: the alert's activeAt, every time
     return out
 
 
@@ -269,7 +286,8 @@ def test_ten_thousand_deliveries_leave_one_effect_each(
     env = gang_env
     (node,) = env.claim(1)
     env.set_policy(alert_policy(env, [{"alert": LEAK}]))
-    proc = controller(env, dev_cluster, alerting, tmp_path / "run.log")
+    metrics_port = _free_ports(1)[0]
+    proc = controller(env, dev_cluster, alerting, tmp_path / "run.log", metrics_port=metrics_port)
     starts = _iso(time.time())
 
     def alert(gpu: int, status: str = "firing") -> Obj:
@@ -303,20 +321,36 @@ def test_ten_thousand_deliveries_leave_one_effect_each(
             list(pool.map(send, [deliveries[i::4] for i in range(4)]))
         sent_s = time.monotonic() - t0
         assert statuses.count(200) == len(deliveries), set(statuses)
-        # and Alertmanager's own API, whose notification is one more delivery of GPU 5
+        # and Alertmanager's own API, whose notification is one delivery of GPU 4
         for _ in range(50):
-            alerting.am.post_alerts([am_alert(LEAK, node, 4)])
+            alerting.am.post_alerts([am_alert(LEAK, node, 4, starts=starts)])
         wait_for(
             "the quarantine",
             lambda: node_annotations(env.kube, node).get(QUARANTINE_ANNOTATION) == "4,5,6",
             timeout=60,
+        )
+        # Alertmanager restarts without its storage (no notification log): Prometheus
+        # sends the firing alert again with the same startsAt, and it notifies again
+        time.sleep(2)  # the first Alertmanager's notification is in
+        accepted = _accepted(metrics_port)
+        alerting.am.stop()
+        alerting.am = start_alertmanager(
+            alerting.work / f"alertmanager-{secrets.token_hex(2)}", alerting.config
+        )
+        for _ in range(5):
+            alerting.am.post_alerts([am_alert(LEAK, node, 4, starts=starts)])
+        wait_for(
+            "the new Alertmanager's notification",
+            lambda: _accepted(metrics_port) > accepted,
+            timeout=30,
         )
         time.sleep(3)  # anything still queued lands
         assert node_annotations(env.kube, node).get(QUARANTINE_ANNOTATION) == "4,5,6"
         assert len(events(env.kube, node, "AlertAction")) == 3
         print(f"10,000 deliveries sent in {sent_s:.1f}s")
     finally:
-        alerting.am.post_alerts([am_alert(LEAK, node, 4, ends=time.time())])  # not for later tests
+        # not for later tests
+        alerting.am.post_alerts([am_alert(LEAK, node, 4, ends=time.time(), starts=starts)])
         stop(proc)
 
 
