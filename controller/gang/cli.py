@@ -19,6 +19,7 @@ from controller.gang.record import format_time, parse_time
 from controller.gang.view import JobView, job_views, namespace_quotas
 from controller.kube.client import RESOURCES, ApiError, KubeApi
 from controller.kube.clock import Clock, SystemClock
+from controller.policy.validate import check_scheduling_policy
 from controller.scheduler.explain import explain
 from controller.scheduler.policy import (
     DEFAULT_SYSTEM_NAMESPACE,
@@ -61,7 +62,7 @@ def explain_job(
             "(is the policy reconciler running?)"
         )
     try:
-        policy = SchedulingPolicy.from_configmap(cm)
+        policy = SchedulingPolicy.from_configmap(cm, check=check_scheduling_policy)
     except UnreadablePolicy as e:
         raise ExplainError(f"the scheduling policy is unreadable: {e}") from None
     now = (clock or SystemClock()).now().timestamp()

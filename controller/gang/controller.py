@@ -46,6 +46,7 @@ from controller.kube.client import RESOURCES, ApiError, KubeApi, NotLeaderError
 from controller.kube.clock import Clock, SystemClock
 from controller.kube.events import EventRecorder
 from controller.kube.informer import EventType, Informer
+from controller.policy.validate import check_scheduling_policy
 from controller.scheduler.cycle import GROW_INTERVAL_S, CycleResult
 from controller.scheduler.forecast import DemandHistory, Forecast, forecast
 from controller.scheduler.policy import (
@@ -145,6 +146,13 @@ class GangController:
         self._pool = ThreadPoolExecutor(self.settings.parallelism, thread_name_prefix="gang")
         self._pod_pool = ThreadPoolExecutor(self.settings.pod_parallelism, thread_name_prefix="pod")
         self._policy_cache: tuple[str, SchedulingPolicy | None] = ("", None)
+        self._good_policy: tuple[str, SchedulingPolicy] | None = None
+        """The last policy (resourceVersion, value) a whole step ran with: kept, and
+        used, while a newer one cannot be read or breaks the step."""
+        self._bad_policy: str = ""
+        """The resourceVersion of a policy that broke a step (not tried again)."""
+        self.policy_problem: str = ""
+        """Why the scheduler is not using the newest policy ('' while it is)."""
         self._memo = Memo()
         self._worker: threading.Thread | None = None
         self.last_result: CycleResult | None = None
@@ -224,31 +232,89 @@ class GangController:
     # -- one step
 
     def policy(self) -> SchedulingPolicy | None:
-        """The compiled scheduling policy, or None while there is none (or it is unreadable)."""
+        """The policy to schedule with: the compiled one, or, while that one cannot be
+        read or broke a step, the last good one (None while there has never been one)."""
         cm = self.config.get(POLICY_CONFIGMAP, self.settings.system_namespace)
         rv = "" if cm is None else str(cm["metadata"].get("resourceVersion", ""))
-        if rv == self._policy_cache[0] and cm is not None:
-            return self._policy_cache[1]
-        parsed: SchedulingPolicy | None = None
+        if rv != self._policy_cache[0] or cm is None:
+            self._policy_cache = (rv, self._read_policy(cm, rv))
+        parsed = self._policy_cache[1]
+        good = self._good_policy
+        if parsed is not None and rv != self._bad_policy:
+            return parsed
+        return good[1] if good is not None and cm is not None else None
+
+    def _read_policy(self, cm: Obj | None, rv: str) -> SchedulingPolicy | None:
         if cm is None:
             log.warning(
                 "no scheduling policy configmap=%s/%s; nothing is scheduled",
                 self.settings.system_namespace,
                 POLICY_CONFIGMAP,
             )
-        else:
-            try:
-                parsed = SchedulingPolicy.from_configmap(cm)
-            except UnreadablePolicy as e:
-                log.error("unreadable scheduling policy rv=%s error=%r", rv, str(e))
-        self._policy_cache = (rv, parsed)
-        return parsed
+            return None
+        try:
+            policy = SchedulingPolicy.from_configmap(cm, check=check_scheduling_policy)
+        except UnreadablePolicy as e:
+            self._refuse_policy(cm, rv, "PolicyUnreadable", f"it cannot be read: {e}")
+            return None
+        if rv != self._bad_policy:
+            self.policy_problem = ""
+            self.metrics.policy_fallback.set(0)
+        return policy
+
+    def _refuse_policy(self, cm: Obj, rv: str, reason: str, why: str) -> None:
+        """Say, where an operator looks (log, an Event on the ConfigMap, metrics), that
+        the policy at `rv` is not used, and which one is."""
+        good = self._good_policy
+        using = (
+            f"scheduling with the last good policy (resourceVersion {good[0]})"
+            if good is not None
+            else "nothing is scheduled until a usable policy is applied"
+        )
+        self.policy_problem = f"scheduling policy resourceVersion {rv} is not used: {why}; {using}"
+        log.error("%s", self.policy_problem)
+        self.metrics.policy_errors.labels(reason).inc()
+        self.metrics.policy_fallback.set(1 if good is not None else 0)
+        self._events.record(
+            {"apiVersion": "v1", "kind": "ConfigMap", **{"metadata": cm["metadata"]}},
+            type="Warning",
+            reason=reason,
+            message=self.policy_problem,
+        )
 
     def step(self) -> CycleResult | None:
-        """Read the caches, plan the jobs, run one cycle, hand out the writes."""
+        """Read the caches, plan the jobs, run one cycle, hand out the writes.
+
+        A policy that passed validation can still break a step (a value the core
+        cannot use): that policy is set aside, said so, and the step runs again with
+        the last policy a step completed with; a newer revision is tried afresh."""
         policy = self.policy()
         if policy is None:
             return None
+        rv = self._policy_cache[0]
+        newest = policy is self._policy_cache[1]
+        try:
+            result = self._step(policy)
+        except NotLeaderError:
+            raise
+        except Exception as e:
+            good = self._good_policy
+            cm = self.config.get(POLICY_CONFIGMAP, self.settings.system_namespace)
+            if not newest or good is None or good[0] == rv or cm is None:
+                raise
+            log.exception("scheduling step crashed with policy resourceVersion=%s", rv)
+            try:
+                fallback = self._step(good[1])
+            except Exception:
+                raise e from None  # the last good policy fails too: not this policy's fault
+            self._bad_policy = rv
+            self._refuse_policy(cm, rv, "PolicyBreaksScheduling", f"a step with it failed: {e!r}")
+            return fallback
+        if newest:
+            self._good_policy = (rv, policy)
+        return result
+
+    def _step(self, policy: SchedulingPolicy) -> CycleResult:
         t0 = self._clock.monotonic()
         now = self._clock.now().timestamp()
         with self._lock:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 
 __all__ = ["GangMetrics"]
@@ -98,6 +98,20 @@ class GangMetrics:
             "GPUs held by admitted gangs, by project, user and kind (guaranteed or borrowed).",
             ["project", "user", "kind"],
             r,
+        )
+        self.policy_errors = Counter(
+            "gangops_scheduling_policy_errors",
+            "Compiled scheduling policies the scheduler could not use, by reason"
+            " (PolicyUnreadable, PolicyBreaksScheduling); each is also an Event on the"
+            " policy ConfigMap.",
+            ["reason"],
+            registry=r,
+        )
+        self.policy_fallback = Gauge(
+            "gangops_scheduling_policy_fallback",
+            "1 while the scheduler schedules with the last good policy because the newest"
+            " compiled one cannot be used (see gangops_scheduling_policy_errors_total).",
+            registry=r,
         )
         self.decisions = Counter(
             "gangops_decisions",
