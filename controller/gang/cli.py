@@ -16,7 +16,7 @@ import sys
 
 from controller.gang.lifecycle import decide
 from controller.gang.record import format_time, parse_time
-from controller.gang.view import JobView, job_views, namespace_quotas
+from controller.gang.view import JobView, container_defaults, job_views, namespace_quotas
 from controller.kube.client import RESOURCES, ApiError, KubeApi
 from controller.kube.clock import Clock, SystemClock
 from controller.policy.validate import check_scheduling_policy
@@ -70,7 +70,8 @@ def explain_job(
     pods, _ = kube.list(RESOURCES["Pod"])
     jobs, _ = kube.list(RESOURCES["TrainingJob"])
     quotas, _ = kube.list(RESOURCES["ResourceQuota"])
-    views = job_views(jobs, pods, policy)
+    limits, _ = kube.list(RESOURCES["LimitRange"])
+    views = job_views(jobs, pods, policy, defaults=container_defaults(limits))
     mine = next((v for v in views if v.id == job), None)
     phase = (obj.get("status") or {}).get("phase")
     if mine is not None and mine.error is not None:

@@ -2,7 +2,8 @@
 
 Informers watch Nodes, all Pods (any scheduler's GPUs count), TrainingJobs,
 ResourceQuotas (the API server refuses pods past them, so the scheduler admits
-within them) and the compiled policy ConfigMap; their events only wake the
+within them), LimitRanges (their defaults are part of what the pods will
+request) and the compiled policy ConfigMap; their events only wake the
 loop. Each
 step, on an event or on the periodic tick:
 
@@ -41,7 +42,13 @@ from controller.gang.lifecycle import (
 )
 from controller.gang.metrics import GangMetrics
 from controller.gang.record import Admission
-from controller.gang.view import JobView, Memo, job_views, namespace_quotas
+from controller.gang.view import (
+    JobView,
+    Memo,
+    container_defaults,
+    job_views,
+    namespace_quotas,
+)
 from controller.kube.client import RESOURCES, ApiError, KubeApi, NotLeaderError
 from controller.kube.clock import Clock, SystemClock
 from controller.kube.events import EventRecorder
@@ -167,6 +174,9 @@ class GangController:
         self.config = informer("ConfigMap", namespace=s.system_namespace)
         self.quotas = informer("ResourceQuota")
         """The API server refuses pods past these; the scheduler admits within them."""
+        self.limits = informer("LimitRange")
+        """Their defaults are the requests a job's pods get when created (and counted
+        against the ResourceQuotas and the nodes with)."""
         self._binder = Binder(
             kube,
             jobs=self.jobs,
@@ -182,7 +192,7 @@ class GangController:
     # -- lifecycle
 
     def _informers(self) -> list[Informer]:
-        return [self.nodes, self.pods, self.jobs, self.config, self.quotas]
+        return [self.nodes, self.pods, self.jobs, self.config, self.quotas, self.limits]
 
     def start(self) -> None:
         """Start the informers and the loop; returns at once."""
@@ -323,7 +333,10 @@ class GangController:
         memo = self._memo
         memo.next_step()
         pods = self.pods.items()
-        views = job_views(self.jobs.items(), pods, policy, overrides=overrides, memo=memo)
+        views = job_views(
+            self.jobs.items(), pods, policy, overrides=overrides, memo=memo,
+            defaults=container_defaults(self.limits.items()),
+        )  # fmt: skip
         node_objs = {o["metadata"]["name"]: o for o in self.nodes.items()}
         telemetry = self._telemetry() if self._telemetry is not None else None
         self.last_telemetry = telemetry
