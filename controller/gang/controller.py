@@ -63,7 +63,7 @@ from controller.scheduler.policy import (
     UnreadablePolicy,
 )
 from controller.scheduler.telemetry import Telemetry, idle_gpus
-from controller.scheduler.types import MILLI, Admit, Gang, JobId
+from controller.scheduler.types import MILLI, Admit, Gang, JobId, Pending
 
 __all__ = ["FIELD_MANAGER", "GangController", "GangSettings"]
 
@@ -409,11 +409,26 @@ class GangController:
         """Queue depth and GPUs allocated as this step leaves them (its admissions
         and growths counted, not one step late)."""
         admitted = {d.gang.id: d for d in result.decisions if isinstance(d, Admit)}
+        why = {
+            d.gang.id: d.code if isinstance(d, Pending) else "Preempting"
+            for d in result.decisions
+            if not isinstance(d, Admit)
+        }
         depth: dict[tuple[str, str], int] = {}
+        waiting: dict[tuple[str, str, str], int] = {}
         for g in todo.queue:
             if g.id not in admitted:
                 depth[(g.project, g.tier)] = depth.get((g.project, g.tier), 0) + 1
+                key = (g.project, g.tier, why.get(g.id, "NotDecided"))
+                waiting[key] = waiting.get(key, 0) + 1
+        gangs = {v.id: v.gang for v in views}
+        for job in todo.backing_off:
+            backing = gangs.get(job)
+            if backing is not None:
+                key = (backing.project, backing.tier, "Backoff")
+                waiting[key] = waiting.get(key, 0) + 1
         self.metrics.set_queue(depth)
+        self.metrics.waiting.set(waiting.items())
         borrowed = {v.id: v.admission.borrowed_milli for v in views if v.admission is not None}
         holding = {r.gang.id: r.gang for r in todo.running}
         for d in admitted.values():

@@ -86,6 +86,16 @@ class GangMetrics:
             ["project", "tier"],
             r,
         )
+        self.waiting = _WholeGauge(
+            "gangops_waiting_jobs",
+            "TrainingJobs waiting, by project, tier and why: Quota (a project, user or"
+            " namespace quota), Capacity (no room), Reserved (the room is held for a gang"
+            " ahead), Refused (cannot run under the policy), Preempting (admitted once"
+            " its victims are gone), Backoff (after a timeout or a refused launch),"
+            " NotDecided (no decision about it this step).",
+            ["project", "tier", "reason"],
+            r,
+        )
         self.preemptions = Counter(
             "gangops_preemptions",
             "Gangs evicted to make room for a higher tier or a reclaiming project, by the "
