@@ -70,6 +70,8 @@ __all__ = ["FIELD_MANAGER", "GangController", "GangSettings"]
 DEMAND_WINDOW_S = 3600.0
 """The demand forecast's sliding window."""
 DEMAND_SAMPLE_S = 15.0
+REPORT_HORIZON_S = 600.0
+"""The horizon of the reported forecasts while lending by forecast is off."""
 
 log = logging.getLogger(__name__)
 
@@ -354,7 +356,7 @@ class GangController:
             forecasts=self._forecasts() if self.settings.forecast_horizon_s > 0 else None,
             quotas=namespace_quotas(self.quotas.items()),
         )
-        self._record_demand(now, snap.project_usage, todo.queue)
+        self._record_demand(now, snap.project_usage, snap.user_usage, todo.queue)
         t_write = self._clock.monotonic()
         self.metrics.cycle.observe(t_write - t0)
         self.last_result = result
@@ -377,19 +379,42 @@ class GangController:
         return {
             p: forecast(self._demand.series(p), horizon_s=self.settings.forecast_horizon_s)
             for p in self._demand.names()
+            if "/" not in p
         }
 
-    def _record_demand(self, now: float, usage: Mapping[str, int], queue: Sequence[Gang]) -> None:
-        """A project's demand: the GPUs it holds plus those its queued gangs ask for
-        (sampled at most every `DEMAND_SAMPLE_S`)."""
+    def _record_demand(
+        self,
+        now: float,
+        usage: Mapping[str, int],
+        user_usage: Mapping[tuple[str, str], int],
+        queue: Sequence[Gang],
+    ) -> None:
+        """A project's demand, and each of its users': the GPUs held plus those their
+        queued gangs ask for (sampled at most every `DEMAND_SAMPLE_S`, keyed `project`
+        and `project/user`); the forecasts over the horizon (or `REPORT_HORIZON_S`)
+        become `gangops_demand_forecast_gpus`."""
         if now - self._demand_at < DEMAND_SAMPLE_S:
             return
         self._demand_at = now
-        demand = dict(usage)
+        demand: dict[str, int] = dict(usage)
+        for (project, user), milli in user_usage.items():
+            demand[f"{project}/{user}"] = milli
         for g in queue:
-            demand[g.project] = demand.get(g.project, 0) + g.gpu_total
-        for project, milli in demand.items():
-            self._demand.add(project, now, float(milli))
+            for key in (g.project, f"{g.project}/{g.user}"):
+                demand[key] = demand.get(key, 0) + g.gpu_total
+        for key in self._demand.names():
+            demand.setdefault(key, 0)  # a project or user no longer asking asks for 0
+        for key, milli in demand.items():
+            self._demand.add(key, now, float(milli))
+        self._demand.drop_quiet()
+        horizon = self.settings.forecast_horizon_s or REPORT_HORIZON_S
+        samples: dict[tuple[str, str, str], float] = {}
+        for key in self._demand.names():
+            f = forecast(self._demand.series(key), horizon_s=horizon)
+            project, _, user = key.partition("/")
+            samples[(project, user, "point")] = f.point / MILLI
+            samples[(project, user, "p90")] = f.high / MILLI
+        self.metrics.forecast.set(samples.items())
 
     def _observe_phases(self, result: CycleResult, write_s: float) -> None:
         """Each phase's time, as a histogram and a debug line (the writes themselves

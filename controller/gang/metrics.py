@@ -86,6 +86,15 @@ class GangMetrics:
             ["project", "tier"],
             r,
         )
+        self.forecast = _WholeGauge(
+            "gangops_demand_forecast_gpus",
+            "Forecast peak GPU demand (held plus queued) over the horizon (--forecast-horizon,"
+            " or 10 minutes while lending by forecast is off), from the last hour's sliding"
+            " window, per project (user empty) and per user: the point forecast and the top"
+            " of its p90 band.",
+            ["project", "user", "bound"],
+            r,
+        )
         self.waiting = _WholeGauge(
             "gangops_waiting_jobs",
             "TrainingJobs waiting, by project, tier and why: Quota (a project, user or"

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from controller.gang.controller import GangController
+from controller.gang.controller import DEMAND_WINDOW_S, GangController
 from controller.gang.metrics import GangMetrics
 from controller.gang.record import Admission
 from controller.kube.clock import FakeClock
@@ -286,3 +286,50 @@ def test_idle_but_held_gpus_by_project_and_user_from_telemetry() -> None:
     finally:
         c.stop()
     assert _samples(m.registry, "gangops_idle_gpus") == {("p", "alice"): 3}
+
+
+def test_demand_forecasts_per_project_and_per_user() -> None:
+    """Each sample (every 15 s) adds the GPUs held plus queued per project and per user
+    to the sliding window; the forecasts are reported; a user whose window holds only
+    zeros is forgotten."""
+    m, api, clock = GangMetrics(), FakeKube(), FakeClock(T0)
+    c = GangController(api, clock=clock, metrics=m)
+    c.config.assume(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": POLICY_CONFIGMAP, "namespace": c.settings.system_namespace,
+                         "resourceVersion": "1"},
+            "data": {POLICY_KEY: json.dumps(POLICY)},
+        }
+    )  # fmt: skip
+    c.nodes.assume(node("a"))
+    for o in held("r1", 3, on="a", first=0, borrowed=0, user="alice"):
+        (c.pods if o["kind"] == "Pod" else c.jobs).assume(o)
+    w1 = waiting("w1", 8, tier="batch", ns="q")  # bob's; 5 GPUs are free, none to preempt
+    w1["metadata"]["labels"]["ai.operator/user"] = "bob"
+    c.jobs.assume(w1)
+    api.objects[("TrainingJob", "q", "w1")] = w1
+
+    def step() -> None:
+        c.step()
+        deadline = time.monotonic() + 10
+        while c._busy:  # the status write lands before the next step reads the job
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        clock.advance(15)
+
+    try:
+        for _ in range(3):
+            step()
+        got = _samples(m.registry, "gangops_demand_forecast_gpus")
+        assert got[("p", "", "point")] == got[("p", "alice", "point")] == 3
+        assert got[("q", "", "p90")] == got[("q", "bob", "p90")] == 8
+        assert got[("p", "alice", "p90")] >= 3
+        c.jobs.forget("w1", "q")
+        for _ in range(int(DEMAND_WINDOW_S / 15) + 2):  # a whole window of nothing
+            step()
+        got = _samples(m.registry, "gangops_demand_forecast_gpus")
+        assert ("q", "bob", "point") not in got and ("p", "alice", "point") in got
+    finally:
+        c.stop()
