@@ -140,6 +140,7 @@ RESOURCES: Mapping[str, Resource] = {
             False,
         ),
         _r("ai.operator", "v1", "TrainingJob", "trainingjobs", True),
+        _r("ai.operator", "v1", "QuotaRequest", "quotarequests", True),
         _r("policy.ai.operator", "v1", "PolicySource", "policysources", False),
         _r("policy.ai.operator", "v1", "ClusterPolicy", "clusterpolicies", False),
         _r("policy.ai.operator", "v1", "PriorityTier", "prioritytiers", False),
