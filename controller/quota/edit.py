@@ -23,7 +23,15 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from controller.quantity import QuantityError, format_quantity, parse_quantity
 
-__all__ = ["Edit", "EditError", "edit_max", "find_project", "format_amount", "read_max"]
+__all__ = [
+    "Edit",
+    "EditError",
+    "edit_max",
+    "find_project",
+    "format_amount",
+    "project_namespaces",
+    "read_max",
+]
 
 
 class EditError(ValueError):
@@ -110,6 +118,14 @@ def _member(spec: CommentedMap, user: str) -> tuple[CommentedMap | None, Comment
         if isinstance(m, CommentedMap) and m.get("name") == user:
             return m, members
     return None, members
+
+
+def project_namespaces(text: str, project: str) -> list[str]:
+    """The namespaces Project `project` in `text` owns."""
+    _, doc = _project(_docs(text), project)
+    spec = doc.get("spec")
+    namespaces = spec.get("namespaces") if isinstance(spec, CommentedMap) else None
+    return [str(n) for n in namespaces] if isinstance(namespaces, list) else []
 
 
 def read_max(text: str, *, project: str, user: str | None, resource: str) -> Fraction | None:
