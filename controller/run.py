@@ -46,6 +46,7 @@ from controller.httpserver import HttpServer, Limits, Request, Response, ServerE
 from controller.kube.client import RESOURCES, ApiError, Kube, connect
 from controller.kube.clock import SystemClock
 from controller.kube.leader import ElectionSettings, LeaseElector
+from controller.quota.controller import QuotaController, QuotaSettings
 from controller.reconciler.controller import Reconciler, ReconcilerSettings
 from controller.reconciler.metrics import ReconcilerMetrics
 from controller.reconciler.webhook import PATH_PREFIX, Deliveries, handle_push
@@ -156,6 +157,7 @@ def _run(args: argparse.Namespace) -> int:
     exit_code = 0
     reconciler: Reconciler | None = None
     scheduler: GangController | None = None
+    quota: QuotaController | None = None
     elector: LeaseElector | None = None
 
     def start_leading() -> None:
@@ -175,6 +177,16 @@ def _run(args: argparse.Namespace) -> int:
                 telemetry=telemetry.current if telemetry is not None else None,
             )
             scheduler.start()
+        if args.quota_requests:
+            nonlocal quota
+            quota = QuotaController(
+                fenced,
+                QuotaSettings(
+                    cache_dir=Path(args.cache_dir), system_namespace=args.system_namespace
+                ),
+                clock=clock,
+            )
+            quota.start()
 
     def stop_leading() -> None:
         nonlocal exit_code
@@ -283,6 +295,8 @@ def _run(args: argparse.Namespace) -> int:
             campaign.join(10)
         if scheduler is not None:
             scheduler.stop()
+        if quota is not None:
+            quota.stop()
         if reconciler is not None:
             reconciler.stop()
         for server in servers:
@@ -355,6 +369,13 @@ def add_subcommand(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
         action=argparse.BooleanOptionalAction,
         default=True,
         help="run the TrainingJob controller and gang scheduler (default on)",
+    )
+    p.add_argument(
+        "--quota-requests",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="turn QuotaRequests into pull requests on the policy repositories of the"
+        " PolicySources with spec.forge (docs/quota-requests.md; default on)",
     )
     p.add_argument(
         "--prometheus-url",

@@ -103,6 +103,7 @@ RESOURCES: Mapping[str, Resource] = {
         _r("", "v1", "Service", "services", True),
         _r("", "v1", "Event", "events", True),
         _r("scheduling.k8s.io", "v1", "PriorityClass", "priorityclasses", False),
+        _r("authentication.k8s.io", "v1", "SelfSubjectReview", "selfsubjectreviews", False),
         _r("coordination.k8s.io", "v1", "Lease", "leases", True),
         _r(
             "apiextensions.k8s.io",

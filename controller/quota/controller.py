@@ -122,12 +122,27 @@ class QuotaController:
 
     def run(self) -> None:
         """Pass after pass until `stop`."""
+        missing = False
         while not self._stop.is_set():
+            wait = self.settings.interval_s
             try:
                 self.step()
+                missing = False
+            except ApiError as e:
+                if e.status != 404:
+                    log.warning("quota-request pass failed: %s", e)
+                elif not missing:  # said once, not every second
+                    log.warning("the QuotaRequest CRD is not installed: `gangops install-crds`")
+                missing, wait = e.status == 404, max(wait, 30.0)
             except Exception:  # one bad pass must not end the loop
                 log.exception("quota-request pass failed")
-            self.clock.wait(self._stop, self.settings.interval_s)
+            self.clock.wait(self._stop, wait)
+
+    def start(self) -> threading.Thread:
+        """`run` on a thread of its own."""
+        t = threading.Thread(target=self.run, name="quota-requests", daemon=True)
+        t.start()
+        return t
 
     def stop(self) -> None:
         self._stop.set()
