@@ -276,7 +276,10 @@ def alice_requests(api: Any, gang_env: GangEnv, dev_cluster: Any) -> Kube:
     from controller.kube.client import connect
 
     rbac = client.RbacAuthorizationV1Api(api)
-    rules = [{"apiGroups": ["ai.operator"], "resources": ["quotarequests"], "verbs": ["*"]}]
+    # What the chart's aggregated edit role grants: no "*", which would include the
+    # verb propose (creating requests on others' behalf, as the scheduler does).
+    verbs = ["get", "list", "watch", "create", "update", "patch", "delete"]
+    rules = [{"apiGroups": ["ai.operator"], "resources": ["quotarequests"], "verbs": verbs}]
     rbac.create_namespaced_role(gang_env.namespace, {"metadata": {"name": "qr"}, "rules": rules})
     rbac.create_namespaced_role_binding(
         gang_env.namespace,
