@@ -35,7 +35,7 @@ from controller.kube.client import FIELD_MANAGER, RESOURCES, ApiError, KubeApi
 from controller.kube.clock import Clock, SystemClock
 from controller.quota.body import check_tree, pr_body, pr_title
 from controller.quota.branch import GitUnavailable, PolicyRepo
-from controller.quota.edit import EditError, edit_max, project_namespaces
+from controller.quota.edit import EditError, auto_propose, edit_max, project_namespaces
 from controller.quota.forge import (
     Forge,
     ForgeError,
@@ -44,6 +44,7 @@ from controller.quota.forge import (
     make_forge,
     urllib_transport,
 )
+from controller.quota.propose import proposal, shortfall
 from controller.quota.request import (
     QuotaRequestSpec,
     State,
@@ -74,6 +75,11 @@ class QuotaSettings:
     """How often QuotaRequests are listed (a pass with nothing to do costs one list)."""
     forge_poll_s: float = 10.0
     """How often an open pull request's state is read from the forge."""
+    propose: bool = True
+    """Propose QuotaRequests for jobs blocked only by a max, in the projects that opted
+    in (`spec.quotaRequests.autoPropose`)."""
+    recheck_s: float = 60.0
+    """How long a job of a project that did not opt in is left alone before asking again."""
 
 
 @dataclass(frozen=True)
@@ -117,6 +123,7 @@ class QuotaController:
     _sources: dict[str, tuple[str, SourceInfo]] = field(default_factory=dict)
     _polled: dict[tuple[str, int], tuple[float, PullRequest]] = field(default_factory=dict)
     _stop: threading.Event = field(default_factory=threading.Event)
+    _declined: dict[str, float] = field(default_factory=dict)
 
     # --- the loop -------------------------------------------------------------
 
@@ -149,6 +156,8 @@ class QuotaController:
 
     def step(self) -> None:
         objs, _ = self.kube.list(_QR)
+        if self.settings.propose:
+            objs += self._propose_for_blocked_jobs(objs)
         now = self.clock.now()
         groups: dict[tuple[str, str, str], list[tuple[Obj, QuotaRequestSpec]]] = {}
         for obj in objs:
@@ -175,6 +184,43 @@ class QuotaController:
             groups.setdefault(spec.key, []).append((obj, spec))
         for members in groups.values():
             self._propose(members)
+
+    def _propose_for_blocked_jobs(self, requests: list[Obj]) -> list[Obj]:
+        """Create a QuotaRequest for each job blocked only by a max, in projects that
+        opted in; returns those created."""
+        jobs, _ = self.kube.list(_JOB)
+        have = {(o["metadata"]["namespace"], o["metadata"]["name"]) for o in requests}
+        created = []
+        t = self.clock.monotonic()
+        for job in jobs:
+            status = job.get("status") or {}
+            short = shortfall(status)
+            if short is None or status.get("quotaRequest"):
+                continue
+            obj = proposal(job, short)
+            meta = obj["metadata"]
+            key = f"{meta['namespace']}/{meta['name']}"
+            if (meta["namespace"], meta["name"]) in have:
+                continue
+            if t - self._declined.get(key, -1e18) < self.settings.recheck_s:
+                continue
+            try:
+                _, _, text = self._source_for(short.project)
+                wanted = auto_propose(text, short.project)
+            except (LookupError, EditError, _Retry) as e:
+                log.debug("no proposal for job=%s: %s", key, e)
+                wanted = False
+            if not wanted:
+                self._declined[key] = t
+                continue
+            try:
+                created.append(self.kube.create(obj, field_manager=FIELD_MANAGER))
+            except ApiError as e:
+                if e.status != 409:
+                    log.warning("proposal for job=%s not created: %s", key, e)
+                continue
+            log.info("proposed quota request=%s gpus=%d project=%s", key, short.gpus, short.project)
+        return created
 
     # --- sources ----------------------------------------------------------------
 

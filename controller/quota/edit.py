@@ -26,6 +26,7 @@ from controller.quantity import QuantityError, format_quantity, parse_quantity
 __all__ = [
     "Edit",
     "EditError",
+    "auto_propose",
     "edit_max",
     "find_project",
     "format_amount",
@@ -126,6 +127,14 @@ def project_namespaces(text: str, project: str) -> list[str]:
     spec = doc.get("spec")
     namespaces = spec.get("namespaces") if isinstance(spec, CommentedMap) else None
     return [str(n) for n in namespaces] if isinstance(namespaces, list) else []
+
+
+def auto_propose(text: str, project: str) -> bool:
+    """Whether Project `project` opted in to proposals (`spec.quotaRequests.autoPropose`)."""
+    _, doc = _project(_docs(text), project)
+    spec = doc.get("spec")
+    settings = spec.get("quotaRequests") if isinstance(spec, CommentedMap) else None
+    return isinstance(settings, CommentedMap) and settings.get("autoPropose") is True
 
 
 def read_max(text: str, *, project: str, user: str | None, resource: str) -> Fraction | None:

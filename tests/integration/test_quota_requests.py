@@ -29,6 +29,7 @@ from typing import Any
 
 import pytest
 
+from controller.gang.cli import explain_job
 from controller.kube.client import RESOURCES, ApiError, Kube
 from controller.kube.clock import SystemClock
 from controller.quota.controller import QuotaController, QuotaSettings
@@ -212,6 +213,13 @@ def test_a_blocked_job_gets_its_quota_through_a_merged_pull_request(quota_env: Q
     job = q.gang.status("big")
     assert job["quotaRequest"]["url"] == pr["url"] and job["quotaRequest"]["state"] == "Pending"
     assert job["phase"] != "Running"
+    text = explain_job(
+        q.kube,
+        f"{q.gang.namespace}/big",
+        system_namespace=q.gang.system_namespace,
+        node_selector=q.gang.node_selector,
+    )
+    assert f"Quota request: more is Pending: {pr['url']}" in text
 
     t1 = time.monotonic()
     q.forge.merge(1)

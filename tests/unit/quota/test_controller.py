@@ -303,3 +303,55 @@ def test_a_temporary_grant_opens_its_revert_when_it_expires(world: World) -> Non
     w.ctl.step()
     w.ctl.step()
     assert w.status("burst")["state"] == "Expired"
+
+
+def _opt_in(w: World) -> None:
+    """Commit `quotaRequests: {autoPropose: true}` to project nlp on the remote's main."""
+    work = w.remote.parent / "opt-in"
+    git(w.remote.parent, "clone", "--quiet", str(w.remote), str(work))
+    f = work / "policies" / "projects" / "nlp.yaml"
+    f.write_text(
+        f.read_text().replace("  jobs:\n", "  quotaRequests: {autoPropose: true}\n  jobs:\n")
+    )
+    git(work, "-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-qam", "opt in")
+    git(work, "push", "--quiet", "origin", "main")
+
+
+def test_a_job_blocked_by_its_projects_max_gets_a_proposal_where_the_project_opted_in(
+    world: World,
+) -> None:
+    w = world
+    w.kube.create(
+        {
+            "apiVersion": "ai.operator/v1",
+            "kind": "TrainingJob",
+            "metadata": {"name": "bert", "namespace": "nlp", "labels": {"ai.operator/user": "bob"}},
+            "status": {
+                "phase": "Queued",
+                "reason": "Quota",
+                "message": "project nlp at max: 60 of 64 GPUs in use, this job needs 8",
+            },
+        },
+        field_manager="test",
+    )
+    w.ctl.step()
+    assert w.kube.get(_QR, "bert-quota", "nlp") is None  # nlp has not opted in
+    _opt_in(w)
+    w.ctl.step()
+    assert w.kube.get(_QR, "bert-quota", "nlp") is None  # asked again only after recheck_s
+    w.clock.advance(w.ctl.settings.recheck_s)
+    w.ctl.step()
+    qr = w.kube.get(_QR, "bert-quota", "nlp")
+    assert qr is not None and qr["spec"]["amount"] == 4
+    assert qr["metadata"]["labels"]["ai.operator/user"] == "bob"
+    assert qr["status"]["state"] == "Pending"
+    job = w.kube.get(RESOURCES["TrainingJob"], "bert", "nlp")
+    assert job is not None
+    assert job["status"]["quotaRequest"] == {
+        "name": "bert-quota",
+        "state": "Pending",
+        "message": "waiting for review of pull request https://forge.test/acme/policies/pulls/1",
+        "url": "https://forge.test/acme/policies/pulls/1",
+    }
+    w.ctl.step()
+    assert len(w.forge.prs) == 1  # proposed once
