@@ -13,12 +13,13 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import git
 
-from controller.quota.edit import find_project
+from controller.quota.edit import find_project, owner_of
 
 __all__ = ["GitUnavailable", "PolicyRepo", "Proposed"]
 
@@ -96,18 +97,28 @@ class PolicyRepo:
         defines Project `project`; raises LookupError if none does."""
         with self._lock:
             repo = self.fetch()
-            return self._project_file(repo, project)
+            for path, text in self._files(repo):
+                if "Project" in text and find_project(text, project):
+                    return path, text
+        raise LookupError(f"no file under {self.path!r} of {self.url} defines Project {project!r}")
 
-    def _project_file(self, repo: git.Repo, project: str) -> tuple[str, str]:
+    def project_of_namespace(self, namespace: str) -> str:
+        """The Project that owns `namespace` at the base's tip; LookupError if none."""
+        with self._lock:
+            repo = self.fetch()
+            for _, text in self._files(repo):
+                if "Project" in text and namespace in text:
+                    found = owner_of(text, namespace)
+                    if found:
+                        return found
+        raise LookupError(f"no Project under {self.path!r} of {self.url} owns {namespace!r}")
+
+    def _files(self, repo: git.Repo) -> Iterator[tuple[str, str]]:
         tree = repo.commit(f"origin/{self.base}").tree
         root = tree if self.path in ("", ".") else tree / self.path.strip("/")
         for blob in root.traverse():
-            if not isinstance(blob, git.Blob) or not str(blob.path).endswith((".yaml", ".yml")):
-                continue
-            text = blob.data_stream.read().decode("utf-8", "replace")
-            if "Project" in text and find_project(text, project):
-                return str(blob.path), text
-        raise LookupError(f"no file under {self.path!r} of {self.url} defines Project {project!r}")
+            if isinstance(blob, git.Blob) and str(blob.path).endswith((".yaml", ".yml")):
+                yield str(blob.path), blob.data_stream.read().decode("utf-8", "replace")
 
     def propose(self, *, branch: str, file: str, text: str, message: str) -> Proposed:
         """Branch `branch` = the base's tip plus `file` set to `text`, pushed."""

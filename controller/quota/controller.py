@@ -26,7 +26,7 @@ import hashlib
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -197,14 +197,18 @@ class QuotaController:
             short = shortfall(status)
             if short is None or status.get("quotaRequest"):
                 continue
-            obj = proposal(job, short)
-            meta = obj["metadata"]
-            key = f"{meta['namespace']}/{meta['name']}"
-            if (meta["namespace"], meta["name"]) in have:
+            meta = job["metadata"]
+            key = f"{meta['namespace']}/{meta['name']}-quota"
+            if (meta["namespace"], f"{meta['name']}-quota") in have:
                 continue
             if t - self._declined.get(key, -1e18) < self.settings.recheck_s:
                 continue
             try:
+                if not short.project:  # the namespace's ResourceQuota: its project's max
+                    project = self._project_of_namespace(short.namespace)
+                    _, _, text = self._source_for(project)
+                    share = len(project_namespaces(text, project)) or 1
+                    short = replace(short, project=project, gpus=short.gpus * share)
                 _, _, text = self._source_for(short.project)
                 wanted = auto_propose(text, short.project)
             except (LookupError, EditError, _Retry) as e:
@@ -213,6 +217,7 @@ class QuotaController:
             if not wanted:
                 self._declined[key] = t
                 continue
+            obj = proposal(job, short)
             try:
                 created.append(self.kube.create(obj, field_manager=FIELD_MANAGER))
             except ApiError as e:
@@ -245,6 +250,19 @@ class QuotaController:
         if not reasons:
             raise LookupError("no PolicySource has spec.forge: quota requests cannot be proposed")
         raise LookupError("; ".join(reasons))
+
+    def _project_of_namespace(self, namespace: str) -> str:
+        sources, _ = self.kube.list(_SOURCE)
+        for src in sources:
+            if not (src.get("spec") or {}).get("forge"):
+                continue
+            try:
+                return self._source(src).repo.project_of_namespace(namespace)
+            except LookupError:
+                continue
+            except GitUnavailable as e:
+                raise _Retry(str(e)) from None
+        raise LookupError(f"no PolicySource with spec.forge defines a project owning {namespace}")
 
     def _source(self, src: Obj) -> SourceInfo:
         name = src["metadata"]["name"]

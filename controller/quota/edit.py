@@ -30,6 +30,7 @@ __all__ = [
     "edit_max",
     "find_project",
     "format_amount",
+    "owner_of",
     "project_namespaces",
     "read_max",
 ]
@@ -119,6 +120,20 @@ def _member(spec: CommentedMap, user: str) -> tuple[CommentedMap | None, Comment
         if isinstance(m, CommentedMap) and m.get("name") == user:
             return m, members
     return None, members
+
+
+def owner_of(text: str, namespace: str) -> str | None:
+    """The name of the Project in `text` that owns `namespace`, if any."""
+    try:
+        docs = _docs(text)
+    except EditError:
+        return None
+    for d in docs:
+        if isinstance(d, CommentedMap) and d.get("kind") == "Project":
+            spec = d.get("spec") or {}
+            if namespace in [str(n) for n in spec.get("namespaces") or []]:
+                return str((d.get("metadata") or {}).get("name"))
+    return None
 
 
 def project_namespaces(text: str, project: str) -> list[str]:

@@ -3,10 +3,13 @@
 The gang scheduler says why a job waits in its status (`reason: Quota`, and a
 message in the words of `scheduler.cycle.quota`). A job blocked by its
 project's max or its user's max, and by nothing else, can be helped by a
-pull request; one blocked by its namespace's ResourceQuota, by the reserve or
-by a lack of free GPUs cannot. `shortfall` reads that message (a unit test
-runs the scheduler's own wording through it, so the two cannot drift apart);
-`proposal` is the QuotaRequest for the GPUs missing, on the job owner's
+pull request; one blocked by the reserve or by a lack of free GPUs cannot.
+The namespace's ResourceQuota is the project's max split between its
+namespaces (the compiler writes it), and the scheduler checks it first, so a
+job at it is read as blocked by the project's max (the quota loop finds the
+project by the namespace, and multiplies). `shortfall` reads that message (a
+unit test runs the scheduler's own wording through it, so the two cannot
+drift apart); `proposal` is the QuotaRequest for the GPUs missing, on the job owner's
 behalf, which the quota loop creates for projects that opted in
 (`spec.quotaRequests.autoPropose` in the policy repository). Pure.
 """
@@ -26,6 +29,10 @@ _NUMBER = r"([0-9]+(?:\.[0-9]+)?)"
 _PROJECT = re.compile(
     rf"^project (\S+) at max: {_NUMBER} of {_NUMBER} GPUs in use, this job needs {_NUMBER}$"
 )
+_NAMESPACE = re.compile(
+    rf"^namespace (\S+) at its ResourceQuota: {_NUMBER} of {_NUMBER} GPUs requested, "
+    rf"this job needs {_NUMBER}$"
+)
 _USER = re.compile(
     rf"^user (\S+) at max in project (\S+): {_NUMBER} of {_NUMBER} GPUs in use, "
     rf"this job needs {_NUMBER}$"
@@ -35,10 +42,13 @@ _USER = re.compile(
 @dataclass(frozen=True)
 class Shortfall:
     project: str
+    """Empty when only the namespace is known (its ResourceQuota blocks)."""
     user: str | None
     """Set when the user's max blocks, not the project's."""
     gpus: int
-    """How much the max must rise for the job to start now."""
+    """How much the max must rise for the job to start now (for a namespace: how much
+    its ResourceQuota must; the project's max is split evenly between its namespaces)."""
+    namespace: str = ""
 
 
 def _gpus(used: str, limit: str, need: str) -> int:
@@ -57,6 +67,9 @@ def shortfall(status: dict[str, Any]) -> Shortfall | None:
     m = _USER.match(message)
     if m:
         return Shortfall(m.group(2), m.group(1), _gpus(m.group(3), m.group(4), m.group(5)))
+    m = _NAMESPACE.match(message)
+    if m:  # the ResourceQuota gangops compiles from the project's max
+        return Shortfall("", None, _gpus(m.group(2), m.group(3), m.group(4)), m.group(1))
     return None
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from controller.quota.propose import Shortfall, proposal, shortfall
 from controller.scheduler.cycle import quota
 from controller.scheduler.snapshot import Snapshot
+from controller.scheduler.types import NamespaceQuota
 from tests.unit.scheduler.builders import job, node, policy, running
 
 LEVELS = ("nvidia.com/gpu.clique", "topology.kubernetes.io/rack", "topology.kubernetes.io/zone")
@@ -54,3 +55,17 @@ def test_the_proposal_is_charged_to_the_jobs_owner_and_links_the_job() -> None:
     assert obj["metadata"]["annotations"] == {"gangops.ai/proposed-for": "bert"}
     assert obj["spec"]["user"] == "bob" and obj["spec"]["amount"] == 6
     assert obj["spec"]["trainingJob"] == "bert"
+
+
+def test_a_namespace_at_its_resource_quota_is_read_from_the_schedulers_own_reason() -> None:
+    pol = policy({"nlp": {"guaranteed": 4, "max": 8}})
+    hog = job("nlp/hog").project("nlp").gang(4).build()
+    snap = Snapshot(
+        [node("n1")],
+        levels=LEVELS,
+        running=[running(hog, {"n1": 4})],
+        namespace_quota={"nlp": NamespaceQuota(gpu_milli=4_000)},
+    )
+    why = quota(snap, pol, job("nlp/mine").project("nlp").gang(2).build())
+    assert why is not None and why.startswith("namespace nlp at its ResourceQuota")
+    assert shortfall(_waiting(why)) == Shortfall("", None, 2, "nlp")
