@@ -16,9 +16,11 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import git
 
+from controller.quota.approval import rules_of
 from controller.quota.edit import find_project, owner_of
 
 __all__ = ["GitUnavailable", "PolicyRepo", "Proposed"]
@@ -101,6 +103,12 @@ class PolicyRepo:
                 if "Project" in text and find_project(text, project):
                     return path, text
         raise LookupError(f"no file under {self.path!r} of {self.url} defines Project {project!r}")
+
+    def approval_rules(self) -> list[dict[str, Any]]:
+        """The ClusterPolicy's quotaRequests.autoApprove rules at the base's tip."""
+        with self._lock:
+            repo = self.fetch()
+            return rules_of([text for _, text in self._files(repo)])
 
     def project_of_namespace(self, namespace: str) -> str:
         """The Project that owns `namespace` at the base's tip; LookupError if none."""

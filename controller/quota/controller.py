@@ -33,6 +33,7 @@ from typing import Any
 
 from controller.kube.client import FIELD_MANAGER, RESOURCES, ApiError, KubeApi
 from controller.kube.clock import Clock, SystemClock
+from controller.quota.approval import approval
 from controller.quota.body import check_tree, pr_body, pr_title
 from controller.quota.branch import GitUnavailable, PolicyRepo
 from controller.quota.edit import EditError, auto_propose, edit_max, project_namespaces
@@ -89,7 +90,6 @@ class SourceInfo:
     name: str
     repo: PolicyRepo
     forge: Forge
-    auto_approve: bool
 
 
 ForgeFactory = Callable[[Obj, str], Forge]
@@ -120,10 +120,13 @@ class QuotaController:
     """The project's recent usage, as markdown (Prometheus), where available."""
     what_if: Callable[[str, str, Fraction], str | None] = lambda project, resource, delta: None
     """A simulator what-if of the change (project, resource, delta), as markdown."""
+    usage_fraction: Callable[[str], float | None] = lambda project: None
+    """The project's use of its max over the last 14 days (0..1), for auto-approval."""
     _sources: dict[str, tuple[str, SourceInfo]] = field(default_factory=dict)
     _polled: dict[tuple[str, int], tuple[float, PullRequest]] = field(default_factory=dict)
     _stop: threading.Event = field(default_factory=threading.Event)
     _declined: dict[str, float] = field(default_factory=dict)
+    _approval_checked: dict[tuple[str, int], float] = field(default_factory=dict)
 
     # --- the loop -------------------------------------------------------------
 
@@ -282,7 +285,6 @@ class QuotaController:
             name=name,
             repo=repo,
             forge=self.forge_factory(spec["forge"], token),
-            auto_approve=bool(spec["forge"].get("autoApprove", False)),
         )
         self._sources[name] = (fingerprint, info)
         return info
@@ -385,6 +387,10 @@ class QuotaController:
             and (o.get("status") or {}).get("state") == "Pending"
             for o, _ in members
         ):
+            prs = (members[0][0].get("status") or {}).get("pullRequest") or {}
+            if prs.get("valid"):
+                total = sum((s.amount for _, s in members), Fraction(0))
+                self._auto_approve(members[0][0], int(prs["number"]), first, total)
             return
         try:
             info, path, text = self._source_for(first.project)
@@ -455,6 +461,33 @@ class QuotaController:
                 pullRequest=prs,
             )
 
+    def _auto_approve(self, obj: Obj, number: int, spec: QuotaRequestSpec, delta: Fraction) -> None:
+        """Merge pull request `number` when the repository's autoApprove rules allow the
+        change and its checks are green (looked at once per forge_poll_s)."""
+        info = self._info_of(obj)
+        if info is None:
+            return
+        key, t = (info.name, number), self.clock.monotonic()
+        if t - self._approval_checked.get(key, -1e18) < self.settings.forge_poll_s:
+            return
+        self._approval_checked[key] = t
+        try:
+            usage = self.usage_fraction(spec.project) if delta > 0 else None
+            why = approval(
+                info.repo.approval_rules(), resource=spec.resource, delta=delta, usage=usage
+            )
+            if why is None:
+                return
+            pr = info.forge.get(number)
+            if pr.state != "open" or not info.forge.checks_green(pr):
+                log.info("auto-approval waits for green checks url=%s rule=%r", pr.url, why)
+                return
+            info.forge.merge(number)
+            self._polled.pop(key, None)
+            log.info("auto-approved pull request url=%s rule=%r", pr.url, why)
+        except (GitUnavailable, ForgeError) as e:
+            log.warning("auto-approval of pull request %d not done: %s", number, e)
+
     def _expiry(self, obj: Obj, spec: QuotaRequestSpec, now: dt.datetime) -> None:
         if spec.expires_at is None or now < spec.expires_at:
             return
@@ -477,6 +510,7 @@ class QuotaController:
                     )
                 return
             if revert.get("number"):
+                self._auto_approve(obj, int(revert["number"]), spec, -spec.amount)
                 pr = self._poll(info, int(revert["number"]))
                 if pr.state == "merged":
                     revert.update({"merged": True, "mergeCommit": pr.merge_sha or pr.head_sha})

@@ -10,6 +10,7 @@ import datetime as dt
 import difflib
 import shutil
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -305,16 +306,23 @@ def test_a_temporary_grant_opens_its_revert_when_it_expires(world: World) -> Non
     assert w.status("burst")["state"] == "Expired"
 
 
-def _opt_in(w: World) -> None:
-    """Commit `quotaRequests: {autoPropose: true}` to project nlp on the remote's main."""
-    work = w.remote.parent / "opt-in"
+def _commit(w: World, path: str, change: Callable[[str], str]) -> None:
+    """Change one file on the remote's main, as a reviewer's commit would."""
+    work = w.remote.parent / f"work-{len(list(w.remote.parent.iterdir()))}"
     git(w.remote.parent, "clone", "--quiet", str(w.remote), str(work))
-    f = work / "policies" / "projects" / "nlp.yaml"
-    f.write_text(
-        f.read_text().replace("  jobs:\n", "  quotaRequests: {autoPropose: true}\n  jobs:\n")
-    )
-    git(work, "-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-qam", "opt in")
+    f = work / path
+    f.write_text(change(f.read_text()))
+    git(work, "-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-qam", "c")
     git(work, "push", "--quiet", "origin", "main")
+
+
+def _opt_in(w: World) -> None:
+    """Commit `quotaRequests: {autoPropose: true}` to project nlp."""
+    _commit(
+        w,
+        "policies/projects/nlp.yaml",
+        lambda t: t.replace("  jobs:\n", "  quotaRequests: {autoPropose: true}\n  jobs:\n"),
+    )
 
 
 def test_a_job_blocked_by_its_projects_max_gets_a_proposal_where_the_project_opted_in(
@@ -355,3 +363,29 @@ def test_a_job_blocked_by_its_projects_max_gets_a_proposal_where_the_project_opt
     }
     w.ctl.step()
     assert len(w.forge.prs) == 1  # proposed once
+
+
+def test_the_repositorys_rules_merge_a_small_increase_once_its_checks_are_green(
+    world: World,
+) -> None:
+    w = world
+    rules = "  quotaRequests:\n    autoApprove:\n      - maxIncrease: {gpu: 8}\n"
+    _commit(w, "policies/cluster-policy.yaml", lambda t: t + rules)
+    w.forge.green = False
+    w.request("small", amount=4)
+    w.ctl.step()
+    w.clock.advance(w.ctl.settings.forge_poll_s)
+    w.ctl.step()
+    assert w.forge.prs[1].state == "open" and "merge" not in w.forge.calls  # checks red
+    w.forge.green = True
+    w.clock.advance(w.ctl.settings.forge_poll_s)
+    w.ctl.step()
+    assert w.forge.prs[1].state == "merged"
+    w.applied(w.forge.prs[1].merge_sha)
+    w.ctl.step()
+    assert w.status("small")["state"] == "Ready"
+    w.request("large", amount=16)  # over the rule's 8: a reviewer decides
+    w.ctl.step()
+    w.clock.advance(w.ctl.settings.forge_poll_s)
+    w.ctl.step()
+    assert w.forge.prs[2].state == "open" and w.forge.calls.count("merge") == 1
