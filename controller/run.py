@@ -47,6 +47,7 @@ from controller.kube.client import RESOURCES, ApiError, Kube, connect
 from controller.kube.clock import SystemClock
 from controller.kube.leader import ElectionSettings, LeaseElector
 from controller.quota.controller import QuotaController, QuotaSettings
+from controller.quota.usage import PrometheusUsage
 from controller.reconciler.controller import Reconciler, ReconcilerSettings
 from controller.reconciler.metrics import ReconcilerMetrics
 from controller.reconciler.webhook import PATH_PREFIX, Deliveries, handle_push
@@ -186,6 +187,9 @@ def _run(args: argparse.Namespace) -> int:
                 ),
                 clock=clock,
             )
+            if args.prometheus_url:
+                usage = PrometheusUsage(args.prometheus_url)
+                quota.usage, quota.usage_fraction = usage.markdown, usage.fraction
             quota.start()
 
     def stop_leading() -> None:

@@ -36,7 +36,13 @@ from controller.kube.clock import Clock, SystemClock
 from controller.quota.approval import approval
 from controller.quota.body import check_tree, pr_body, pr_title
 from controller.quota.branch import GitUnavailable, PolicyRepo
-from controller.quota.edit import EditError, auto_propose, edit_max, project_namespaces
+from controller.quota.edit import (
+    EditError,
+    auto_propose,
+    edit_max,
+    project_namespaces,
+    read_max,
+)
 from controller.quota.forge import (
     Forge,
     ForgeError,
@@ -116,12 +122,14 @@ class QuotaController:
     settings: QuotaSettings
     forge_factory: ForgeFactory = default_forge
     clock: Clock = field(default_factory=SystemClock)
-    usage: Callable[[str], str | None] = lambda project: None
-    """The project's recent usage, as markdown (Prometheus), where available."""
+    usage: Callable[[str, float | None], str | None] = lambda project, max_gpus: None
+    """The project's recent usage (project, its max GPUs) as markdown, where available
+    (`usage.PrometheusUsage.markdown`)."""
     what_if: Callable[[str, str, Fraction], str | None] = lambda project, resource, delta: None
     """A simulator what-if of the change (project, resource, delta), as markdown."""
-    usage_fraction: Callable[[str], float | None] = lambda project: None
-    """The project's use of its max over the last 14 days (0..1), for auto-approval."""
+    usage_fraction: Callable[[str, float | None], float | None] = lambda project, max_gpus: None
+    """The project's use of its max GPUs over the last 14 days (0..1), for
+    auto-approval (`usage.PrometheusUsage.fraction`)."""
     _sources: dict[str, tuple[str, SourceInfo]] = field(default_factory=dict)
     _polled: dict[tuple[str, int], tuple[float, PullRequest]] = field(default_factory=dict)
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -425,7 +433,7 @@ class QuotaController:
                 edit=edit,
                 file=path,
                 checked=checked,
-                usage=self.usage(first.project),
+                usage=self.usage(first.project, _gpus(edit.old) if not first.user else None),
                 what_if=self.what_if(first.project, first.resource, total),
             )
             title = pr_title(first, edit)
@@ -472,7 +480,11 @@ class QuotaController:
             return
         self._approval_checked[key] = t
         try:
-            usage = self.usage_fraction(spec.project) if delta > 0 else None
+            usage = None
+            if delta > 0 and spec.resource == "gpu" and not spec.user:
+                _, _, text = self._source_for(spec.project)
+                have = read_max(text, project=spec.project, user=None, resource="gpu")
+                usage = self.usage_fraction(spec.project, float(have) if have else None)
             why = approval(
                 info.repo.approval_rules(), resource=spec.resource, delta=delta, usage=usage
             )
@@ -485,7 +497,7 @@ class QuotaController:
             info.forge.merge(number)
             self._polled.pop(key, None)
             log.info("auto-approved pull request url=%s rule=%r", pr.url, why)
-        except (GitUnavailable, ForgeError) as e:
+        except (GitUnavailable, ForgeError, LookupError, _Retry) as e:
             log.warning("auto-approval of pull request %d not done: %s", number, e)
 
     def _expiry(self, obj: Obj, spec: QuotaRequestSpec, now: dt.datetime) -> None:
@@ -647,6 +659,13 @@ def _owns(text: str, spec: QuotaRequestSpec) -> bool:
     """Whether the request's namespace is one of its project's (asked from elsewhere,
     anyone could spend another team's review time)."""
     return spec.namespace in project_namespaces(text, spec.project)
+
+
+def _gpus(text: str | None) -> float | None:
+    try:
+        return float(text) if text else None
+    except ValueError:
+        return None
 
 
 def _waiting(status: Obj, now: dt.datetime) -> bool:

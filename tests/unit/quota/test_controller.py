@@ -157,6 +157,7 @@ def _branch_diff(w: World, branch: str) -> list[str]:
 
 def test_a_request_becomes_one_pull_request_with_a_one_line_diff(world: World) -> None:
     w = world
+    w.ctl.usage = lambda project, max_gpus: f"recent usage of {project} (max {max_gpus:g})"
     w.request("more-gpus")
     w.ctl.step()
     status = w.status("more-gpus")
@@ -173,6 +174,7 @@ def test_a_request_becomes_one_pull_request_with_a_one_line_diff(world: World) -
     assert "| `nlp/more-gpus` | alice | +8 | never | pretraining run |" in body
     assert "The policy set validates." in body and "### Plan" in body
     assert "ResourceQuota" in body  # the plan names the objects that change
+    assert "### Recent usage\n\nrecent usage of nlp (max 64)" in body
     conds = {c["type"]: c["status"] for c in status["conditions"]}
     assert conds == {"Ready": "False", "Reconciling": "True", "Stalled": "False"}
 
