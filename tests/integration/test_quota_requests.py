@@ -34,6 +34,7 @@ from controller.kube.client import RESOURCES, ApiError, Kube
 from controller.kube.clock import SystemClock
 from controller.quota.controller import QuotaController, QuotaSettings
 from controller.reconciler.webhook import Deliveries, handle_push
+from controller.run import cluster_what_if
 from tests.unit.quota.fake_forge import FakeForge
 
 from .gang_helpers import GangEnv
@@ -179,6 +180,7 @@ def quota_env(
         ),
         forge_factory=lambda spec, token: forge,
     )
+    ctl.what_if = cluster_what_if(kube, system_namespace=env.system_namespace)
     ctl.start()
     yield QuotaEnv(env, rec, kube, remote, forge, source, project, batch, ctl)
     ctl.stop()
@@ -210,6 +212,10 @@ def test_a_blocked_job_gets_its_quota_through_a_merged_pull_request(quota_env: Q
         '-    max: {gpu: 4, cpu: "64", memory: 256Gi}   # raised by pull request',
         '+    max: {gpu: 8, cpu: "64", memory: 256Gi}   # raised by pull request',
     ]
+    _, body = q.forge.bodies[1][0]
+    assert "### Validation\n\nThe policy set validates." in body and "### Plan" in body
+    # the simulator's what-if on the cluster's TrainingJobs (the two of this test among them)
+    assert "### What-if (simulator, recent workload)" in body and "| with the change |" in body
     job = q.gang.status("big")
     assert job["quotaRequest"]["url"] == pr["url"] and job["quotaRequest"]["state"] == "Pending"
     assert job["phase"] != "Running"
