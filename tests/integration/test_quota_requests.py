@@ -29,6 +29,7 @@ from typing import Any
 
 import pytest
 
+from controller.cli import main
 from controller.gang.cli import explain_job
 from controller.kube.client import RESOURCES, ApiError, Kube
 from controller.kube.clock import SystemClock
@@ -333,3 +334,21 @@ def test_the_requester_is_the_authenticated_creator(
     assert "you may request more quota for yourself only" in str(err)
     mine = q.request("mine", as_=alice_requests, user="alice")
     assert mine["metadata"]["labels"]["ai.operator/user"] == "alice"
+
+
+def test_gangops_quota_request_labels_the_request_with_who_the_api_server_says_you_are(
+    quota_env: QuotaEnv, alice_requests: Kube, dev_cluster: Any
+) -> None:
+    q = quota_env
+    argv = ["quota", "request", "--project", q.project, "--gpu", "2", "--reason", "cli"]
+    argv += ["-n", q.gang.namespace, "--name", "via-cli", "--for", "8h", "--wait"]
+    argv += ["--kubeconfig", str(dev_cluster.user_kubeconfigs["alice"])]
+
+    def created() -> bool:
+        return main(argv) == 0  # refused (nothing created) until alice's RBAC is in force
+
+    wait_for("gangops quota request", created)
+    obj = q.kube.get(_QR, "via-cli", q.gang.namespace)
+    assert obj is not None and obj["metadata"]["labels"]["ai.operator/user"] == "alice"
+    assert obj["spec"]["amount"] == 2 and "expiresAt" in obj["spec"]
+    assert q.status("via-cli")["state"] == "Pending"
