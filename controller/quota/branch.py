@@ -1,6 +1,7 @@
 """The policy repository, writable: a working clone that proposes branches.
 
-One clone per repository under the cache directory. `propose` starts from
+One clone per repository under the cache directory, fetched and pushed with
+the PolicySource's own Git credentials (its secretRef). `propose` starts from
 the tip of the base branch, writes one file, commits as gangops and
 force-pushes the deterministic branch: the branch belongs to gangops, and a
 repeated proposal whose tree is already on the remote pushes nothing, so a
@@ -12,8 +13,9 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,6 +55,9 @@ class PolicyRepo:
     path: str
     """The policy root inside the repository (a PolicySource's spec.path)."""
     cache_dir: Path
+    env: Mapping[str, str] = field(default_factory=dict, repr=False)
+    """Credentials for `git` (`gitauth.auth_from_secret`): those of the PolicySource,
+    which must be allowed to push branches."""
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
@@ -72,7 +77,8 @@ class PolicyRepo:
 
     def _git(self, repo: git.Repo, *args: str) -> str:
         try:
-            return str(repo.git.execute(["git", *args]))
+            env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", **self.env}
+            return str(repo.git.execute(["git", *args], env=env))
         except git.GitCommandError as e:
             raise GitUnavailable(f"git {args[0]} {self.url}: {_stderr(e)}") from None
 

@@ -21,6 +21,7 @@ quota sees the pull request's URL on the job.
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import hashlib
 import logging
@@ -31,6 +32,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+from controller.gitauth import GitError, auth_from_secret
 from controller.kube.client import FIELD_MANAGER, RESOURCES, ApiError, KubeApi
 from controller.kube.clock import Clock, SystemClock
 from controller.quota.approval import approval
@@ -279,7 +281,8 @@ class QuotaController:
         name = src["metadata"]["name"]
         spec = src["spec"]
         token = self._token(spec["forge"]["secretRef"]["name"])
-        fingerprint = hashlib.sha256(repr((spec, token)).encode()).hexdigest()
+        env = self._git_env((spec.get("secretRef") or {}).get("name"))
+        fingerprint = hashlib.sha256(repr((spec, token, sorted(env.items()))).encode()).hexdigest()
         cached = self._sources.get(name)
         if cached and cached[0] == fingerprint:
             return cached[1]
@@ -288,6 +291,7 @@ class QuotaController:
             base=str((spec.get("ref") or {}).get("branch") or "main"),
             path=str(spec.get("path") or "."),
             cache_dir=self.settings.cache_dir / "quota",
+            env=env,
         )
         info = SourceInfo(
             name=name,
@@ -297,9 +301,21 @@ class QuotaController:
         self._sources[name] = (fingerprint, info)
         return info
 
-    def _token(self, secret: str) -> str:
-        import base64
+    def _git_env(self, secret: str | None) -> dict[str, str]:
+        """The PolicySource's Git credentials as environment for `git`."""
+        if not secret:
+            return {}
+        obj = self.kube.get(RESOURCES["Secret"], secret, self.settings.system_namespace)
+        if obj is None:
+            raise LookupError(f"Secret {self.settings.system_namespace}/{secret} not found")
+        data = {k: base64.b64decode(v) for k, v in (obj.get("data") or {}).items()}
+        try:
+            auth = auth_from_secret(data, key_dir=self.settings.cache_dir / "quota-keys")
+        except GitError as e:
+            raise LookupError(f"Secret {secret}: {e.message}") from None
+        return dict(auth.env)
 
+    def _token(self, secret: str) -> str:
         obj = self.kube.get(RESOURCES["Secret"], secret, self.settings.system_namespace)
         data = (obj or {}).get("data") or {}
         if "token" not in data:

@@ -31,14 +31,17 @@ import pytest
 
 from controller.cli import main
 from controller.gang.cli import explain_job
+from controller.gitauth import auth_from_secret
 from controller.kube.client import RESOURCES, ApiError, Kube
 from controller.kube.clock import SystemClock
+from controller.quota.branch import GitUnavailable, PolicyRepo
 from controller.quota.controller import QuotaController, QuotaSettings
 from controller.reconciler.webhook import Deliveries, handle_push
 from controller.run import cluster_what_if
 from tests.unit.quota.fake_forge import FakeForge
 
 from .gang_helpers import GangEnv
+from .git_auth_servers import HttpGit
 from .kube import wait_for
 from .reconciler_helpers import CLUSTER_POLICY, ReconcileEnv, git, tier
 
@@ -352,3 +355,33 @@ def test_gangops_quota_request_labels_the_request_with_who_the_api_server_says_y
     assert obj is not None and obj["metadata"]["labels"]["ai.operator/user"] == "alice"
     assert obj["spec"]["amount"] == 2 and "expiresAt" in obj["spec"]
     assert q.status("via-cli")["state"] == "Pending"
+
+
+def test_branches_are_pushed_with_the_policy_sources_own_git_credentials(tmp_path: Path) -> None:
+    """Over HTTP to `git http-backend` that wants Basic credentials (no cluster needed)."""
+    root = tmp_path / "srv"
+    bare = root / "policies.git"
+    subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(bare)], check=True)
+    seed = tmp_path / "seed"
+    (seed / "policies").mkdir(parents=True)
+    git(seed, "init", "-q", "-b", "main")
+    (seed / "policies" / "p.yaml").write_text(PROJECT.format(name="p", namespace="p"))
+    git(seed, "add", ".")
+    git(seed, "-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-qm", "seed")
+    git(seed, "push", "-q", str(bare), "main")
+    server = HttpGit(root, "gangops", "s3cret", "unused-token")
+    server.start()
+    try:
+        url = server.url("policies.git")
+        auth = auth_from_secret({"username": b"gangops", "password": b"s3cret"}, key_dir=tmp_path)
+        repo = PolicyRepo(url, "main", "policies", tmp_path / "cache", env=auth.env)
+        path, text = repo.project_file("p")
+        edited = text.replace("max: {gpu: 4,", "max: {gpu: 8,")
+        proposed = repo.propose(branch="gangops/quota/p/gpu", file=path, text=edited, message="m")
+        assert git(bare, "rev-parse", "gangops/quota/p/gpu") == proposed.commit
+        assert proposed.pushed
+        anonymous = PolicyRepo(url, "main", "policies", tmp_path / "cache-anonymous")
+        with pytest.raises(GitUnavailable, match="git fetch"):
+            anonymous.project_file("p")
+    finally:
+        server.stop()
