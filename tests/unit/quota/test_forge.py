@@ -203,3 +203,48 @@ def test_a_refusal_carries_the_forges_message() -> None:
     with pytest.raises(ForgeError, match="HTTP 422 Validation Failed") as e:
         gh.open(head="h", base="main", title="t", body="b")
     assert not isinstance(e.value, ForgeUnavailable)
+
+
+def test_gitea_opens_merges_and_reads_the_combined_status() -> None:
+    # Gitea: POST /repos/{owner}/{repo}/pulls answers 201 with the pull request;
+    # POST .../pulls/{index}/merge with {"Do": "merge"} answers 200 with no body.
+    pr = {
+        "number": 4,
+        "html_url": "http://127.0.0.1:3000/o/r/pulls/4",
+        "state": "open",
+        "merged": False,
+        "merge_commit_sha": None,
+        "head": {"ref": "gangops/quota/p/gpu", "sha": "abc"},
+    }
+    merged = {**pr, "state": "closed", "merged": True, "merge_commit_sha": "def"}
+    status = {"state": "success", "statuses": [{"status": "success", "context": "ci"}]}
+    t = Recorded([(201, pr), (200, status), (200, None), (200, merged)])
+    gt = Gitea(api="http://127.0.0.1:3000/api/v1", repo="o/r", token="tok", transport=t)
+    opened = gt.open(head="gangops/quota/p/gpu", base="main", title="T", body="B")
+    assert gt.checks_green(opened) is True
+    assert gt.merge(4) == PullRequest(4, str(pr["html_url"]), "merged", "abc", "def")
+    base = "http://127.0.0.1:3000/api/v1/repos/o/r"
+    assert t.wire() == [
+        (
+            "POST",
+            f"{base}/pulls",
+            {"title": "T", "head": "gangops/quota/p/gpu", "base": "main", "body": "B"},
+        ),
+        ("GET", f"{base}/commits/abc/status", None),
+        ("POST", f"{base}/pulls/4/merge", {"Do": "merge"}),
+        ("GET", f"{base}/pulls/4", None),
+    ]
+
+
+def test_no_checks_at_all_is_not_green() -> None:
+    t = Recorded([(200, {"state": "", "statuses": []})])
+    gt = Gitea(api="http://g/api/v1", repo="o/r", token="x", transport=t)
+    assert gt.checks_green(PullRequest(1, "u", "open", "abc")) is False
+    t = Recorded(
+        [(200, {"total_count": 0, "check_runs": []}), (200, {"state": "pending", "statuses": []})]
+    )
+    gh = GitHub(api="https://api.github.com", repo="a/b", token="x", transport=t)
+    assert gh.checks_green(PullRequest(1, "u", "open", "abc")) is False
+    t = Recorded([(200, {"iid": 1, "web_url": "u", "state": "opened", "head_pipeline": None})])
+    gl = GitLab(api="https://g/api/v4", repo="a/b", token="x", transport=t)
+    assert gl.checks_green(PullRequest(1, "u", "open", "abc")) is False
