@@ -205,6 +205,9 @@ class QuotaController:
         have = {(o["metadata"]["namespace"], o["metadata"]["name"]) for o in requests}
         created = []
         t = self.clock.monotonic()
+        # per project (or namespace): (project, opted in, its namespaces), so a pass
+        # reads Git once per project however many of its jobs wait
+        opted: dict[str, tuple[str, bool, int]] = {}
         for job in jobs:
             status = job.get("status") or {}
             short = shortfall(status)
@@ -216,16 +219,19 @@ class QuotaController:
                 continue
             if t - self._declined.get(key, -1e18) < self.settings.recheck_s:
                 continue
+            where = short.project or f"namespace/{short.namespace}"
             try:
-                if not short.project:  # the namespace's ResourceQuota: its project's max
-                    project = self._project_of_namespace(short.namespace)
+                if where not in opted:
+                    project = short.project or self._project_of_namespace(short.namespace)
                     _, _, text = self._source_for(project)
-                    share = len(project_namespaces(text, project)) or 1
-                    short = replace(short, project=project, gpus=short.gpus * share)
-                _, _, text = self._source_for(short.project)
-                wanted = auto_propose(text, short.project)
+                    namespaces = len(project_namespaces(text, project)) or 1
+                    opted[where] = (project, auto_propose(text, project), namespaces)
+                project, wanted, namespaces = opted[where]
+                if not short.project:  # the namespace's ResourceQuota: its project's max
+                    short = replace(short, project=project, gpus=short.gpus * namespaces)
             except (LookupError, EditError, _Retry) as e:
                 log.debug("no proposal for job=%s: %s", key, e)
+                opted[where] = ("", False, 1)
                 wanted = False
             if not wanted:
                 self._declined[key] = t
