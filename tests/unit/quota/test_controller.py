@@ -48,6 +48,8 @@ class World:
     clock: FakeClock
     ctl: QuotaController
     remote: Path
+    tokens: list[str] | None = None
+    """The tokens the forge clients were made with."""
 
     def request(self, name: str, *, amount: int | str = 8, **spec: Any) -> None:
         obj = {
@@ -140,8 +142,7 @@ def world(tmp_path: Path) -> World:
         kube, QuotaSettings(cache_dir=tmp_path / "cache"), forge_factory=factory, clock=clock
     )
     w = World(kube, forge, clock, ctl, remote)
-    w.request  # noqa: B018
-    assert tokens == []
+    w.tokens = tokens
     return w
 
 
@@ -177,6 +178,7 @@ def test_a_request_becomes_one_pull_request_with_a_one_line_diff(world: World) -
     assert "### Recent usage\n\nrecent usage of nlp (max 64)" in body
     conds = {c["type"]: c["status"] for c in status["conditions"]}
     assert conds == {"Ready": "False", "Reconciling": "True", "Stalled": "False"}
+    assert w.tokens == ["s3cret"]  # from the Secret spec.forge.secretRef names, trimmed
 
 
 def test_passes_are_idempotent_and_a_second_request_updates_the_same_pull_request(
