@@ -137,6 +137,8 @@ class QuotaController:
     _stop: threading.Event = field(default_factory=threading.Event)
     _declined: dict[str, float] = field(default_factory=dict)
     _approval_checked: dict[tuple[str, int], float] = field(default_factory=dict)
+    _not_applied: dict[tuple[str, str], str] = field(default_factory=dict)
+    """(source, merge commit) -> the applied revision found not to contain it yet."""
 
     # --- the loop -------------------------------------------------------------
 
@@ -398,13 +400,20 @@ class QuotaController:
         applied = revision.rsplit("sha1:", 1)[-1] if "sha1:" in revision else ""
         if not applied or not commit:
             return False
+        if applied == commit:
+            return True
+        if self._not_applied.get((source, commit)) == applied:
+            return False  # asked Git about this applied revision already
         info = self._source(src) if src else None
         if info is None:
             return False
         try:
-            return applied == commit or info.repo.contains(descendant=applied, ancestor=commit)
+            done = info.repo.contains(descendant=applied, ancestor=commit)
         except GitUnavailable:
             return False
+        if not done:
+            self._not_applied[(source, commit)] = applied
+        return done
 
     def _propose(self, members: list[tuple[Obj, QuotaRequestSpec]]) -> None:
         first = members[0][1]
