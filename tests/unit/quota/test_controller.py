@@ -228,7 +228,12 @@ def test_merged_is_ready_only_once_the_reconciler_applied_it(world: World) -> No
     status = w.status("grow")
     assert status["state"] == "Pending" and "waiting for the reconciler" in status["message"]
     assert status["pullRequest"]["mergeCommit"] == merged.merge_sha
-    w.applied(merged.merge_sha)
+    w.applied(git(w.remote, "rev-parse", f"{merged.merge_sha}^1"))  # the revision before
+    w.ctl.step()
+    w.ctl.step()
+    assert w.status("grow")["state"] == "Pending"
+    _commit(w, "policies/README.md", lambda t: t + "\nA later commit.\n")
+    w.applied(git(w.remote, "rev-parse", "main"))  # a later revision contains the merge
     w.ctl.step()
     assert w.status("grow")["state"] == "Ready"
     job = w.kube.get(RESOURCES["TrainingJob"], "bert", "nlp")
