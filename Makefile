@@ -56,7 +56,7 @@ lint: venv
 	$(BIN)/ruff check controller tests
 	$(BIN)/ruff format --check controller tests
 	$(BIN)/mypy
-	$(BIN)/mypy tests/unit/kube/fakes.py tests/unit/reconciler/fake_git.py
+	$(BIN)/mypy tests/unit/kube/fakes.py tests/unit/reconciler/fake_git.py tests/unit/quota/fake_forge.py
 	$(BIN)/lint-imports
 
 bench: venv

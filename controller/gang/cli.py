@@ -84,6 +84,7 @@ def explain_job(
     )  # fmt: skip
     text = explain(JobId(job), result=result, snap=snap, policy=policy)
     text += _health_lines(snap)
+    text += _quota_request_line((obj.get("status") or {}).get("quotaRequest"))
     if telemetry is not None:
         text += _telemetry_lines(telemetry, mine, now)
     if JobId(job) in todo.backing_off:
@@ -93,6 +94,16 @@ def explain_job(
             f"({(obj.get('status') or {}).get('message', '')}).\n"
         )
     return text
+
+
+def _quota_request_line(qr: object) -> str:
+    """The QuotaRequest the job waits for (mirrored on its status by the quota loop)."""
+    if not isinstance(qr, dict) or not qr.get("name"):
+        return ""
+    url = f": {qr['url']}" if qr.get("url") else ""
+    return (
+        f"Quota request: {qr['name']} is {qr.get('state', 'new')}{url} ({qr.get('message', '')}).\n"
+    )
 
 
 def _health_lines(snap: Snapshot) -> str:

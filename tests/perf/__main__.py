@@ -2,7 +2,7 @@
 
 Usage: python -m tests.perf [NAME ...]
 (names: policy, scheduler, devcluster, reconciler, gang, sim, agent, prometheus,
-telemetry; default: all)
+telemetry, quota; default: all)
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from tests.perf import (
     gang,
     policy,
     prometheus,
+    quota,
     reconciler,
     scheduler,
     sim,
@@ -32,6 +33,7 @@ BENCHMARKS = {
     "agent": agent.run,
     "prometheus": prometheus.run,
     "telemetry": telemetry_bench.run,
+    "quota": quota.run,
 }
 
 
