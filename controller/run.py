@@ -29,6 +29,7 @@ the leader only (a candidate answers 503, which Alertmanager retries).
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import signal
@@ -37,6 +38,8 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
+from fractions import Fraction
 from pathlib import Path
 from types import FrameType
 
@@ -49,15 +52,19 @@ from controller.alerts.receiver import Credentials, Inbox, Receiver
 from controller.gang.controller import GangController, GangSettings
 from controller.gang.metrics import GangMetrics
 from controller.gang.telemetry import PrometheusTelemetry, TelemetryMetrics
+from controller.gang.view import node_of, node_ready
 from controller.httpserver import HttpServer, Limits, Request, Response, ServerError, text
-from controller.kube.client import RESOURCES, ApiError, Kube, connect
+from controller.kube.client import RESOURCES, ApiError, Kube, KubeApi, connect
 from controller.kube.clock import SystemClock
 from controller.kube.leader import ElectionSettings, LeaseElector
+from controller.quota.controller import QuotaController, QuotaSettings
+from controller.quota.usage import PrometheusUsage
 from controller.reconciler.controller import Reconciler, ReconcilerSettings
 from controller.reconciler.metrics import ReconcilerMetrics
 from controller.reconciler.webhook import PATH_PREFIX, Deliveries, handle_push
 from controller.scheduler.cycle import GROW_INTERVAL_S
-from controller.scheduler.policy import DEFAULT_SYSTEM_NAMESPACE
+from controller.scheduler.policy import DEFAULT_SYSTEM_NAMESPACE, POLICY_CONFIGMAP, POLICY_KEY
+from controller.sim.whatif import quota_what_if, recent_workload
 
 __all__ = ["add_subcommand"]
 
@@ -178,6 +185,7 @@ def _run(args: argparse.Namespace) -> int:
     alert_actor: AlertActor | None = None
     alert_metrics = AlertMetrics(metrics.registry)
     inbox = Inbox()
+    quota: QuotaController | None = None
     elector: LeaseElector | None = None
 
     def start_leading() -> None:
@@ -206,6 +214,20 @@ def _run(args: argparse.Namespace) -> int:
                 telemetry=telemetry.current if telemetry is not None else None,
             )
             scheduler.start()
+        if args.quota_requests:
+            nonlocal quota
+            quota = QuotaController(
+                fenced,
+                QuotaSettings(
+                    cache_dir=Path(args.cache_dir), system_namespace=args.system_namespace
+                ),
+                clock=clock,
+            )
+            quota.what_if = cluster_what_if(fenced, system_namespace=args.system_namespace)
+            if args.prometheus_url:
+                usage = PrometheusUsage(args.prometheus_url)
+                quota.usage, quota.usage_fraction = usage.markdown, usage.fraction
+            quota.start()
 
     def stop_leading() -> None:
         nonlocal exit_code
@@ -328,6 +350,8 @@ def _run(args: argparse.Namespace) -> int:
             scheduler.stop()
         if alert_actor is not None:
             alert_actor.stop()
+        if quota is not None:
+            quota.stop()
         if reconciler is not None:
             reconciler.stop()
         for server in servers:
@@ -360,6 +384,32 @@ def _run(args: argparse.Namespace) -> int:
 
 _SHUTDOWN_DEADLINE_S = 20.0
 """How long a graceful stop may take (within Kubernetes' default 30 s grace period)."""
+
+
+def cluster_what_if(
+    kube: KubeApi, *, system_namespace: str
+) -> Callable[[str, str, Fraction], str | None]:
+    """The quota pull request's simulator what-if on the cluster's recent workload:
+    its TrainingJobs, Ready nodes and compiled policy, replayed by `sim.whatif`."""
+
+    def what_if(project: str, resource: str, delta: Fraction) -> str | None:
+        if resource != "gpu":
+            return None
+        try:
+            cm = kube.get(RESOURCES["ConfigMap"], POLICY_CONFIGMAP, system_namespace)
+            if cm is None:
+                return None
+            doc = json.loads(cm["data"][POLICY_KEY])
+            jobs, _ = kube.list(RESOURCES["TrainingJob"])
+            nodes, _ = kube.list(RESOURCES["Node"])
+            trace = recent_workload(jobs, doc, now=time.time())
+            ready = [node_of(n) for n in nodes if node_ready(n)]
+            return quota_what_if(trace, ready, doc, project=project, delta_gpus=int(delta))
+        except (ApiError, KeyError, ValueError) as e:
+            log.warning("what-if not computed project=%s error=%r", project, str(e))
+            return None
+
+    return what_if
 
 
 def _default_cache() -> str:
@@ -418,6 +468,13 @@ def add_subcommand(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
         action=argparse.BooleanOptionalAction,
         default=True,
         help="run the TrainingJob controller and gang scheduler (default on)",
+    )
+    p.add_argument(
+        "--quota-requests",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="turn QuotaRequests into pull requests on the policy repositories of the"
+        " PolicySources with spec.forge (docs/quota-requests.md; default on)",
     )
     p.add_argument(
         "--prometheus-url",

@@ -132,6 +132,11 @@ class PrometheusConfig:
     scrape_timeout_s: float | None = None
     """Give up on a scrape after this long; by default the interval, at most 10 s
     (Prometheus rejects a timeout longer than the interval)."""
+    remote_read: tuple[str, ...] = ()
+    """Remote-read endpoints queried beside the local TSDB (a query whose remote read
+    fails answers with `warnings` and the local data)."""
+    flags: tuple[str, ...] = ()
+    """More command-line flags (for example `--query.max-samples=1`)."""
 
 
 def _duration(seconds: float) -> str:
@@ -185,6 +190,11 @@ def render_config(config: PrometheusConfig, *, self_address: str) -> dict[str, A
         },
         "rule_files": [str(p) for p in config.rule_files],
         "scrape_configs": scrape_configs,
+        **(
+            {"remote_read": [{"url": u, "read_recent": True} for u in config.remote_read]}
+            if config.remote_read
+            else {}
+        ),
     }
     if config.alertmanagers:
         rendered["alerting"] = {
@@ -452,6 +462,7 @@ def _start(
         f"--storage.tsdb.path={work_dir / 'data'}",
         f"--web.listen-address={address}",
         "--web.enable-lifecycle",
+        *config.flags,
     ]
     t0 = time.monotonic()
     log_start = log_file.stat().st_size if log_file.exists() else 0  # this attempt's lines

@@ -2,7 +2,7 @@
 
 Usage: python -m tests.perf [NAME ...]
 (names: policy, scheduler, devcluster, reconciler, gang, sim, agent, prometheus,
-telemetry, alerts; default: all)
+telemetry, quota, alerts; default: all)
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from tests.perf import (
     gang,
     policy,
     prometheus,
+    quota,
     reconciler,
     scheduler,
     sim,
@@ -33,6 +34,7 @@ BENCHMARKS = {
     "agent": agent.run,
     "prometheus": prometheus.run,
     "telemetry": telemetry_bench.run,
+    "quota": quota.run,
     "alerts": alerts.run,
 }
 
