@@ -118,6 +118,29 @@ def test_the_controller_deployment() -> None:
     assert pdb["spec"]["selector"] == dep["spec"]["selector"]
 
 
+def test_alertmanagers_token_is_mounted_and_passed_only_when_given() -> None:
+    def controller(values: dict[str, Any]) -> dict[str, Any]:
+        dep = find(render(values={"controller": values}), "Deployment", "-controller")
+        c: dict[str, Any] = dep["spec"]["template"]["spec"]["containers"][0]
+        return c
+
+    flag = "--alertmanager-token-file=/etc/gangops/alertmanager/token"
+    assert flag not in controller({})["args"]
+    mine = controller({"alertmanager": {"existingSecret": "am"}})
+    assert flag in mine["args"]
+    mounts = {m["name"]: m["mountPath"] for m in mine["volumeMounts"]}
+    assert mounts["alertmanager-token"] == "/etc/gangops/alertmanager"
+    objs = render(values={"controller": {"alertmanager": {"token": "t0ken"}}})
+    secret = find(objs, "Secret", "-alertmanager")
+    assert secret["data"] == {"token": "dDBrZW4="}
+    off = render(
+        values={"controller": {"webhook": {"enabled": False}, "alertmanager": {"token": "t"}}}
+    )
+    assert not [
+        o for o in off if o["kind"] == "Secret" and o["metadata"]["name"].endswith("-alertmanager")
+    ]
+
+
 def test_the_checksum_follows_the_webhook_secret() -> None:
     def checksum(secret: str) -> str:
         dep = find(render(values={"controller": {"webhook": {"secret": secret}}}), "Deployment")
