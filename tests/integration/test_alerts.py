@@ -7,6 +7,7 @@ GPUs, a real Prometheus evaluating the chart's alerting rules, a real Alertmanag
 - 10,000 deliveries (direct replays, reordered, through Alertmanager's own
   `POST /api/v2/alerts`, and again after Alertmanager restarts) leave exactly one
   effect and one Event per alert;
+- shadow mode records a ShadowAction Event and touches nothing;
 - crash trials: `gangops run` SIGKILLed at random moments while deliveries fire
   and then resolve converges to one quarantine, cordon and taint, then to none;
 - a scripted leak on one GPU of a running gang: Prometheus' GangopsGPUMemoryLeak
@@ -277,6 +278,28 @@ def test_a_storm_on_every_node_trips_the_breaker_and_is_undone_after_the_cool_do
             timeout=10,
         )
     finally:
+        stop(proc)
+
+
+def test_shadow_mode_records_what_it_would_do_and_does_nothing(
+    gang_env: GangEnv, dev_cluster: DevCluster, alerting: Alerting, tmp_path: Path, cleanup: None
+) -> None:
+    env = gang_env
+    (node,) = env.claim(1)
+    env.set_policy(alert_policy(env, [{"alert": XID, "action": "cordon-node", "mode": "shadow"}]))
+    proc = controller(env, dev_cluster, alerting, tmp_path / "run.log")
+    try:
+        alerting.am.post_alerts([am_alert(XID, node, 2)])
+        shadow = wait_for(
+            "a ShadowAction Event", lambda: events(env.kube, node, "ShadowAction"), timeout=30
+        )
+        assert "would taint" in shadow[0]["message"] and "shadow mode" in shadow[0]["message"]
+        obj = env.kube.get(RESOURCES["Node"], node) or {}
+        assert not (obj.get("spec") or {}).get("unschedulable")
+        assert TAINT_KEY not in [t["key"] for t in (obj.get("spec") or {}).get("taints") or ()]
+        assert QUARANTINE_ANNOTATION not in node_annotations(env.kube, node)
+    finally:
+        alerting.am.post_alerts([am_alert(XID, node, 2, ends=time.time())])
         stop(proc)
 
 
