@@ -61,6 +61,7 @@ from controller.nodehealth import (
     RESTART_ANNOTATION,
     parse_indices,
 )
+from tests.unit.chart.dashboards import DASHBOARDS, fed_by, load, queries
 
 from .gang_helpers import GangEnv, policy_doc
 from .kube import wait_for
@@ -255,7 +256,13 @@ def test_a_storm_on_every_node_trips_the_breaker_and_is_undone_after_the_cool_do
     nodes = [n["metadata"]["name"] for n in env.kube.list(RESOURCES["Node"])[0]]
     limit = max(1, min(len(nodes) * 10 // 100, 5))
     env.set_policy(alert_policy(env, [{"alert": XID}], maxPercent=10, maxNodes=5))
-    proc = controller(env, dev_cluster, alerting, tmp_path / "run.log")
+    metrics_port = _free_ports(1)[0]
+    proc = controller(env, dev_cluster, alerting, tmp_path / "run.log", metrics_port=metrics_port)
+    # the chart's alert-actions dashboard, read from a real Prometheus scraping gangops run
+    prom = start_prometheus(
+        tmp_path / "prometheus",
+        PrometheusConfig(static_targets=({"targets": [f"127.0.0.1:{metrics_port}"]},)),
+    )
     try:
         alerting.am.post_alerts([am_alert(XID, n, 3) for n in nodes])
 
@@ -277,7 +284,12 @@ def test_a_storm_on_every_node_trips_the_breaker_and_is_undone_after_the_cool_do
             lambda: [len(events(env.kube, n, "GPUReturned")) for n in held] == [1] * limit,
             timeout=10,
         )
+        dashboard = [q for p in DASHBOARDS if fed_by(p) == "alerts" for q in queries(load(p))]
+        assert dashboard
+        for title, expr in dashboard:
+            wait_for(f"dashboard panel {title!r}: {expr}", lambda e=expr: prom.query(e), timeout=30)
     finally:
+        prom.stop()
         stop(proc)
 
 

@@ -22,10 +22,11 @@ rate window of four 15 s scrapes)."""
 
 
 def fed_by(path: Path) -> str:
-    """What feeds a dashboard: "gpu" (the node agents, the recording rules) or
-    "scheduler" (`gangops run`'s metrics), from its tags."""
+    """What feeds a dashboard, from its tags: "gpu" (the node agents, the recording
+    rules), "scheduler" or "alerts" (`gangops run`'s metrics; the alert actions' are
+    checked by tests/integration/test_alerts.py)."""
     tags = load(path)["tags"]
-    (source,) = [t for t in tags if t in ("gpu", "scheduler")]
+    (source,) = [t for t in tags if t in ("gpu", "scheduler", "alerts")]
     return str(source)
 
 
