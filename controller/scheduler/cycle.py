@@ -261,6 +261,11 @@ class _State:
     reserved_for: Gang | None = None
     reserved_start: float | None = None
     hints: Hints = field(default_factory=Hints)
+    old_enough: list[Running] = field(default_factory=list)
+    """The running gangs that had run `minRuntimeSeconds` when the cycle began: the
+    only ones a preemption may pick. Everything the cycle assumes starts now, so
+    this list only loses members (`_preempt` skips those no longer running as they
+    were), and a victim search walks it instead of every running gang."""
 
 
 def _excluded(state: _State, g: Gang, now: float) -> frozenset[str]:
@@ -308,16 +313,20 @@ def _preempt(
     holder: bool,
     protected: frozenset[JobId] = frozenset(),
     hints: Hints | None = None,
+    old_enough: Sequence[Running] | None = None,
 ) -> tuple[list[Running], Placement] | None:
     """The fewest whole gangs to evict so `g` fits: borrowed work first, then
     the lowest tier, then the idlest GPUs over the telemetry's window (friendly
     reclamation; unknown counts as busy), then the most recently started (least
-    progress lost); never the `protected` ones. The snapshot is left as it was found."""
+    progress lost); never the `protected` ones. The snapshot is left as it was found.
+    `old_enough` (`_State.old_enough`) narrows the search to the gangs that may be
+    old enough to lose; by default every running gang is looked at."""
     if not policy.preemption_enabled or not g.may_preempt or budget <= 0:
         return None
     ranked = []
-    for r in snap.running.values():
-        if r.gang.id in protected:
+    pool = snap.running.values() if old_enough is None else old_enough
+    for r in pool:
+        if r.gang.id in protected or snap.running.get(r.gang.id) is not r:
             continue
         ok, borrowed = _victim_ok(snap, policy, g, r, now, holder)
         if ok:
@@ -600,6 +609,11 @@ def schedule(
         nominated=nominated or {},
         protected=protected,
         hints=hints or Hints(),
+        old_enough=[
+            r
+            for r in snap.running.values()
+            if r.started < now and now - r.started >= policy.min_runtime_seconds
+        ],
     )
     for job, placement in state.nominated.items():
         for n in placement.nodes():
@@ -703,7 +717,7 @@ def _decide(
         return _shrink_for(snap, state, g, shrinks, now)
     victims = _preempt(
         snap, policy, g, now=now, budget=state.budget, exclude=exclude, holder=holder,
-        protected=state.protected, hints=state.hints,
+        protected=state.protected, hints=state.hints, old_enough=state.old_enough,
     )  # fmt: skip
     if victims is not None:
         needed, placement = victims
