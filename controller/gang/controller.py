@@ -41,7 +41,7 @@ from controller.gang.lifecycle import (
 )
 from controller.gang.metrics import GangMetrics
 from controller.gang.record import Admission
-from controller.gang.view import JobView, Memo, job_views, namespace_quotas
+from controller.gang.view import JobView, Memo, PodIndex, job_views, namespace_quotas
 from controller.kube.client import RESOURCES, ApiError, KubeApi, NotLeaderError
 from controller.kube.clock import Clock, SystemClock
 from controller.kube.events import EventRecorder
@@ -146,6 +146,10 @@ class GangController:
         self._pod_pool = ThreadPoolExecutor(self.settings.pod_parallelism, thread_name_prefix="pod")
         self._policy_cache: tuple[str, SchedulingPolicy | None] = ("", None)
         self._memo = Memo()
+        self._pod_index = PodIndex()
+        """Every pod, with per-node and per-namespace totals kept as the pod cache
+        changes (`on_store`, on the informer's thread: each pod is read once per
+        change, so it needs no `Memo`), so a step does not walk every pod."""
         self._worker: threading.Thread | None = None
         self.last_result: CycleResult | None = None
         s = self.settings
@@ -154,7 +158,7 @@ class GangController:
             return Informer(kube, RESOURCES[kind], handler=self._on_event, clock=self._clock, **kw)
 
         self.nodes = informer("Node", label_selector=s.node_selector)
-        self.pods = informer("Pod")
+        self.pods = informer("Pod", on_store=self._pod_index.update)
         self.jobs = informer("TrainingJob", label_selector=s.job_selector)
         self.config = informer("ConfigMap", namespace=s.system_namespace)
         self.quotas = informer("ResourceQuota")
@@ -256,7 +260,7 @@ class GangController:
             overrides = dict(self._overrides)
         memo = self._memo
         memo.next_step()
-        pods = self.pods.items()
+        pods = self.pods.locked(self._pod_index.freeze)
         views = job_views(self.jobs.items(), pods, policy, overrides=overrides, memo=memo)
         node_objs = {o["metadata"]["name"]: o for o in self.nodes.items()}
         telemetry = self._telemetry() if self._telemetry is not None else None
