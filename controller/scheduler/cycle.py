@@ -35,7 +35,7 @@ from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from controller.scheduler.placement import place, shortfall
+from controller.scheduler.placement import fits, place, shortfall
 from controller.scheduler.policy import SchedulingPolicy
 from controller.scheduler.snapshot import Snapshot, gang_usage
 from controller.scheduler.telemetry import Hints
@@ -760,7 +760,7 @@ def _decide(
             f"preempting {names} to free {format_gpus(g.gpu_total)} GPUs",
         )
     reason = _outside_reserve(snap, policy, g) or shortfall(snap, g, exclude=exclude)
-    held_here = exclude and place(snap, g) is not None
+    held_here = exclude and fits(snap, g)
     if held_here:
         return Pending(g, f"{reason}; the free GPUs are held for a gang ahead of it", "Reserved")
     if state.reserved_for is None:

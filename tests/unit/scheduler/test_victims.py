@@ -1,12 +1,19 @@
-"""The victim search's shortlist (`cycle._Victims`): a cycle walks it instead of
+"""Shortcuts the cycle takes for gangs it cannot place, held to the long way.
+
+The victim search's shortlist (`cycle._Victims`): a cycle walks it instead of
 every running gang for each blocked gang, so it must hold every gang
-`_victim_ok` accepts, and it must leave out the ones priority alone refuses."""
+`_victim_ok` accepts, and it must leave out the ones priority alone refuses.
+`placement.fits` answers whether `place` would find a placement without
+choosing one."""
 
 from __future__ import annotations
 
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from controller.scheduler.cycle import _victim_ok, _Victims
+from controller.scheduler.fragmentation import FragModel, TypicalPod
+from controller.scheduler.placement import fits, place
 from controller.scheduler.policy import SchedulingPolicy
 from controller.scheduler.snapshot import Snapshot
 from controller.scheduler.types import Gang
@@ -51,3 +58,18 @@ def test_the_shortlist_leaves_out_gangs_of_the_same_tier() -> None:
     victims = _Victims(snap, pol, now=0.0)
     assert [r.gang.id for r in victims.pool(snap, pol, blocked, holder=False)] == ["low"]
     assert len(victims.old) == 5
+
+
+@settings(max_examples=200, deadline=None)
+@given(scenarios(), st.sets(st.sampled_from([f"n{i}" for i in range(6)])), st.booleans())
+def test_fits_says_whether_place_finds_a_placement(
+    scenario: tuple[Snapshot, list[Gang], object], exclude: set[str], frag: bool
+) -> None:
+    """`fits` answers the cycle's 'does it fit without the held nodes' without
+    choosing a placement; it must agree with `place` for every gang."""
+    snap, queue, _ = scenario
+    snap.fragmentation = FragModel([TypicalPod(1, 1000, 8000, frozenset(), 1.0)]) if frag else None
+    for g in queue:
+        for shape in (g, g.resized(1)):
+            ex = frozenset(exclude)
+            assert fits(snap, shape, exclude=ex) == (place(snap, shape, exclude=ex) is not None)
