@@ -2,7 +2,7 @@
 
 Usage: python -m tests.perf [NAME ...]
 (names: policy, scheduler, devcluster, reconciler, gang, sim, agent, prometheus,
-telemetry; default: all)
+telemetry, scale; default: all)
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from tests.perf import (
     policy,
     prometheus,
     reconciler,
+    scale,
     scheduler,
     sim,
 )
@@ -32,6 +33,7 @@ BENCHMARKS = {
     "agent": agent.run,
     "prometheus": prometheus.run,
     "telemetry": telemetry_bench.run,
+    "scale": scale.run,
 }
 
 

@@ -86,7 +86,9 @@ TIER = "bench"
 SYSTEM_NS = "gangops-system"
 
 
-def _setup(kube: Kube, *, gpus: int) -> None:
+def _setup(kube: Kube, *, gpus: int, max_gpus: int | None = None) -> None:
+    """CRDs, admission, namespaces, the bench tier, and a policy with one project
+    `bench` guaranteed `gpus` GPUs (at most `max_gpus`, if given)."""
     install(kube, generate_crds(schema_dir()))
     for obj in admission_objects():
         kube.apply(obj, field_manager="bench")
@@ -122,7 +124,8 @@ def _setup(kube: Kube, *, gpus: int) -> None:
                    "preemptionPolicy": "PreemptLowerPriority", "globalDefault": False}],
         "projects": [{
             "name": "bench", "namespaces": ["gangs", "paced"],
-            "quota": {"guaranteed": {"gpu": gpus}, "max": {}},
+            "quota": {"guaranteed": {"gpu": gpus},
+                      "max": {} if max_gpus is None else {"gpu": max_gpus}},
             "users": {"default": {"guaranteed": {}, "max": {}}, "members": []},
             "jobs": {"maxGPU": None, "tiers": [TIER], "defaultTier": TIER},
         }],
