@@ -19,8 +19,11 @@ seconds comes from the controller's own histogram
 the memory per queued job from its resident memory after the jobs.
 
 The machine is shared; every figure comes with the load (`os.getloadavg`).
-Thresholds: guards set from the measurement in docs/performance.md (about
-three times the figure), not targets: the issue asked for the figures.
+Thresholds: guards set from the measurement in docs/performance.md (three to
+four times the figure), not targets: the issue asked for the figures. The
+memory figures are reported only: the node cache may still be filling when
+the first reading is taken on a loaded machine (10 s after the controller
+leads), which would make the per-node figure too low.
 
 Run: `.venv/bin/python -m tests.perf.scale [--nodes N] [--jobs N]`.
 """
@@ -49,12 +52,12 @@ __all__ = ["run"]
 
 IDLE_S = 20.0
 WINDOW_S = 20.0
-REGISTER_MAX_S = 300.0
-"""5,000 nodes Ready after the API server (guard)."""
-IDLE_CPU_MAX = 0.25
-"""Cores used by an idle `gangops run` on 5,000 nodes (guard)."""
-STEP_MAX_S = 10.0
-"""Mean step with 5,000 queued gangs on 5,000 nodes (guard)."""
+REGISTER_MAX_S = 800.0
+"""5,000 nodes Ready after the API server (guard; measured 258 s at load 7-8)."""
+IDLE_CPU_MAX = 0.15
+"""Cores used by an idle `gangops run` on 5,000 nodes (guard; measured 0.042)."""
+STEP_MAX_S = 1.5
+"""Mean step with 5,000 queued gangs on 5,000 nodes (guard; measured 0.41 s)."""
 
 
 def _free_port() -> int:
