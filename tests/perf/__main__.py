@@ -2,7 +2,7 @@
 
 Usage: python -m tests.perf [NAME ...]
 (names: policy, scheduler, devcluster, reconciler, gang, sim, agent, prometheus,
-telemetry, scale; default: all)
+telemetry, quota, alerts, scale; default: all)
 """
 
 from __future__ import annotations
@@ -11,10 +11,12 @@ import sys
 
 from tests.perf import (
     agent,
+    alerts,
     devcluster,
     gang,
     policy,
     prometheus,
+    quota,
     reconciler,
     scale,
     scheduler,
@@ -33,6 +35,8 @@ BENCHMARKS = {
     "agent": agent.run,
     "prometheus": prometheus.run,
     "telemetry": telemetry_bench.run,
+    "quota": quota.run,
+    "alerts": alerts.run,
     "scale": scale.run,
 }
 
