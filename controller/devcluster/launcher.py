@@ -579,6 +579,68 @@ class DevCluster:
                     self.options.state_file.unlink(missing_ok=True)
         log.info("dev-cluster stopped elapsed_s=%.1f", time.monotonic() - t0)
 
+    def start_kube_scheduler(
+        self, *, qps: float = 50.0, burst: int = 100, port: int | None = None
+    ) -> Component:
+        """Start a default kube-scheduler beside the cluster, its client limited to `qps`
+        requests per second with bursts of `burst` (its defaults, 50 and 100, unless
+        told otherwise; upstream's scheduler_perf raises both to 5,000). The limits go
+        in its configuration file (`clientConnection`), the command-line flags for them
+        being deprecated. Stop it with `stop_component`, or with the cluster. Returns
+        once its /healthz answers, which may be before it has synced its informers."""
+        if port is None:
+            port = _free_ports(1)[0]
+        name = f"kube-scheduler-qps{qps:g}-burst{burst}"
+        config = self.options.data_dir / "scheduler" / f"{name}.yaml"
+        config.parent.mkdir(parents=True, exist_ok=True)
+        kubeconfig = self.component_kubeconfigs["kube-scheduler"]
+        config.write_text(
+            json.dumps(
+                {
+                    "apiVersion": "kubescheduler.config.k8s.io/v1",
+                    "kind": "KubeSchedulerConfiguration",
+                    "clientConnection": {"kubeconfig": str(kubeconfig), "qps": qps, "burst": burst},
+                    "leaderElection": {"leaderElect": False},
+                }
+            ),
+            encoding="utf-8",
+        )
+        c = launch(
+            name,
+            [
+                str(self.options.bin_dir / "kube-scheduler"),
+                f"--config={config}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={port}",
+                f"--cert-dir={self.options.data_dir / 'scheduler'}",
+                "--profiling=false",
+            ],
+            log_file=self.log_dir / f"{name}.log",
+            cwd=self.options.data_dir,
+            tie_to_process=self.options.tie_to_process,
+        )
+        self.components.append(c)
+        self._save_state(ready=self.timings is not None)
+        log.info("started component=%s pid=%d log=%s", name, c.pid, c.log)
+        insecure = ssl.create_default_context()
+        insecure.check_hostname = False
+        insecure.verify_mode = ssl.CERT_NONE  # a health probe of our own process on loopback
+        deadline = time.monotonic() + self.options.timeout_s
+        while self._get(f"https://127.0.0.1:{port}/healthz", insecure)[0] != 200:
+            if not c.alive():
+                raise DevClusterError(f"{name} exited; the end of {c.log}:\n{c.log_tail()}")
+            if time.monotonic() > deadline:
+                raise DevClusterError(f"timed out waiting for {name} /healthz; see {c.log}")
+            time.sleep(0.2)
+        return c
+
+    def stop_component(self, component: Component, *, grace: float = 10.0) -> None:
+        """Stop one component before the cluster (a kube-scheduler between two runs of
+        a benchmark) and forget it, so `check_alive` does not report it."""
+        component.stop(grace)
+        self.components.remove(component)
+        self._save_state(ready=self.timings is not None)
+
     # -- internals
 
     def _state(self, *, ready: bool) -> State:
@@ -875,17 +937,7 @@ def _start_components(
         ],
     )
     if cluster.options.kube_scheduler:
-        cluster._spawn(
-            "kube-scheduler",
-            [
-                f"--kubeconfig={kubeconfigs['kube-scheduler']}",
-                "--bind-address=127.0.0.1",
-                f"--secure-port={ports.scheduler}",
-                f"--cert-dir={data / 'scheduler'}",
-                "--leader-elect=false",
-                "--profiling=false",
-            ],
-        )
+        cluster.start_kube_scheduler(port=ports.scheduler)
     ready_file = data / "fake-kubelet.ready"
     cluster._spawn(
         "fake-kubelet",

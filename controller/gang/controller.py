@@ -45,6 +45,7 @@ from controller.gang.record import Admission
 from controller.gang.view import (
     JobView,
     Memo,
+    PodIndex,
     container_defaults,
     job_views,
     namespace_quotas,
@@ -163,6 +164,10 @@ class GangController:
         self.policy_problem: str = ""
         """Why the scheduler is not using the newest policy ('' while it is)."""
         self._memo = Memo()
+        self._pod_index = PodIndex()
+        """Every pod, with per-node and per-namespace totals kept as the pod cache
+        changes (`on_store`, on the informer's thread: each pod is read once per
+        change, so it needs no `Memo`), so a step does not walk every pod."""
         self._worker: threading.Thread | None = None
         self.last_result: CycleResult | None = None
         s = self.settings
@@ -171,7 +176,7 @@ class GangController:
             return Informer(kube, RESOURCES[kind], handler=self._on_event, clock=self._clock, **kw)
 
         self.nodes = informer("Node", label_selector=s.node_selector)
-        self.pods = informer("Pod")
+        self.pods = informer("Pod", on_store=self._pod_index.update)
         self.jobs = informer("TrainingJob", label_selector=s.job_selector)
         self.config = informer("ConfigMap", namespace=s.system_namespace)
         self.quotas = informer("ResourceQuota")
@@ -334,7 +339,7 @@ class GangController:
             overrides = dict(self._overrides)
         memo = self._memo
         memo.next_step()
-        pods = self.pods.items()
+        pods = self.pods.locked(self._pod_index.freeze)
         views = job_views(
             self.jobs.items(), pods, policy, overrides=overrides, memo=memo,
             defaults=container_defaults(self.limits.items()),

@@ -44,7 +44,15 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from controller.gang.record import Admission, format_time, parse_time, status_number
-from controller.gang.view import JobView, Memo, build_snapshot, node_of, node_ready, pod_terminal
+from controller.gang.view import (
+    JobView,
+    Memo,
+    PodView,
+    build_snapshot,
+    node_of,
+    node_ready,
+    pod_terminal,
+)
 from controller.jobs.pods import LABEL_ATTEMPT
 from controller.jobs.status import Phase
 from controller.nodehealth import RESTART_ANNOTATION, parse_request
@@ -311,7 +319,7 @@ def plan(
 def decide(
     views: Sequence[JobView],
     nodes: Mapping[str, Obj],
-    pods: Iterable[Obj],
+    pods: Iterable[Obj] | PodView,
     policy: SchedulingPolicy,
     *,
     now: float,

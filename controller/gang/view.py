@@ -12,9 +12,9 @@ disagree. Pure: dicts in, values out.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, cast
+from typing import Any, NamedTuple, TypeVar, cast
 
 from controller.gang.record import Admission
 from controller.jobs.pods import LABEL_ATTEMPT, LABEL_JOB
@@ -46,6 +46,8 @@ from controller.scheduler.types import (
 __all__ = [
     "JobView",
     "Memo",
+    "PodIndex",
+    "PodView",
     "build_snapshot",
     "container_defaults",
     "job_views",
@@ -298,7 +300,7 @@ class JobView:
 
 def job_views(
     jobs: Iterable[Obj],
-    pods: Iterable[Obj],
+    pods: Iterable[Obj] | PodView,
     policy: SchedulingPolicy,
     *,
     overrides: Mapping[JobId, Admission | None] | None = None,
@@ -309,14 +311,10 @@ def job_views(
     record of jobs whose decision was written (or is being written) but whose
     new status the watch has not delivered yet; `memo` keeps the parsed jobs;
     `defaults` are the namespaces' LimitRange defaults (`container_defaults`),
-    which the jobs' pods will get from the API server."""
+    which the jobs' pods will get from the API server. `pods` is every pod, or
+    the `PodView` the controller keeps from its watch."""
     defaults = defaults or {}
-    by_job: dict[tuple[str, str], list[Obj]] = {}
-    for p in pods:
-        meta = p["metadata"]
-        name = (meta.get("labels") or {}).get(LABEL_JOB)
-        if name:
-            by_job.setdefault((meta.get("namespace", ""), name), []).append(p)
+    of_job = pods.of_job if isinstance(pods, PodView) else _grouped(pods)
     out = []
     for obj in jobs:
         meta = obj["metadata"]
@@ -329,7 +327,7 @@ def job_views(
             admission = overrides[job_id]
         mine = [
             p
-            for p in by_job.get((meta.get("namespace", ""), meta["name"]), [])
+            for p in of_job(meta.get("namespace", ""), meta["name"])
             if any(
                 r.get("uid") == meta.get("uid") for r in p["metadata"].get("ownerReferences", ())
             )
@@ -338,9 +336,24 @@ def job_views(
     return out
 
 
+def _grouped(pods: Iterable[Obj]) -> Callable[[str, str], list[Obj]]:
+    """`PodView.of_job` over a list of pods."""
+    by_job: dict[tuple[str, str], list[Obj]] = {}
+    for p in pods:
+        meta = p["metadata"]
+        name = (meta.get("labels") or {}).get(LABEL_JOB)
+        if name:
+            by_job.setdefault((meta.get("namespace", ""), name), []).append(p)
+
+    def of_job(namespace: str, name: str) -> list[Obj]:
+        return sorted(by_job.get((namespace, name), []), key=lambda p: p["metadata"]["name"])
+
+    return of_job
+
+
 def build_snapshot(
     nodes: Sequence[Node],
-    pods: Iterable[Obj],
+    pods: Iterable[Obj] | PodView,
     running: Sequence[Running],
     owned: set[tuple[str, str]],
     *,
@@ -355,35 +368,22 @@ def build_snapshot(
     running gangs the next ones, so the two never claim the same device. `memo`
     keeps the pods' requests. `quotas` are the namespaces' ResourceQuota
     ceilings; every other live pod of those namespaces, on a node or not,
-    counts against its namespace's quota, as the API server counts it."""
-    requests = pod_requests if memo is None else memo.requests
+    counts against its namespace's quota, as the API server counts it. `pods` is
+    every pod, or the `PodView` the controller keeps from its watch (then the work
+    grows with the running gangs' pods, not with every pod)."""
     by_name = {n.name: n for n in nodes}
     quotas = quotas or {}
-    foreign: dict[str, list[int]] = {}
-    other: dict[str, Usage] = {}
-    for p in pods:
-        node = (p.get("spec") or {}).get("nodeName")
-        meta = p["metadata"]
-        if pod_terminal(p) or (meta.get("namespace", ""), meta["name"]) in owned:
-            continue
-        ns = meta.get("namespace", "")
-        if ns in quotas:
-            g, c, m = requests(p)
-            u = other.get(ns, (0, 0, 0, 0))
-            other[ns] = (u[0] + g * MILLI, u[1] + c, u[2] + m, u[3] + 1)
-        if not node or node not in by_name:
-            continue
-        gpus, cpu, mem = requests(p)
-        held = foreign.setdefault(node, [0, 0, 0])
-        held[0] += gpus
-        held[1] += cpu
-        held[2] += mem
+    if isinstance(pods, PodView):
+        view = pods
+    else:
+        view = PodIndex.of(pods, requests=pod_requests if memo is None else memo.requests).freeze()
+    foreign, other = view.held(owned, by_name, quotas)
     used: dict[str, int] = {}
     for r in running:
         for where in r.placement.pods:
             used[where.node] = used.get(where.node, 0) + r.gang.pod.gpus
     holds = []
-    for name, (gpus, cpu, mem) in foreign.items():
+    for name, (gpus, cpu, mem, _) in foreign.items():
         room = max(0, by_name[name].gpus - used.get(name, 0))
         holds.append(Foreign(name, min(gpus, room), cpu, mem))
     next_device = {f.node: f.gpus for f in holds}
@@ -408,3 +408,156 @@ def build_snapshot(
         namespace_quota=quotas,
         namespace_other=other,
     )
+
+
+_Held = tuple[int, int, int, int]
+"""GPUs (whole, or milli for a namespace), CPU millicores, memory bytes, pods."""
+_ZERO: _Held = (0, 0, 0, 0)
+
+
+def _plus(a: _Held, b: _Held, sign: int) -> _Held:
+    return (a[0] + sign * b[0], a[1] + sign * b[1], a[2] + sign * b[2], a[3] + sign * b[3])
+
+
+class _Pod(NamedTuple):
+    """What the snapshot needs of one pod, read once when it changes."""
+
+    obj: Obj
+    job: tuple[str, str] | None
+    """(namespace, job name) from the pod's job label, if any."""
+    node: str | None
+    """The node it is bound to, if any."""
+    held: _Held | None
+    """(GPUs, CPU, memory, 1) it holds while it has not finished; None once it has."""
+
+
+@dataclass(frozen=True)
+class PodView:
+    """The pods as one instant of the watch saw them (`PodIndex.freeze`): immutable,
+    so a step reads it while the watch goes on."""
+
+    pods: Mapping[tuple[str, str], _Pod]
+    jobs: Mapping[tuple[str, str], Mapping[tuple[str, str], Obj]]
+    nodes: Mapping[str, _Held]
+    namespaces: Mapping[str, _Held]
+
+    def of_job(self, namespace: str, name: str) -> list[Obj]:
+        """The pods labelled with this job's name (any owner: `job_views` checks), by
+        name: the same order however the pods came and went."""
+        return [o for _, o in sorted(self.jobs.get((namespace, name), {}).items())]
+
+    def held(
+        self,
+        owned: Iterable[tuple[str, str]],
+        nodes: Container[str],
+        quotas: Container[str],
+    ) -> tuple[dict[str, _Held], dict[str, Usage]]:
+        """What the live pods outside `owned` hold: per node among `nodes` (GPUs, CPU,
+        memory, pods), and per namespace among `quotas` (milli-GPUs, CPU, memory,
+        pods), namespaces and nodes where none is left out. The totals are kept
+        as the pods change, so this costs what `owned` holds, not every pod."""
+        by_node = {n: h for n, h in self.nodes.items() if n in nodes}
+        by_ns = {ns: h for ns, h in self.namespaces.items() if ns in quotas}
+        for key in owned:
+            p = self.pods.get(key)
+            if p is None or p.held is None:
+                continue
+            if p.node is not None and p.node in by_node:
+                by_node[p.node] = _plus(by_node[p.node], p.held, -1)
+            if key[0] in by_ns:
+                g, c, m, n = p.held
+                by_ns[key[0]] = _plus(by_ns[key[0]], (g * MILLI, c, m, n), -1)
+        return (
+            {n: h for n, h in by_node.items() if h[3]},
+            {ns: h for ns, h in by_ns.items() if h[3]},
+        )
+
+
+class PodIndex:
+    """Every pod, with the totals a snapshot needs kept up to date as pods change
+    (`put`, `remove`), so a step need not walk every pod: per node and per
+    namespace what the live pods hold, and each job's pods. The controller's pod
+    informer calls it on every change of its cache, under the cache's lock
+    (`Informer(on_store=...)`), and a step takes a `freeze` under the same lock;
+    `PodIndex.of` builds one from a list (`gangops explain`, tests). Pure."""
+
+    def __init__(
+        self, requests: Callable[[Mapping[str, Any]], tuple[int, int, int]] = pod_requests
+    ) -> None:
+        self._requests = requests
+        self._pods: dict[tuple[str, str], _Pod] = {}
+        self._jobs: dict[tuple[str, str], dict[tuple[str, str], Obj]] = {}
+        self._nodes: dict[str, _Held] = {}
+        self._namespaces: dict[str, _Held] = {}
+
+    @classmethod
+    def of(
+        cls,
+        pods: Iterable[Obj],
+        *,
+        requests: Callable[[Mapping[str, Any]], tuple[int, int, int]] = pod_requests,
+    ) -> PodIndex:
+        """An index of these pods, built from scratch."""
+        index = cls(requests)
+        for p in pods:
+            index.put(p)
+        return index
+
+    def update(self, key: tuple[str, str], obj: Obj | None) -> None:
+        """The cache now holds `obj` under `key` (None: nothing)."""
+        if obj is None:
+            self.remove(key)
+        else:
+            self.put(obj)
+
+    def put(self, obj: Obj) -> None:
+        """A pod was added or changed."""
+        meta = obj["metadata"]
+        key = (meta.get("namespace", "") or "", meta["name"])
+        self.remove(key)
+        job = (meta.get("labels") or {}).get(LABEL_JOB)
+        node = (obj.get("spec") or {}).get("nodeName") or None
+        held: _Held | None = None
+        if not pod_terminal(obj):
+            g, c, m = self._requests(obj)
+            held = (g, c, m, 1)
+            if node is not None:
+                self._nodes[node] = _plus(self._nodes.get(node, _ZERO), held, +1)
+            ns_held = (g * MILLI, c, m, 1)
+            self._namespaces[key[0]] = _plus(self._namespaces.get(key[0], _ZERO), ns_held, +1)
+        job_key = (key[0], job) if job else None
+        if job_key is not None:
+            self._jobs[job_key] = {**self._jobs.get(job_key, {}), key: obj}  # copy on write
+        self._pods[key] = _Pod(obj, job_key, node, held)
+
+    def remove(self, key: tuple[str, str]) -> None:
+        """A pod was deleted (nothing happens if it was not there)."""
+        p = self._pods.pop(key, None)
+        if p is None:
+            return
+        if p.held is not None:
+            if p.node is not None:
+                self._drop(self._nodes, p.node, p.held)
+            g, c, m, n = p.held
+            self._drop(self._namespaces, key[0], (g * MILLI, c, m, n))
+        if p.job is not None:
+            rest = {k: o for k, o in self._jobs[p.job].items() if k != key}
+            if rest:
+                self._jobs[p.job] = rest
+            else:
+                del self._jobs[p.job]
+
+    @staticmethod
+    def _drop(totals: dict[str, _Held], name: str, held: _Held) -> None:
+        left = _plus(totals[name], held, -1)
+        if left[3]:
+            totals[name] = left
+        else:
+            del totals[name]
+
+    def freeze(self) -> PodView:
+        """The pods as they are now, immutable (shallow copies: every value is
+        replaced, never changed, on an update)."""
+        return PodView(
+            dict(self._pods), dict(self._jobs), dict(self._nodes), dict(self._namespaces)
+        )

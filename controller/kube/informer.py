@@ -16,19 +16,25 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from controller.kube.client import ApiError, KubeApi, Resource
 from controller.kube.clock import Clock, SystemClock
 
-__all__ = ["EventType", "Handler", "Informer", "key_of"]
+__all__ = ["EventType", "Handler", "Informer", "StoreListener", "key_of"]
 
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
+_T = TypeVar("_T")
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
 Handler = Callable[[EventType, Obj], None]
 """Called on the informer's thread for every change; it must return quickly (enqueue)."""
+StoreListener = Callable[[tuple[str, str], Obj | None], None]
+"""Called under the cache's lock on every change of the cache, whoever makes it (a
+list, a watch event, `assume`, `forget`): the key and what the cache now holds
+under it (None: nothing). Keeps an index that is always the cache's (`locked`
+reads both at one instant); it must be quick and must not call the informer."""
 
 
 def key_of(obj: Obj) -> tuple[str, str]:
@@ -59,8 +65,10 @@ class Informer:
         handler: Handler | None = None,
         clock: Clock | None = None,
         watch_timeout_s: int = 300,
+        on_store: StoreListener | None = None,
     ) -> None:
         self.resource = resource
+        self._on_store = on_store
         self._kube = kube
         self._namespace = namespace
         self._selector = label_selector
@@ -96,11 +104,23 @@ class Informer:
             old = self._store.get(key)
             if old is None or _newer(obj, old):
                 self._store[key] = obj
+                self._stored(key, obj)
 
     def forget(self, name: str, namespace: str = "") -> None:
         """Drop a deleted object from the cache."""
         with self._lock:
-            self._store.pop((namespace, name), None)
+            if self._store.pop((namespace, name), None) is not None:
+                self._stored((namespace, name), None)
+
+    def locked(self, read: Callable[[], _T]) -> _T:
+        """`read()` while the cache cannot change (with `on_store`: the index and the
+        cache at one instant)."""
+        with self._lock:
+            return read()
+
+    def _stored(self, key: tuple[str, str], obj: Obj | None) -> None:
+        if self._on_store is not None:
+            self._on_store(key, obj)
 
     @property
     def synced(self) -> bool:
@@ -163,6 +183,12 @@ class Informer:
             old = self._store
             self._store = fresh
             self.resource_version = rv
+            if self._on_store is not None:
+                for key, obj in fresh.items():
+                    if old.get(key) is not obj:
+                        self._on_store(key, obj)
+                for key in old.keys() - fresh.keys():
+                    self._on_store(key, None)
         self.relists += 1
         self._synced.set()
         for key, obj in fresh.items():
@@ -209,9 +235,11 @@ class Informer:
                 key = key_of(obj)
                 with self._lock:
                     if kind == "DELETED":
-                        self._store.pop(key, None)
+                        if self._store.pop(key, None) is not None:
+                            self._stored(key, None)
                     else:
                         self._store[key] = obj
+                        self._stored(key, obj)
                 self._emit(kind, obj)
         except ApiError as e:
             if e.status == 410:

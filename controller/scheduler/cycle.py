@@ -31,10 +31,11 @@ same cycle see it. Pure: the caller passes the time and everything else.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from controller.scheduler.placement import place, shortfall
+from controller.scheduler.placement import fits, place, shortfall
 from controller.scheduler.policy import SchedulingPolicy
 from controller.scheduler.snapshot import Snapshot, gang_usage
 from controller.scheduler.telemetry import Hints
@@ -247,6 +248,39 @@ def _borrowed(snap: Snapshot, policy: SchedulingPolicy, g: Gang) -> int:
     return max(0, min(g.gpu_total, used + g.gpu_total - project.guaranteed))
 
 
+class _Victims:
+    """The running gangs that had run `minRuntimeSeconds` when the cycle began: the
+    only ones a preemption may pick. Everything the cycle assumes starts now, so
+    the set only loses members (a search skips those no longer running as they
+    were). A victim search walks `pool`, which leaves out the gangs `_victim_ok`
+    would refuse on priority alone, instead of every running gang: with a long
+    queue blocked on a full cluster that search ran once per blocked gang over
+    every running one."""
+
+    def __init__(self, snap: Snapshot, policy: SchedulingPolicy, now: float) -> None:
+        self.old = [
+            r
+            for r in snap.running.values()
+            if r.started < now and now - r.started >= policy.min_runtime_seconds
+        ]
+        self.preemptible = sorted(
+            (r for r in self.old if r.gang.preemptible), key=lambda r: r.gang.priority
+        )
+        self.priorities = [r.gang.priority for r in self.preemptible]
+
+    def pool(
+        self, snap: Snapshot, policy: SchedulingPolicy, g: Gang, holder: bool
+    ) -> Sequence[Running]:
+        """A superset of the gangs `_victim_ok` accepts for `g`: all of them when `g`'s
+        project may reclaim its guarantee from borrowers, else the preemptible ones
+        of a lower priority (or equal, for the holder of the reservation)."""
+        gp = policy.projects[g.project]
+        if snap.project_usage.get(g.project, 0) + g.gpu_total <= gp.guaranteed:
+            return self.old
+        top = bisect_right(self.priorities, g.priority if holder else g.priority - 1)
+        return self.preemptible[:top]
+
+
 @dataclass
 class _State:
     """What the cycle accumulates while it walks the queue."""
@@ -261,6 +295,8 @@ class _State:
     reserved_for: Gang | None = None
     reserved_start: float | None = None
     hints: Hints = field(default_factory=Hints)
+    victims: _Victims | None = None
+    """Who a preemption may pick this cycle (None: look at every running gang)."""
 
 
 def _excluded(state: _State, g: Gang, now: float) -> frozenset[str]:
@@ -308,16 +344,20 @@ def _preempt(
     holder: bool,
     protected: frozenset[JobId] = frozenset(),
     hints: Hints | None = None,
+    victims: _Victims | None = None,
 ) -> tuple[list[Running], Placement] | None:
     """The fewest whole gangs to evict so `g` fits: borrowed work first, then
     the lowest tier, then the idlest GPUs over the telemetry's window (friendly
     reclamation; unknown counts as busy), then the most recently started (least
-    progress lost); never the `protected` ones. The snapshot is left as it was found."""
+    progress lost); never the `protected` ones. The snapshot is left as it was found.
+    `victims` (`_State.victims`) narrows the search to the gangs that may be
+    picked; by default every running gang is looked at."""
     if not policy.preemption_enabled or not g.may_preempt or budget <= 0:
         return None
     ranked = []
-    for r in snap.running.values():
-        if r.gang.id in protected:
+    pool = snap.running.values() if victims is None else victims.pool(snap, policy, g, holder)
+    for r in pool:
+        if r.gang.id in protected or snap.running.get(r.gang.id) is not r:
             continue
         ok, borrowed = _victim_ok(snap, policy, g, r, now, holder)
         if ok:
@@ -600,6 +640,7 @@ def schedule(
         nominated=nominated or {},
         protected=protected,
         hints=hints or Hints(),
+        victims=_Victims(snap, policy, now),
     )
     for job, placement in state.nominated.items():
         for n in placement.nodes():
@@ -703,7 +744,7 @@ def _decide(
         return _shrink_for(snap, state, g, shrinks, now)
     victims = _preempt(
         snap, policy, g, now=now, budget=state.budget, exclude=exclude, holder=holder,
-        protected=state.protected, hints=state.hints,
+        protected=state.protected, hints=state.hints, victims=state.victims,
     )  # fmt: skip
     if victims is not None:
         needed, placement = victims
@@ -719,7 +760,7 @@ def _decide(
             f"preempting {names} to free {format_gpus(g.gpu_total)} GPUs",
         )
     reason = _outside_reserve(snap, policy, g) or shortfall(snap, g, exclude=exclude)
-    held_here = exclude and place(snap, g) is not None
+    held_here = exclude and fits(snap, g)
     if held_here:
         return Pending(g, f"{reason}; the free GPUs are held for a gang ahead of it", "Reserved")
     if state.reserved_for is None:

@@ -34,7 +34,7 @@ from controller.scheduler.fragmentation import FragModel
 from controller.scheduler.snapshot import NodeState, Snapshot
 from controller.scheduler.types import MILLI, Gang, Placement, PodPlacement, PodShape, format_gpus
 
-__all__ = ["LEVEL_NAMES", "place", "shortfall"]
+__all__ = ["LEVEL_NAMES", "fits", "place", "shortfall"]
 
 LEVEL_NAMES = {
     "nvidia.com/gpu.clique": "NVLink domain",
@@ -184,6 +184,21 @@ def place(snap: Snapshot, gang: Gang, *, exclude: Container[str] = _NONE) -> Pla
             ns.give(gang.pod, devices)
             pods.append(PodPlacement(ns.name, devices))
     return Placement(tuple(pods))
+
+
+def fits(snap: Snapshot, gang: Gang, *, exclude: Container[str] = _NONE) -> bool:
+    """Whether `place` would find a placement, without choosing one (no scoring):
+    `place` finds one exactly when the free GPUs are enough and the nodes the gang
+    may use have room for all its workers (for a one-pod gang with a fragmentation
+    model: room for it on some node)."""
+    if gang.gpu_total > snap.free_milli:
+        return False
+    open_nodes = snap.open_slots(gang.pod, exclude)
+    if gang.workers == 1 and snap.fragmentation is not None:
+        return bool(open_nodes)
+    if gang.workers <= 0:  # an empty placement, if any node has room for one pod
+        return bool(open_nodes)
+    return sum(k for _, k in open_nodes) >= gang.workers
 
 
 def _gpus(milli: int) -> str:

@@ -2,7 +2,7 @@
 
 Usage: python -m tests.perf [NAME ...]
 (names: policy, scheduler, devcluster, reconciler, gang, sim, agent, prometheus,
-telemetry, quota, alerts; default: all)
+telemetry, quota, alerts, scale; default: all)
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from tests.perf import (
     prometheus,
     quota,
     reconciler,
+    scale,
     scheduler,
     sim,
 )
@@ -36,6 +37,7 @@ BENCHMARKS = {
     "telemetry": telemetry_bench.run,
     "quota": quota.run,
     "alerts": alerts.run,
+    "scale": scale.run,
 }
 
 

@@ -12,23 +12,29 @@ this process notes when each worker is bound:
    GPUs nor the controller are ever short and nothing queues: its p99 is the
    latency the issue's "p99 creation-to-bound while capacity is free" means.
 
-Then as many plain single-GPU pods as the burst had (`schedulerName:
-default-scheduler`) are created at once for kube-scheduler, measured the same
-way, and the ratio of the two burst rates is printed.
+Then kube-scheduler is measured twice, each time on as many plain single-GPU
+pods as the burst had (`schedulerName: default-scheduler`), created at once
+and measured the same way: first at its default client limits
+(`clientConnection.qps` 50, burst 100), then, the first run's pods deleted and
+a fresh kube-scheduler started, with the limits raised to 5,000 / 5,000 as
+upstream's scheduler_perf runs it, so that its client is not throttled either.
+Only one kube-scheduler runs at a time, and none during gangops' phases. The
+ratio of gangops' burst rate to each is printed.
 
 Before all of that, the control plane's own ceiling is measured: as many plain
 pods as the burst had, created by this process already bound (`spec.nodeName`
 set, no scheduler involved) on nodes kept aside for them. Nothing can bind
 pods faster on this control plane than it accepts and runs pre-bound ones, so
 gangops' rate over this one says how much of the ceiling the scheduler leaves
-unused. By default the four phases take 3,480 of the 4,000 GPUs, so capacity
-is free throughout (a larger burst is refused when the phases would not fit).
+unused. By default the phases hold at most 3,480 of the 4,000 GPUs at once,
+so capacity is free throughout (a larger burst is refused when the phases
+would not fit).
 
 Client QPS (stated with the figures): gangops' client has no client-side rate
 limit (32 pooled connections, 16 job writers, 32 pod writers); kube-scheduler
-runs with its defaults as clusters/local launches it (`clientConnection.qps`
-50, burst 100). The jobs and plain pods are created by this process's client
-(16 threads) in every phase.
+runs once at its defaults (qps 50, burst 100) and once at qps 5,000 / burst
+5,000. The jobs and plain pods are created by this process's client (16
+threads) in every phase.
 
 Run: `.venv/bin/python -m tests.perf.gang [--nodes N] [--jobs N] [--paced-jobs N]
 [--pace PODS_PER_S]`; `make bench` calls `run()`.
@@ -49,7 +55,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from controller.devcluster import Options, ensure_binaries, start
+from controller.devcluster import DevCluster, Options, ensure_binaries, start
 from controller.jobs.admission import admission_objects
 from controller.kube.client import RESOURCES, ApiError, Kube, connect
 from controller.kube.crds import generate_crds, install
@@ -67,17 +73,26 @@ from tests.perf.harness import Result, print_table
 # reported, not judged.
 PODS_PER_S_MIN = 300.0
 P99_MAX_S = 2.0
+# Issue 16's targets, judged on ratios measured in the same run (the machine's load
+# moves every absolute figure): gangops' burst rate at least 1.5x kube-scheduler's with
+# its client limits raised (equal settings: neither client throttled), and at least
+# 85 % of the control plane's ceiling. Set from the targets, not from a measurement;
+# the measured ratios and the command are in docs/performance.md.
+EQUAL_SETTINGS_RATIO_MIN = 1.5
+CEILING_SHARE_MIN = 0.85
 
 GPU = "nvidia.com/gpu"
 TIER = "bench"
 SYSTEM_NS = "gangops-system"
 
 
-def _setup(kube: Kube, *, gpus: int) -> None:
+def _setup(kube: Kube, *, gpus: int, max_gpus: int | None = None) -> None:
+    """CRDs, admission, namespaces, the bench tier, and a policy with one project
+    `bench` guaranteed `gpus` GPUs (at most `max_gpus`, if given)."""
     install(kube, generate_crds(schema_dir()))
     for obj in admission_objects():
         kube.apply(obj, field_manager="bench")
-    for ns in (SYSTEM_NS, "gangs", "paced", "plain", "ceiling"):
+    for ns in (SYSTEM_NS, "gangs", "paced", "plain", "plain-raised", "ceiling"):
         kube.apply(
             {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}},
             field_manager="bench",
@@ -109,7 +124,8 @@ def _setup(kube: Kube, *, gpus: int) -> None:
                    "preemptionPolicy": "PreemptLowerPriority", "globalDefault": False}],
         "projects": [{
             "name": "bench", "namespaces": ["gangs", "paced"],
-            "quota": {"guaranteed": {"gpu": gpus}, "max": {}},
+            "quota": {"guaranteed": {"gpu": gpus},
+                      "max": {} if max_gpus is None else {"gpu": max_gpus}},
             "users": {"default": {"guaranteed": {}, "max": {}}, "members": []},
             "jobs": {"maxGPU": None, "tiers": [TIER], "defaultTier": TIER},
         }],
@@ -265,6 +281,41 @@ def _controller(kubeconfig: Path, log: Path) -> subprocess.Popen[bytes]:
         return subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
 
 
+RAISED_QPS = 5000.0
+RAISED_BURST = 5000
+"""kube-scheduler's client limits in its second run: upstream's scheduler_perf sets
+both to 5,000, high enough that the client never waits."""
+
+
+def _delete_all(kube: Kube, namespace: str, timeout_s: float = 120.0) -> None:
+    """Delete every pod of `namespace` (16 threads) and wait until none is left (the
+    fake kubelet confirms the deletions), so the GPUs they held are free again."""
+    items, _ = kube.list(RESOURCES["Pod"], namespace=namespace)
+    names = [o["metadata"]["name"] for o in items]
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(lambda n: kube.delete(RESOURCES["Pod"], n, namespace=namespace), names))
+    deadline = time.monotonic() + timeout_s
+    while kube.list(RESOURCES["Pod"], namespace=namespace)[0]:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"pods of {namespace} still there after {timeout_s:.0f}s")
+        time.sleep(0.5)
+
+
+def _kube_scheduler(
+    cluster: DevCluster, kube: Kube, namespace: str, pods: int, *, qps: float, burst: int
+) -> tuple[float, float]:
+    """Start a kube-scheduler at these client limits, measure it on `pods` plain pods
+    created at once in `namespace`, stop it."""
+    ks = cluster.start_kube_scheduler(qps=qps, burst=burst)
+    try:
+        time.sleep(2.0)  # informers listed
+        return _measure(
+            kube, namespace, [_plain(i, namespace) for i in range(pods)], pods, lambda n, _: n
+        )
+    finally:
+        cluster.stop_component(ks)
+
+
 def run(
     nodes: int = 500,
     jobs: int = 125,
@@ -273,13 +324,14 @@ def run(
     pace: float | None = None,
 ) -> list[Result]:
     """Start the cluster, measure gangops (burst, then paced at `pace` pods/s, by
-    default half the burst's rate) and kube-scheduler, return the figures."""
+    default half the burst's rate) and kube-scheduler (default client limits, then
+    raised), return the figures."""
     pods = jobs * gang
     aside = -(-pods // 8)  # nodes filled by the ceiling phase
     if (2 * jobs + paced_jobs) * gang > (nodes - aside) * 8:
         raise ValueError(
-            f"{jobs} + {paced_jobs} gangs of {gang} and 2 x {pods} plain pods need more "
-            f"than {nodes} 8-GPU nodes"
+            f"{jobs} + {paced_jobs} gangs of {gang} and {pods} plain pods at a time need"
+            f" more than {nodes} 8-GPU nodes"
         )
     build = ensure_binaries()
     with tempfile.TemporaryDirectory(prefix="gangops-bench-gang-") as work:
@@ -288,7 +340,6 @@ def run(
                 cluster=thousand_node_cluster(nodes),
                 data_dir=Path(work),
                 bin_dir=build.bin_dir,
-                kube_scheduler=True,
                 timeout_s=300,
             )
         )
@@ -326,8 +377,10 @@ def run(
                     job_of,
                     interval_s=gang / pace,
                 )
-            ks_rate, ks_p99 = _measure(
-                kube, "plain", [_plain(i) for i in range(pods)], pods, lambda name, _: name
+            ks_rate, ks_p99 = _kube_scheduler(cluster, kube, "plain", pods, qps=50.0, burst=100)
+            _delete_all(kube, "plain")
+            raised_rate, raised_p99 = _kube_scheduler(
+                cluster, kube, "plain-raised", pods, qps=RAISED_QPS, burst=RAISED_BURST
             )
         except RuntimeError:
             print((Path(work) / "gangops-run.log").read_text()[-3000:], file=sys.stderr)
@@ -340,22 +393,43 @@ def run(
     print(
         f"gangops burst: {gang_rate:.0f} pods/s, p99 {gang_p99:.2f}s ({jobs} gangs of {gang}); "
         f"gangops paced at {pace:.0f} pods/s: p99 {paced_p99:.2f}s ({paced_jobs} gangs); "
-        f"kube-scheduler: {ks_rate:.0f} pods/s, p99 {ks_p99:.2f}s ({pods} pods); "
-        f"ratio {gang_rate / ks_rate:.2f}x; control-plane ceiling (pre-bound pods, no "
-        f"scheduler): {ceiling_rate:.0f} pods/s, gangops at {gang_rate / ceiling_rate:.0%} of it. "
-        "Client QPS: gangops unlimited (32 connections, "
-        "16 job writers, 32 pod writers); kube-scheduler qps 50 / burst 100 (its defaults)."
+        f"kube-scheduler at qps 50 / burst 100 (its defaults): {ks_rate:.0f} pods/s, "
+        f"p99 {ks_p99:.2f}s ({pods} pods), ratio {gang_rate / ks_rate:.2f}x; "
+        f"kube-scheduler at qps {RAISED_QPS:g} / burst {RAISED_BURST} (scheduler_perf's): "
+        f"{raised_rate:.0f} pods/s, p99 {raised_p99:.2f}s ({pods} pods), "
+        f"ratio {gang_rate / raised_rate:.2f}x; control-plane ceiling (pre-bound pods, no "
+        f"scheduler): {ceiling_rate:.0f} pods/s, gangops at {gang_rate / ceiling_rate:.0%} "
+        f"of it, kube-scheduler at {ks_rate / ceiling_rate:.0%} (defaults) and "
+        f"{raised_rate / ceiling_rate:.0%} (raised). Client QPS: gangops unlimited "
+        "(32 connections, 16 job writers, 32 pod writers)."
     )
     paced = [Result("gang e2e: p99 creation to bound (paced)", paced_p99, "s", P99_MAX_S)]
     return [
         Result("gang e2e: pods bound per second (burst)", gang_rate, "/s", PODS_PER_S_MIN, True),
         *(paced if paced_jobs else []),
         Result("gang e2e: p99 creation to bound (burst)", gang_p99, "s", float("inf")),
-        Result("kube-scheduler: pods bound per second", ks_rate, "/s", 0.0, True),
-        Result("kube-scheduler: p99 creation to bound", ks_p99, "s", float("inf")),
-        Result("gangops / kube-scheduler pods/s", gang_rate / ks_rate, "x", 0.0, True),
+        Result("kube-scheduler qps 50/100: pods bound per second", ks_rate, "/s", 0.0, True),
+        Result("kube-scheduler qps 50/100: p99 creation to bound", ks_p99, "s", float("inf")),
+        Result("gangops / kube-scheduler qps 50/100", gang_rate / ks_rate, "x", 0.0, True),
+        Result("kube-scheduler qps 5000/5000: pods bound per second", raised_rate, "/s", 0.0, True),
+        Result(
+            "kube-scheduler qps 5000/5000: p99 creation to bound", raised_p99, "s", float("inf")
+        ),
+        Result(
+            "gangops / kube-scheduler qps 5000/5000",
+            gang_rate / raised_rate,
+            "x",
+            EQUAL_SETTINGS_RATIO_MIN,
+            True,
+        ),
         Result("control plane ceiling: pre-bound pods/s", ceiling_rate, "/s", 0.0, True),
-        Result("gangops / control plane ceiling", gang_rate / ceiling_rate, "x", 0.0, True),
+        Result(
+            "gangops / control plane ceiling",
+            gang_rate / ceiling_rate,
+            "x",
+            CEILING_SHARE_MIN,
+            True,
+        ),
     ]
 
 

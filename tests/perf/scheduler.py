@@ -10,7 +10,11 @@ second, and per-gang decision time percentiles.
 
 Threshold: at least 2,000 pods decided per second (from the issue). Measured
 2026-12-02 on the 2-core development machine: see `make bench` output; the
-seeded workload makes runs comparable.
+seeded workload makes runs comparable. Since issue 16 the rate is in CPU time.
+
+At scale (issue 16): the same seeded workload on 5,000 nodes x 8 GPUs with
+20,000 pending gangs, one `schedule()`: at least 20,000 pods decided per CPU
+second (the issue's target), per-gang p99 reported against a guard.
 
 Telemetry (issue 13): the cost of a scheduling step with telemetry over the same
 step without, measured in the same run (a ratio, so the machine's speed cancels
@@ -65,6 +69,14 @@ __all__ = ["run"]
 
 NODES, GPUS, JOBS = 1000, 8, 5000
 PODS_PER_SECOND_MIN = 2000.0
+BIG_NODES, BIG_JOBS = 5000, 20_000
+"""Issue 16's scale: 5,000 nodes x 8 GPUs, 20,000 pending gangs, one `schedule()`."""
+BIG_PODS_PER_SECOND_MIN = 20_000.0
+"""Issue 16's target at that scale, in CPU time (about 36,000-58,000 pods/s were
+measured at 1,000 nodes); measured 25,400-27,800 (docs/performance.md)."""
+BIG_P99_MAX_MS = 20.0
+"""Per-gang decision p99 at that scale (wall time): a guard; measured 1.8 ms at load
+4 and up to 15 ms at load 8 (docs/performance.md)."""
 TELEMETRY_RATIO_MAX = 1.05
 TELEMETRY_REPEATS = 15
 RUNNING, STEP = 300, 400
@@ -77,9 +89,9 @@ TIERS = (("critical", 1_000_000, False), ("high", 100_000, False), ("normal", 10
 PROJECTS = ("nlp", "vision", "speech", "research", "platform")
 
 
-def _policy_doc() -> dict[str, Any]:
+def _policy_doc(nodes: int = NODES) -> dict[str, Any]:
     """The compiled policy; built by hand, so held to its schema (outside the timing)."""
-    share = NODES * GPUS // len(PROJECTS)
+    share = nodes * GPUS // len(PROJECTS)
     doc = {
         "apiVersion": "policy.ai.operator/v1",
         "kind": "SchedulingPolicy",
@@ -116,7 +128,7 @@ def _policy_doc() -> dict[str, Any]:
     return doc
 
 
-def _nodes() -> list[Node]:
+def _nodes(count: int = NODES) -> list[Node]:
     return [
         Node(
             name=f"node-{i:04d}",
@@ -127,15 +139,15 @@ def _nodes() -> list[Node]:
                 LEVELS[2]: f"zone-{i // 200}",
             },
         )
-        for i in range(NODES)
+        for i in range(count)
     ]
 
 
-def _queue(rng: random.Random) -> list[Gang]:
+def _queue(rng: random.Random, jobs: int = JOBS) -> list[Gang]:
     sizes = [1, 2, 4, 8, 16, 32, 64]
     weights = [30, 15, 15, 20, 10, 6, 4]
     out = []
-    for i in range(JOBS):
+    for i in range(jobs):
         size = rng.choices(sizes, weights)[0]
         per = 8 if size >= 8 and rng.random() < 0.5 else (1 if size >= 8 else size)
         tier, value, preemptible = rng.choice(TIERS)
@@ -211,37 +223,54 @@ def _telemetry_ratio(doc: dict[str, Any], queue: list[Gang]) -> tuple[float, flo
     return best[with_telemetry] / best[without], best[without], best[with_telemetry]
 
 
-def run() -> list[Result]:
-    """Run the benchmark and return its figures."""
+def _throughput(nodes: int, jobs: int, repeats: int) -> tuple[float, int, int, list[float]]:
+    """One `schedule()` over `jobs` seeded pending gangs on `nodes` empty 8-GPU nodes,
+    best of `repeats`: (CPU seconds, pods decided, pods placed, sorted per-gang wall
+    seconds). CPU time, because the machine is shared and its wall time moves with
+    the other sessions' load (9-16 s of wall against 3.6 s of CPU at 5,000 nodes)."""
     rng = random.Random(42)
-    queue = _queue(rng)
+    queue = _queue(rng, jobs)
     pods = sum(g.workers for g in queue)
-    doc = _policy_doc()
+    doc = _policy_doc(nodes)
     best: tuple[float, int, list[float]] | None = None
-    for _ in range(3):
-        snap = Snapshot(_nodes(), levels=LEVELS)
-        t0 = time.perf_counter()
+    for _ in range(repeats):
+        snap = Snapshot(_nodes(nodes), levels=LEVELS)
+        t0 = time.process_time()
         policy = SchedulingPolicy.from_dict(doc)
         result = schedule(snap, queue, policy, now=0.0, timer=time.perf_counter)
-        elapsed = time.perf_counter() - t0
+        elapsed = time.process_time() - t0
         placed = sum(d.gang.workers for d in result.decisions if isinstance(d, Admit))
         if best is None or elapsed < best[0]:
             best = (elapsed, placed, sorted(result.decision_seconds))
     assert best is not None
-    elapsed, placed, per_gang = best
+    return best[0], pods, best[1], best[2]
 
-    def pct(q: float) -> float:
-        return per_gang[min(len(per_gang) - 1, int(q * len(per_gang)))] * 1000
 
+def _pct(per_gang: list[float], q: float) -> float:
+    """The `q` quantile of per-gang seconds, in milliseconds."""
+    return per_gang[min(len(per_gang) - 1, int(q * len(per_gang)))] * 1000
+
+
+def run() -> list[Result]:
+    """Run the benchmark and return its figures."""
+    elapsed, pods, placed, per_gang = _throughput(NODES, JOBS, 3)
     print(
-        f"scheduler: {JOBS} gangs ({pods} pods) on {NODES}x{GPUS} GPUs in {elapsed:.3f} s; "
-        f"{placed} pods placed; per-gang decision p50 {pct(0.5):.3f} ms, "
-        f"p95 {pct(0.95):.3f} ms, p99 {pct(0.99):.3f} ms, max {per_gang[-1] * 1000:.3f} ms"
+        f"scheduler: {JOBS} gangs ({pods} pods) on {NODES}x{GPUS} GPUs in {elapsed:.3f} s CPU; "
+        f"{placed} pods placed; per-gang decision p50 {_pct(per_gang, 0.5):.3f} ms, "
+        f"p95 {_pct(per_gang, 0.95):.3f} ms, p99 {_pct(per_gang, 0.99):.3f} ms, "
+        f"max {per_gang[-1] * 1000:.3f} ms"
     )
-    ratio, plain, telemetry = _telemetry_ratio(doc, queue)
+    ratio, plain, telemetry = _telemetry_ratio(_policy_doc(), _queue(random.Random(42)))
     print(
         f"scheduler: a step over {STEP} gangs with telemetry {telemetry:.3f} s, "
         f"without {plain:.3f} s (best of {TELEMETRY_REPEATS}): x{ratio:.3f}"
+    )
+    big_s, big_pods, big_placed, big_gang = _throughput(BIG_NODES, BIG_JOBS, 1)
+    print(
+        f"scheduler at scale: {BIG_JOBS} gangs ({big_pods} pods) on {BIG_NODES}x{GPUS} GPUs "
+        f"in {big_s:.3f} s CPU ({big_pods / big_s:.0f} pods decided/s); {big_placed} pods "
+        f"placed; per-gang decision p50 {_pct(big_gang, 0.5):.3f} ms, "
+        f"p99 {_pct(big_gang, 0.99):.3f} ms, max {big_gang[-1] * 1000:.3f} ms"
     )
     return [
         Result("scheduler: step with telemetry / without", ratio, "x", TELEMETRY_RATIO_MAX),
@@ -258,5 +287,18 @@ def run() -> list[Result]:
             "/s",
             PODS_PER_SECOND_MIN,
             higher_is_better=True,
+        ),
+        Result(
+            f"scheduler {BIG_NODES}x{GPUS}, {BIG_JOBS} gangs: pods decided/s",
+            big_pods / big_s,
+            "/s",
+            BIG_PODS_PER_SECOND_MIN,
+            higher_is_better=True,
+        ),
+        Result(
+            f"scheduler {BIG_NODES}x{GPUS}, {BIG_JOBS} gangs: per-gang p99",
+            _pct(big_gang, 0.99),
+            "ms",
+            BIG_P99_MAX_MS,
         ),
     ]
