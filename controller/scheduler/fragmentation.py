@@ -73,8 +73,11 @@ controller's memory; a full openb arrivals replay sees about 90,000)."""
 class FragModel:
     """Scores node states by their expected fragmented milli-GPUs."""
 
-    def __init__(self, typical: Sequence[TypicalPod]) -> None:
+    def __init__(self, typical: Sequence[TypicalPod], *, cpu_feeds: bool = True) -> None:
+        """`cpu_feeds=False`: FGD's own measure, where a node's CPU only has to fit
+        one more pod of a request (the simulator's `fgd` baseline)."""
         self.typical = tuple(typical)
+        self.cpu_feeds = cpu_feeds
         self._shapes = tuple(
             (t.gpus, min(t.gpu_milli, MILLI), t.cpu_milli, t.gpu_models, t.weight)
             for t in self.typical
@@ -96,7 +99,11 @@ class FragModel:
             if models and model not in models:
                 out += weight * total
                 continue
-            out += weight * (total - _usable(free, gpus, milli, cpu_need, cpu))
+            if not self.cpu_feeds and cpu is not None and cpu < cpu_need:
+                out += weight * total
+                continue
+            feed = cpu if self.cpu_feeds else None
+            out += weight * (total - _usable(free, gpus, milli, cpu_need, feed))
         if len(self._memo) >= MEMO_STATES:
             self._memo.clear()
         self._memo[key] = out

@@ -34,7 +34,7 @@ from controller.scheduler.fragmentation import FragModel
 from controller.scheduler.snapshot import NodeState, Snapshot
 from controller.scheduler.types import MILLI, Gang, Placement, PodPlacement, PodShape, format_gpus
 
-__all__ = ["LEVEL_NAMES", "place", "shortfall"]
+__all__ = ["LEVEL_NAMES", "frag_score", "place", "shortfall"]
 
 LEVEL_NAMES = {
     "nvidia.com/gpu.clique": "NVLink domain",
@@ -107,7 +107,7 @@ def _choose(snap: Snapshot, gang: Gang, exclude: Container[str]) -> list[tuple[N
 _Score = tuple[float, int, int, str, tuple[int, ...]]
 
 
-def _frag_score(model: FragModel, ns: NodeState, pod: PodShape) -> _Score:
+def frag_score(model: FragModel, ns: NodeState, pod: PodShape) -> _Score:
     """(fragmentation increase, GPU and CPU left after, name, devices) for one
     more `pod` on `ns`; the caller has checked that it fits."""
     free = ns.free
@@ -155,7 +155,7 @@ def _place_one(
         if hit is not None and hit[0] == ns.stamp:
             score: _Score = hit[1]  # type: ignore[assignment]
         else:
-            score = _frag_score(model, ns, pod)
+            score = frag_score(model, ns, pod)
             cache[ns.name] = (ns.stamp, score)
         if best is None or score < best:
             best = score
