@@ -22,7 +22,7 @@ state is scored once however many nodes are in it.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from controller.scheduler.types import MILLI, PodShape
@@ -84,6 +84,22 @@ class FragModel:
             if t.gpus > 0
         )
         self._memo: dict[_Key, float] = {}
+        self.restricted: dict[str, float] = {}
+        """GPU model -> weight of the typical requests that accept only some
+        models, shared out among the models each accepts."""
+        for t in self.typical:
+            for m in t.gpu_models:
+                self.restricted[m] = self.restricted.get(m, 0.0) + t.weight / len(t.gpu_models)
+
+    def pressure(self, free: Mapping[str, int]) -> dict[str, float]:
+        """Per GPU model, what a milli-GPU of it taken costs, in expected
+        fragmented milli-GPUs: the model's share of the restricted requests
+        over its share of the free GPUs (`free`: model -> free milli-GPUs).
+        Equal for every model while the free GPUs follow the restricted
+        demand; a model that runs short of what its restricted requests need
+        costs more, so requests that accept any model go elsewhere."""
+        total = sum(free.values())
+        return {m: w * total / free[m] for m, w in self.restricted.items() if free.get(m, 0) > 0}
 
     def frag(self, model: str, free: tuple[int, ...], cpu: int | None) -> float:
         """Expected fragmented milli-GPUs of a node of GPU `model` whose devices
@@ -97,7 +113,8 @@ class FragModel:
         out = 0.0
         for gpus, milli, cpu_need, models, weight in self._shapes:
             if models and model not in models:
-                out += weight * total
+                if not self.cpu_feeds:
+                    out += weight * total
                 continue
             if not self.cpu_feeds and cpu is not None and cpu < cpu_need:
                 out += weight * total

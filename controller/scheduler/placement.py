@@ -149,6 +149,8 @@ def _place_one(
         return None
     key = (pod.gpus, pod.gpu_milli, pod.cpu_milli, pod.memory, pod.constraint_key())
     cache = snap.frag_scores.setdefault(key, {})
+    pressure = model.pressure(snap.free_by_model) if model.restricted else {}
+    taken = pod.gpu_total
     best: _Score | None = None
     for ns, _ in open_nodes:
         hit = cache.get(ns.name)
@@ -157,6 +159,9 @@ def _place_one(
         else:
             score = frag_score(model, ns, pod)
             cache[ns.name] = (ns.stamp, score)
+        cost = pressure.get(ns.node.gpu_model)
+        if cost:
+            score = (score[0] + cost * taken, *score[1:])
         if best is None or score < best:
             best = score
     assert best is not None
