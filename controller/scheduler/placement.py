@@ -149,9 +149,10 @@ def _place_one(
         return None
     key = (pod.gpus, pod.gpu_milli, pod.cpu_milli, pod.memory, pod.constraint_key())
     cache = snap.frag_scores.setdefault(key, {})
-    pressure = model.pressure(snap.free_by_model) if model.restricted else {}
+    pressure = model.pressure(snap.free_by_model) if model.restricted else None
     taken = pod.gpu_total
     best: _Score | None = None
+    best_cost = 0.0
     for ns, _ in open_nodes:
         hit = cache.get(ns.name)
         if hit is not None and hit[0] == ns.stamp:
@@ -159,11 +160,11 @@ def _place_one(
         else:
             score = frag_score(model, ns, pod)
             cache[ns.name] = (ns.stamp, score)
-        cost = pressure.get(ns.node.gpu_model)
-        if cost:
-            score = (score[0] + cost * taken, *score[1:])
-        if best is None or score < best:
-            best = score
+        cost = score[0]
+        if pressure:
+            cost += pressure.get(ns.node.gpu_model, 0.0) * taken
+        if best is None or cost < best_cost or (cost == best_cost and score[1:] < best[1:]):
+            best, best_cost = score, cost
     assert best is not None
     return Placement((PodPlacement(best[3], best[4]),))
 

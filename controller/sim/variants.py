@@ -69,11 +69,15 @@ def _fits_empty(node: Node, pod: PodShape) -> bool:
 def _gpuspec(
     jobs: list[TraceJob], gpu: list[int], rng: random.Random, nodes: Sequence[Node]
 ) -> None:
+    found: dict[tuple[int, int, int], list[Node]] = {}
     for i in sorted(rng.sample(gpu, round(SPEC_SHARE * len(gpu)))):
         pod = jobs[i].pod
         if pod.gpu_models:
             continue
-        hosts = [n for n in nodes if n.gpu_model and _fits_empty(n, pod)]
+        key = (pod.gpus, pod.cpu_milli, pod.memory)
+        if key not in found:
+            found[key] = [n for n in nodes if n.gpu_model and _fits_empty(n, pod)]
+        hosts = found[key]
         if not hosts:
             continue
         (node,) = rng.choices(hosts, weights=[n.gpus for n in hosts])
