@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: venv control-plane helm demo demo-pr test unit integration lint bench e2e clean
+.PHONY: venv control-plane helm monitoring-crds demo demo-pr test unit integration lint bench e2e clean
 
 venv: $(STAMP)
 
@@ -26,6 +26,12 @@ control-plane: venv
 helm:
 	@bash tools/helm/build.sh >/dev/null
 
+# The Prometheus Operator's CRDs, generated from its API types module by controller-gen
+# (tools/monitoring-crds/) once and cached under ~/.cache/gangops: the chart's tests
+# install them so its monitors and rules meet a real API server.
+monitoring-crds:
+	@bash tools/monitoring-crds/build.sh >/dev/null
+
 # The main job: gangops running on the local control plane, narrated (scripts/demo.sh).
 demo: venv control-plane
 	@bash scripts/debian-deps.sh
@@ -35,7 +41,7 @@ demo: venv control-plane
 demo-pr: venv
 	@bash scripts/demo-pr.sh
 
-test: venv control-plane helm
+test: venv control-plane helm monitoring-crds
 	@bash scripts/debian-deps.sh
 	@if command -v go >/dev/null; then \
 	  (cd clusters/local && GOFLAGS=-mod=readonly go test ./cmd/fake-kubelet/); \
@@ -50,7 +56,7 @@ lint: venv
 	$(BIN)/ruff check controller tests
 	$(BIN)/ruff format --check controller tests
 	$(BIN)/mypy
-	$(BIN)/mypy tests/unit/kube/fakes.py tests/unit/reconciler/fake_git.py
+	$(BIN)/mypy tests/unit/kube/fakes.py tests/unit/reconciler/fake_git.py tests/unit/quota/fake_forge.py
 	$(BIN)/lint-imports
 
 bench: venv

@@ -176,11 +176,20 @@ def _add_plugins(sub: Any) -> None:
     from controller.agent.cli import add_subcommand as add_agent
     from controller.devcluster.cli import add_subcommand as add_dev_cluster
     from controller.gang.cli import add_subcommand as add_explain
+    from controller.quota.cli import add_subcommand as add_quota
     from controller.reconciler.cli import add_subcommand as add_install_crds
     from controller.run import add_subcommand as add_run
     from controller.sim.cli import add_subcommand as add_simulate
 
-    for add in (add_run, add_install_crds, add_explain, add_simulate, add_dev_cluster, add_agent):
+    for add in (
+        add_run,
+        add_install_crds,
+        add_explain,
+        add_quota,
+        add_simulate,
+        add_dev_cluster,
+        add_agent,
+    ):
         add(sub)
 
 

@@ -1,8 +1,20 @@
-"""The contract between the node agent and the scheduler about GPUs out of service:
-the agent writes it on the Node, the scheduler reads it (with or without Prometheus).
+"""The contract between the node agent, the alert actions and the scheduler about GPUs
+out of service: the agent and the alert actions write it on the Node, the scheduler
+reads it (with or without Prometheus).
 
-- annotation `gangops.ai/unhealthy-gpus`: the GPU indices out of service, `"1,3"`
-  (empty when none);
+- annotation `gangops.ai/unhealthy-gpus`: the GPU indices the agent found out of
+  service, `"1,3"` (empty when none); only the agent writes it;
+- annotation `gangops.ai/quarantined-gpus`: the GPU indices an alert action took out
+  of service (controller/alerts); only the alert actions write it, and the scheduler
+  counts the union of both;
+- annotation `gangops.ai/out-of-service`: in words, why an alert action holds the
+  node or its GPUs and when they come back (for `kubectl describe node` and
+  `gangops explain`);
+- TrainingJob annotations `gangops.ai/checkpoint-requested` and
+  `gangops.ai/restart-requested`, each `"<RFC 3339 time> <why>"`: an alert action
+  asks the job to checkpoint (for its training code or operator to act on), then
+  asks the gang controller to restart the gang elsewhere; the restart is the
+  cluster's doing, so it is not counted against the job's backoffLimit;
 - condition `GPUProblem` on the Node's status: True while any GPU is out of service;
 - which XIDs take a GPU out (`XID_CLASSES`, NVIDIA's XID catalogue): the agent and
   the simulator's scripted faults read the same table.
@@ -10,21 +22,32 @@ the agent writes it on the Node, the scheduler reads it (with or without Prometh
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Iterable, Mapping
 from enum import Enum
 from typing import Any
 
 __all__ = [
+    "CHECKPOINT_ANNOTATION",
     "CONDITION",
+    "OUT_OF_SERVICE_ANNOTATION",
+    "QUARANTINE_ANNOTATION",
+    "RESTART_ANNOTATION",
     "UNHEALTHY_ANNOTATION",
     "XID_CLASSES",
     "XidClass",
     "classify_xid",
     "format_indices",
+    "parse_indices",
+    "parse_request",
     "unhealthy_gpus",
 ]
 
 UNHEALTHY_ANNOTATION = "gangops.ai/unhealthy-gpus"
+QUARANTINE_ANNOTATION = "gangops.ai/quarantined-gpus"
+OUT_OF_SERVICE_ANNOTATION = "gangops.ai/out-of-service"
+CHECKPOINT_ANNOTATION = "gangops.ai/checkpoint-requested"
+RESTART_ANNOTATION = "gangops.ai/restart-requested"
 CONDITION = "GPUProblem"
 
 
@@ -32,16 +55,38 @@ def format_indices(indices: Iterable[int]) -> str:
     return ",".join(str(i) for i in sorted(set(indices)))
 
 
-def unhealthy_gpus(node: Mapping[str, Any]) -> frozenset[int]:
-    """The GPU indices a Node's annotation puts out of service (malformed entries are
-    ignored: a typo must not take a node's GPUs out)."""
-    raw = ((node.get("metadata") or {}).get("annotations") or {}).get(UNHEALTHY_ANNOTATION, "")
+def parse_indices(raw: object) -> frozenset[int]:
+    """GPU indices from `"1,3"` (malformed entries are ignored: a typo must not take a
+    node's GPUs out)."""
     out = set()
-    for part in str(raw).split(","):
+    for part in str(raw or "").split(","):
         part = part.strip()
         if part.isdigit():
             out.add(int(part))
     return frozenset(out)
+
+
+def unhealthy_gpus(node: Mapping[str, Any]) -> frozenset[int]:
+    """The GPU indices out of service on a Node: the agent's and the alert actions'."""
+    annotations = (node.get("metadata") or {}).get("annotations") or {}
+    return parse_indices(annotations.get(UNHEALTHY_ANNOTATION)) | parse_indices(
+        annotations.get(QUARANTINE_ANNOTATION)
+    )
+
+
+def parse_request(obj: Mapping[str, Any], annotation: str) -> tuple[float, str] | None:
+    """(epoch seconds, why) of a `"<RFC 3339 time> <why>"` request annotation, or None."""
+    raw = ((obj.get("metadata") or {}).get("annotations") or {}).get(annotation)
+    if not isinstance(raw, str) or not raw.strip():
+        return None
+    stamp, _, why = raw.strip().partition(" ")
+    try:
+        at = dt.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if at.tzinfo is None:
+        at = at.replace(tzinfo=dt.UTC)
+    return at.timestamp(), why.strip()
 
 
 class XidClass(Enum):

@@ -8,7 +8,9 @@ One process holds every long-running part:
 - the TrainingJob controller and gang scheduler (unless `--no-scheduler`):
   it places each TrainingJob's workers all or nothing, and restarts, resizes,
   preempts and rolls back gangs;
-- the webhook server (Git pushes: `POST /hook/<policysource>`);
+- the webhook server (Git pushes: `POST /hook/<policysource>`; Alertmanager:
+  `POST /alertmanager`, whose alerts the leader turns into the ClusterPolicy's
+  alert actions, docs/alerts.md);
 - the metrics and health server (`/metrics`, `/healthz`, `/readyz`).
 
 Before any of it starts, `run` checks that the API server answers and that
@@ -19,13 +21,15 @@ the leader reconciles and schedules, and its client is fenced by the elector,
 so a replica whose Lease lapsed cannot write even from a thread still in
 flight. A leader that loses the Lease exits (status 1), as
 controller-runtime's managers do: the restart rejoins the election as a
-candidate with clean state. Every replica serves webhooks (they only annotate
-the PolicySource) and metrics.
+candidate with clean state. Every replica serves Git webhooks (they only
+annotate the PolicySource) and metrics; Alertmanager's deliveries are taken by
+the leader only (a candidate answers 503, which Alertmanager retries).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import signal
@@ -34,31 +38,42 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
+from fractions import Fraction
 from pathlib import Path
 from types import FrameType
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from controller.alerts.actor import ActorSettings, AlertActor
+from controller.alerts.metrics import AlertMetrics
+from controller.alerts.receiver import PATH as ALERTMANAGER_PATH
+from controller.alerts.receiver import Credentials, Inbox, Receiver
 from controller.gang.controller import GangController, GangSettings
 from controller.gang.metrics import GangMetrics
 from controller.gang.telemetry import PrometheusTelemetry, TelemetryMetrics
+from controller.gang.view import node_of, node_ready
 from controller.httpserver import HttpServer, Limits, Request, Response, ServerError, text
-from controller.kube.client import RESOURCES, ApiError, Kube, connect
+from controller.kube.client import RESOURCES, ApiError, Kube, KubeApi, connect
 from controller.kube.clock import SystemClock
 from controller.kube.leader import ElectionSettings, LeaseElector
+from controller.quota.controller import QuotaController, QuotaSettings
+from controller.quota.usage import PrometheusUsage
 from controller.reconciler.controller import Reconciler, ReconcilerSettings
 from controller.reconciler.metrics import ReconcilerMetrics
 from controller.reconciler.webhook import PATH_PREFIX, Deliveries, handle_push
 from controller.scheduler.cycle import GROW_INTERVAL_S
-from controller.scheduler.policy import DEFAULT_SYSTEM_NAMESPACE
+from controller.scheduler.policy import DEFAULT_SYSTEM_NAMESPACE, POLICY_CONFIGMAP, POLICY_KEY
+from controller.sim.whatif import quota_what_if, recent_workload
 
 __all__ = ["add_subcommand"]
 
 log = logging.getLogger("gangops.run")
 
 _WEBHOOK_LIMITS = Limits(max_body_bytes=1024 * 1024)
-"""Push payloads are a few KiB (GitHub lists at most 20 commits); a larger body is
-refused with 413 before it is read."""
+"""Push payloads are a few KiB (GitHub lists at most 20 commits), an Alertmanager
+delivery about 1 KiB per alert (its webhook_config `max_alerts` keeps one below the
+limit); a larger body is refused with 413 before it is read."""
 _METRICS_LIMITS = Limits(max_body_bytes=4096)
 """Scrapes and probes are GETs; no body is needed."""
 
@@ -77,6 +92,9 @@ endpoints:
   METRICS_ADDR  /metrics (Prometheus), /healthz, /readyz
   WEBHOOK_ADDR  POST /hook/<policysource>  (GitHub X-Hub-Signature-256 or GitLab
                 X-Gitlab-Token, checked against the secret in --webhook-secret-file)
+                POST /alertmanager  (Alertmanager's webhook, version 4; a bearer token
+                from --alertmanager-token-file or basic auth from
+                --alertmanager-basic-auth-file; without either, refused)
 
 With leader election (the default) replicas share a Lease; only the holder
 writes, and a holder that loses it exits with status 1 to be restarted.
@@ -126,6 +144,14 @@ def _run(args: argparse.Namespace) -> int:
     secret = (
         Path(args.webhook_secret_file).read_bytes().strip() if args.webhook_secret_file else b""
     )
+    try:
+        credentials = Credentials.from_files(
+            token_file=args.alertmanager_token_file,
+            basic_auth_file=args.alertmanager_basic_auth_file,
+        )
+    except (OSError, ValueError) as e:
+        print(f"gangops run: Alertmanager credentials: {e}", file=sys.stderr)
+        return 2
     identity = args.identity or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
     settings = ReconcilerSettings(
         cache_dir=Path(args.cache_dir),
@@ -156,6 +182,10 @@ def _run(args: argparse.Namespace) -> int:
     exit_code = 0
     reconciler: Reconciler | None = None
     scheduler: GangController | None = None
+    alert_actor: AlertActor | None = None
+    alert_metrics = AlertMetrics(metrics.registry)
+    inbox = Inbox()
+    quota: QuotaController | None = None
     elector: LeaseElector | None = None
 
     def start_leading() -> None:
@@ -165,6 +195,15 @@ def _run(args: argparse.Namespace) -> int:
         fenced = kube.fenced(elector.is_leader) if elector is not None else kube
         reconciler = Reconciler(fenced, settings=settings, clock=clock, metrics=metrics)
         reconciler.start()
+        nonlocal alert_actor
+        alert_actor = AlertActor(
+            fenced,
+            inbox=inbox,
+            clock=clock,
+            metrics=alert_metrics,
+            settings=ActorSettings(args.system_namespace, tick_s=args.alert_tick),
+        )
+        alert_actor.start()
         if args.scheduler:
             nonlocal scheduler
             scheduler = GangController(
@@ -175,6 +214,20 @@ def _run(args: argparse.Namespace) -> int:
                 telemetry=telemetry.current if telemetry is not None else None,
             )
             scheduler.start()
+        if args.quota_requests:
+            nonlocal quota
+            quota = QuotaController(
+                fenced,
+                QuotaSettings(
+                    cache_dir=Path(args.cache_dir), system_namespace=args.system_namespace
+                ),
+                clock=clock,
+            )
+            quota.what_if = cluster_what_if(fenced, system_namespace=args.system_namespace)
+            if args.prometheus_url:
+                usage = PrometheusUsage(args.prometheus_url)
+                quota.usage, quota.usage_fraction = usage.markdown, usage.fraction
+            quota.start()
 
     def stop_leading() -> None:
         nonlocal exit_code
@@ -193,6 +246,7 @@ def _run(args: argparse.Namespace) -> int:
             reconciler is not None
             and reconciler.ready()
             and (scheduler is None or scheduler.ready())
+            and (alert_actor is None or alert_actor.ready())
         )
 
     def health(request: Request) -> Response:
@@ -220,6 +274,14 @@ def _run(args: argparse.Namespace) -> int:
         metrics.webhooks.labels(r.result).inc()
         return text(r.status, r.message)
 
+    alertmanager = Receiver(
+        credentials,
+        inbox,
+        alert_metrics,
+        accepting=lambda: alert_actor is not None,
+        monotonic=clock.monotonic,
+    )
+
     metrics_routes = {"/metrics": scrape, "/healthz": health, "/readyz": health}
     try:
         servers = [
@@ -228,7 +290,10 @@ def _run(args: argparse.Namespace) -> int:
         if args.webhook_addr:
             servers.append(
                 HttpServer(
-                    args.webhook_addr, {PATH_PREFIX: hook}, limits=_WEBHOOK_LIMITS, name="webhook"
+                    args.webhook_addr,
+                    {PATH_PREFIX: hook, ALERTMANAGER_PATH: alertmanager},
+                    limits=_WEBHOOK_LIMITS,
+                    name="webhook",
                 )
             )
     except ServerError as e:
@@ -283,6 +348,10 @@ def _run(args: argparse.Namespace) -> int:
             campaign.join(10)
         if scheduler is not None:
             scheduler.stop()
+        if alert_actor is not None:
+            alert_actor.stop()
+        if quota is not None:
+            quota.stop()
         if reconciler is not None:
             reconciler.stop()
         for server in servers:
@@ -317,6 +386,32 @@ _SHUTDOWN_DEADLINE_S = 20.0
 """How long a graceful stop may take (within Kubernetes' default 30 s grace period)."""
 
 
+def cluster_what_if(
+    kube: KubeApi, *, system_namespace: str
+) -> Callable[[str, str, Fraction], str | None]:
+    """The quota pull request's simulator what-if on the cluster's recent workload:
+    its TrainingJobs, Ready nodes and compiled policy, replayed by `sim.whatif`."""
+
+    def what_if(project: str, resource: str, delta: Fraction) -> str | None:
+        if resource != "gpu":
+            return None
+        try:
+            cm = kube.get(RESOURCES["ConfigMap"], POLICY_CONFIGMAP, system_namespace)
+            if cm is None:
+                return None
+            doc = json.loads(cm["data"][POLICY_KEY])
+            jobs, _ = kube.list(RESOURCES["TrainingJob"])
+            nodes, _ = kube.list(RESOURCES["Node"])
+            trace = recent_workload(jobs, doc, now=time.time())
+            ready = [node_of(n) for n in nodes if node_ready(n)]
+            return quota_what_if(trace, ready, doc, project=project, delta_gpus=int(delta))
+        except (ApiError, KeyError, ValueError) as e:
+            log.warning("what-if not computed project=%s error=%r", project, str(e))
+            return None
+
+    return what_if
+
+
 def _default_cache() -> str:
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return str(Path(base) / "gangops" / "reconciler")
@@ -345,6 +440,24 @@ def add_subcommand(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
         "--webhook-secret-file",
         help="file holding the shared webhook secret (GitHub HMAC key / GitLab token)",
     )
+    p.add_argument(
+        "--alertmanager-token-file",
+        help="file holding the bearer token Alertmanager sends to POST /alertmanager"
+        " (its http_config authorization credentials_file)",
+    )
+    p.add_argument(
+        "--alertmanager-basic-auth-file",
+        help="file holding user:password Alertmanager sends to POST /alertmanager"
+        " (its http_config basic_auth)",
+    )
+    p.add_argument(
+        "--alert-tick",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="how often alert actions look for due work: restarts after their grace"
+        " period, undo after the cool-down (default %(default)g)",
+    )
     p.add_argument("--cache-dir", default=_default_cache(), help="Git caches (default %(default)s)")
     p.add_argument(
         "--source-selector",
@@ -355,6 +468,13 @@ def add_subcommand(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
         action=argparse.BooleanOptionalAction,
         default=True,
         help="run the TrainingJob controller and gang scheduler (default on)",
+    )
+    p.add_argument(
+        "--quota-requests",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="turn QuotaRequests into pull requests on the policy repositories of the"
+        " PolicySources with spec.forge (docs/quota-requests.md; default on)",
     )
     p.add_argument(
         "--prometheus-url",

@@ -232,7 +232,15 @@ tj_table
 step "... and shrinks back when a job of its tier needs the GPUs"
 say "A resize restarts the job from its checkpoint, so grown workers are protected like a new"
 say "job for minRuntimeSeconds (10 s here) before anyone may take them back."
-sleep 14  # minRuntimeSeconds, counted from the restarted pods, and some slack for a busy machine
+# minRuntimeSeconds counts from the decision that restarted the gang (status.admission.
+# decidedAt), which a busy machine may make later than the grown pods show up: wait for
+# that, not for a fixed time.
+past_min_runtime() {
+  local at
+  at="$(k get tj -n nlp bert-training -o jsonpath='{.status.admission.decidedAt}')"
+  [[ -n "$at" ]] && (( $(date +%s) - $(date -d "$at" +%s) >= 12 ))
+}
+wait_for "bert-training's grown workers past minRuntimeSeconds" 60 past_min_runtime
 say "bob (nlp) applies gpt-pretrain, 8 GPUs, tier high. No GPU is free outside the reserve:"
 say "gangops takes back the workers bert-training grew by, instead of evicting anyone."
 show as bob apply -f "$demo/gpt-pretrain.yaml"

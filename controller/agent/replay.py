@@ -18,6 +18,7 @@ A scenario file (YAML) adds faults at given seconds after the start::
       - {at: 12, gpu: 1, kind: lost}                      # NVML_ERROR_GPU_IS_LOST from now on
       - {at: 40, gpu: 1, kind: reset, seconds: 2}         # lost for 2 s, then back and clean
       - {at: 0,  gpu: 0, kind: memory-ramp, mib-per-second: 50, to-mib: 40000}   # a leak
+      - {at: 0,  gpu: 1, kind: memory-ramp, mib-per-second: 50, seconds: 60}  # freed after 60 s
       - {at: 20, gpu: 4, kind: error, error: unknown, seconds: 3}  # any NVML error code
       - {at: 30, kind: driver-unloaded, seconds: 5}       # NVML down for every GPU
 
@@ -315,6 +316,8 @@ class Replay:
             util = min(100.0, max(0.0, duty.at(t))) if duty else 0.0
             used_mib = mem.at(t) / _MIB if mem else 0.0
         for r in g.ramps:
+            if r.seconds is not None and now >= r.at + r.seconds:
+                continue  # the leaking process ended: its memory is freed
             used_mib += r.mib_per_second * max(0.0, now - r.at)
             if r.to_mib is not None:
                 used_mib = min(used_mib, r.to_mib)

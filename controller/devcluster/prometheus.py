@@ -10,7 +10,8 @@ loopback port, with a generated configuration in a work directory:
   (`write_targets` writes one atomically; Prometheus notices the change at
   once through inotify, and re-reads it every `file_sd_refresh_s` as well);
   fixed targets may be given too, and Prometheus scrapes itself;
-- the recording rules in `RECORDING_RULES` are loaded;
+- the recording rules in `RECORDING_RULES` and the alerting rules in
+  `ALERT_RULES` are loaded (alerts go nowhere unless an Alertmanager is given);
 - the scrape and rule-evaluation interval is 1 s by default, so a test sees a
   value within seconds (15 s, Prometheus' own default, is the production one).
 
@@ -47,6 +48,7 @@ from controller.devcluster.launcher import (
 
 __all__ = [
     "AGENT_JOB",
+    "ALERT_RULES",
     "INSTALL_HINT",
     "RECORDING_RULES",
     "STATIC_JOB",
@@ -77,6 +79,8 @@ RECORDING_RULES = (
     / "recording-rules.yaml"
 )
 """The GPU recording rules the Helm chart ships (over dcgm-exporter's metric names)."""
+ALERT_RULES = RECORDING_RULES.with_name("alert-rules.yaml")
+"""The GPU alerting rules the Helm chart ships (docs/alerts.md)."""
 
 INSTALL_HINT = "apt-get install prometheus (scripts/debian-deps.sh does, under `make test`)"
 
@@ -118,13 +122,21 @@ class PrometheusConfig:
     `start_prometheus` creates a missing one, empty."""
     static_targets: tuple[TargetGroup, ...] = ()
     """Fixed targets, job `STATIC_JOB`."""
-    rule_files: tuple[Path, ...] = (RECORDING_RULES,)
-    """Rule files to load; by default the chart's GPU recording rules."""
+    rule_files: tuple[Path, ...] = (RECORDING_RULES, ALERT_RULES)
+    """Rule files to load; by default the chart's GPU recording and alerting rules."""
     file_sd_refresh_s: float = 5.0
     """Re-read the file_sd files this often, besides on every change (inotify)."""
+    alertmanagers: tuple[str, ...] = ()
+    """Alertmanagers (host:port) the firing alerts are sent to; none: alerts only show
+    in Prometheus' own /alerts."""
     scrape_timeout_s: float | None = None
     """Give up on a scrape after this long; by default the interval, at most 10 s
     (Prometheus rejects a timeout longer than the interval)."""
+    remote_read: tuple[str, ...] = ()
+    """Remote-read endpoints queried beside the local TSDB (a query whose remote read
+    fails answers with `warnings` and the local data)."""
+    flags: tuple[str, ...] = ()
+    """More command-line flags (for example `--query.max-samples=1`)."""
 
 
 def _duration(seconds: float) -> str:
@@ -170,7 +182,7 @@ def render_config(config: PrometheusConfig, *, self_address: str) -> dict[str, A
                 "static_configs": [dict(g) for g in config.static_targets],
             }
         )
-    return {
+    rendered: dict[str, Any] = {
         "global": {
             "scrape_interval": _duration(interval),
             "scrape_timeout": _duration(timeout),
@@ -178,7 +190,17 @@ def render_config(config: PrometheusConfig, *, self_address: str) -> dict[str, A
         },
         "rule_files": [str(p) for p in config.rule_files],
         "scrape_configs": scrape_configs,
+        **(
+            {"remote_read": [{"url": u, "read_recent": True} for u in config.remote_read]}
+            if config.remote_read
+            else {}
+        ),
     }
+    if config.alertmanagers:
+        rendered["alerting"] = {
+            "alertmanagers": [{"static_configs": [{"targets": list(config.alertmanagers)}]}]
+        }
+    return rendered
 
 
 def write_targets(path: Path, groups: Sequence[TargetGroup]) -> None:
@@ -440,6 +462,7 @@ def _start(
         f"--storage.tsdb.path={work_dir / 'data'}",
         f"--web.listen-address={address}",
         "--web.enable-lifecycle",
+        *config.flags,
     ]
     t0 = time.monotonic()
     log_start = log_file.stat().st_size if log_file.exists() else 0  # this attempt's lines

@@ -13,12 +13,15 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import Any
 
 from controller.gang.lifecycle import decide
 from controller.gang.record import format_time, parse_time
-from controller.gang.view import JobView, job_views, namespace_quotas
+from controller.gang.view import JobView, container_defaults, job_views, namespace_quotas
 from controller.kube.client import RESOURCES, ApiError, KubeApi
 from controller.kube.clock import Clock, SystemClock
+from controller.nodehealth import OUT_OF_SERVICE_ANNOTATION
+from controller.policy.validate import check_scheduling_policy
 from controller.scheduler.explain import explain
 from controller.scheduler.policy import (
     DEFAULT_SYSTEM_NAMESPACE,
@@ -61,7 +64,7 @@ def explain_job(
             "(is the policy reconciler running?)"
         )
     try:
-        policy = SchedulingPolicy.from_configmap(cm)
+        policy = SchedulingPolicy.from_configmap(cm, check=check_scheduling_policy)
     except UnreadablePolicy as e:
         raise ExplainError(f"the scheduling policy is unreadable: {e}") from None
     now = (clock or SystemClock()).now().timestamp()
@@ -69,7 +72,8 @@ def explain_job(
     pods, _ = kube.list(RESOURCES["Pod"])
     jobs, _ = kube.list(RESOURCES["TrainingJob"])
     quotas, _ = kube.list(RESOURCES["ResourceQuota"])
-    views = job_views(jobs, pods, policy)
+    limits, _ = kube.list(RESOURCES["LimitRange"])
+    views = job_views(jobs, pods, policy, defaults=container_defaults(limits))
     mine = next((v for v in views if v.id == job), None)
     phase = (obj.get("status") or {}).get("phase")
     if mine is not None and mine.error is not None:
@@ -82,6 +86,8 @@ def explain_job(
     )  # fmt: skip
     text = explain(JobId(job), result=result, snap=snap, policy=policy)
     text += _health_lines(snap)
+    text += _alert_lines(nodes)
+    text += _quota_request_line((obj.get("status") or {}).get("quotaRequest"))
     if telemetry is not None:
         text += _telemetry_lines(telemetry, mine, now)
     if JobId(job) in todo.backing_off:
@@ -91,6 +97,16 @@ def explain_job(
             f"({(obj.get('status') or {}).get('message', '')}).\n"
         )
     return text
+
+
+def _quota_request_line(qr: object) -> str:
+    """The QuotaRequest the job waits for (mirrored on its status by the quota loop)."""
+    if not isinstance(qr, dict) or not qr.get("name"):
+        return ""
+    url = f": {qr['url']}" if qr.get("url") else ""
+    return (
+        f"Quota request: {qr['name']} is {qr.get('state', 'new')}{url} ({qr.get('message', '')}).\n"
+    )
 
 
 def _health_lines(snap: Snapshot) -> str:
@@ -103,6 +119,19 @@ def _health_lines(snap: Snapshot) -> str:
         "GPUs out of service (never offered until the node agent says they are"
         f" healthy): {listed}.\n"
     )
+
+
+def _alert_lines(nodes: list[dict[str, Any]]) -> str:
+    """Nodes and GPUs an alert action holds out of service, why and until when."""
+    held = []
+    for n in nodes:
+        annotations = n["metadata"].get("annotations") or {}
+        why = str(annotations.get(OUT_OF_SERVICE_ANNOTATION) or "").strip()
+        if why:
+            held.append(f"{n['metadata']['name']}: {why}")
+    if not held:
+        return ""
+    return "Held out of service by alert actions: " + "; ".join(held) + ".\n"
 
 
 def _telemetry_lines(t: Telemetry, view: JobView | None, now: float) -> str:

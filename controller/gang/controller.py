@@ -2,7 +2,8 @@
 
 Informers watch Nodes, all Pods (any scheduler's GPUs count), TrainingJobs,
 ResourceQuotas (the API server refuses pods past them, so the scheduler admits
-within them) and the compiled policy ConfigMap; their events only wake the
+within them), LimitRanges (their defaults are part of what the pods will
+request) and the compiled policy ConfigMap; their events only wake the
 loop. Each
 step, on an event or on the periodic tick:
 
@@ -41,11 +42,18 @@ from controller.gang.lifecycle import (
 )
 from controller.gang.metrics import GangMetrics
 from controller.gang.record import Admission
-from controller.gang.view import JobView, Memo, job_views, namespace_quotas
+from controller.gang.view import (
+    JobView,
+    Memo,
+    container_defaults,
+    job_views,
+    namespace_quotas,
+)
 from controller.kube.client import RESOURCES, ApiError, KubeApi, NotLeaderError
 from controller.kube.clock import Clock, SystemClock
 from controller.kube.events import EventRecorder
 from controller.kube.informer import EventType, Informer
+from controller.policy.validate import check_scheduling_policy
 from controller.scheduler.cycle import GROW_INTERVAL_S, CycleResult
 from controller.scheduler.forecast import DemandHistory, Forecast, forecast
 from controller.scheduler.policy import (
@@ -55,13 +63,15 @@ from controller.scheduler.policy import (
     UnreadablePolicy,
 )
 from controller.scheduler.telemetry import Telemetry, idle_gpus
-from controller.scheduler.types import MILLI, Admit, Gang, JobId
+from controller.scheduler.types import MILLI, Admit, Gang, JobId, Pending
 
 __all__ = ["FIELD_MANAGER", "GangController", "GangSettings"]
 
 DEMAND_WINDOW_S = 3600.0
 """The demand forecast's sliding window."""
 DEMAND_SAMPLE_S = 15.0
+REPORT_HORIZON_S = 600.0
+"""The horizon of the reported forecasts while lending by forecast is off."""
 
 log = logging.getLogger(__name__)
 
@@ -145,6 +155,13 @@ class GangController:
         self._pool = ThreadPoolExecutor(self.settings.parallelism, thread_name_prefix="gang")
         self._pod_pool = ThreadPoolExecutor(self.settings.pod_parallelism, thread_name_prefix="pod")
         self._policy_cache: tuple[str, SchedulingPolicy | None] = ("", None)
+        self._good_policy: tuple[str, SchedulingPolicy] | None = None
+        """The last policy (resourceVersion, value) a whole step ran with: kept, and
+        used, while a newer one cannot be read or breaks the step."""
+        self._bad_policy: str = ""
+        """The resourceVersion of a policy that broke a step (not tried again)."""
+        self.policy_problem: str = ""
+        """Why the scheduler is not using the newest policy ('' while it is)."""
         self._memo = Memo()
         self._worker: threading.Thread | None = None
         self.last_result: CycleResult | None = None
@@ -159,6 +176,9 @@ class GangController:
         self.config = informer("ConfigMap", namespace=s.system_namespace)
         self.quotas = informer("ResourceQuota")
         """The API server refuses pods past these; the scheduler admits within them."""
+        self.limits = informer("LimitRange")
+        """Their defaults are the requests a job's pods get when created (and counted
+        against the ResourceQuotas and the nodes with)."""
         self._binder = Binder(
             kube,
             jobs=self.jobs,
@@ -174,7 +194,7 @@ class GangController:
     # -- lifecycle
 
     def _informers(self) -> list[Informer]:
-        return [self.nodes, self.pods, self.jobs, self.config, self.quotas]
+        return [self.nodes, self.pods, self.jobs, self.config, self.quotas, self.limits]
 
     def start(self) -> None:
         """Start the informers and the loop; returns at once."""
@@ -224,31 +244,89 @@ class GangController:
     # -- one step
 
     def policy(self) -> SchedulingPolicy | None:
-        """The compiled scheduling policy, or None while there is none (or it is unreadable)."""
+        """The policy to schedule with: the compiled one, or, while that one cannot be
+        read or broke a step, the last good one (None while there has never been one)."""
         cm = self.config.get(POLICY_CONFIGMAP, self.settings.system_namespace)
         rv = "" if cm is None else str(cm["metadata"].get("resourceVersion", ""))
-        if rv == self._policy_cache[0] and cm is not None:
-            return self._policy_cache[1]
-        parsed: SchedulingPolicy | None = None
+        if rv != self._policy_cache[0] or cm is None:
+            self._policy_cache = (rv, self._read_policy(cm, rv))
+        parsed = self._policy_cache[1]
+        good = self._good_policy
+        if parsed is not None and rv != self._bad_policy:
+            return parsed
+        return good[1] if good is not None and cm is not None else None
+
+    def _read_policy(self, cm: Obj | None, rv: str) -> SchedulingPolicy | None:
         if cm is None:
             log.warning(
                 "no scheduling policy configmap=%s/%s; nothing is scheduled",
                 self.settings.system_namespace,
                 POLICY_CONFIGMAP,
             )
-        else:
-            try:
-                parsed = SchedulingPolicy.from_configmap(cm)
-            except UnreadablePolicy as e:
-                log.error("unreadable scheduling policy rv=%s error=%r", rv, str(e))
-        self._policy_cache = (rv, parsed)
-        return parsed
+            return None
+        try:
+            policy = SchedulingPolicy.from_configmap(cm, check=check_scheduling_policy)
+        except UnreadablePolicy as e:
+            self._refuse_policy(cm, rv, "PolicyUnreadable", f"it cannot be read: {e}")
+            return None
+        if rv != self._bad_policy:
+            self.policy_problem = ""
+            self.metrics.policy_fallback.set(0)
+        return policy
+
+    def _refuse_policy(self, cm: Obj, rv: str, reason: str, why: str) -> None:
+        """Say, where an operator looks (log, an Event on the ConfigMap, metrics), that
+        the policy at `rv` is not used, and which one is."""
+        good = self._good_policy
+        using = (
+            f"scheduling with the last good policy (resourceVersion {good[0]})"
+            if good is not None
+            else "nothing is scheduled until a usable policy is applied"
+        )
+        self.policy_problem = f"scheduling policy resourceVersion {rv} is not used: {why}; {using}"
+        log.error("%s", self.policy_problem)
+        self.metrics.policy_errors.labels(reason).inc()
+        self.metrics.policy_fallback.set(1 if good is not None else 0)
+        self._events.record(
+            {"apiVersion": "v1", "kind": "ConfigMap", **{"metadata": cm["metadata"]}},
+            type="Warning",
+            reason=reason,
+            message=self.policy_problem,
+        )
 
     def step(self) -> CycleResult | None:
-        """Read the caches, plan the jobs, run one cycle, hand out the writes."""
+        """Read the caches, plan the jobs, run one cycle, hand out the writes.
+
+        A policy that passed validation can still break a step (a value the core
+        cannot use): that policy is set aside, said so, and the step runs again with
+        the last policy a step completed with; a newer revision is tried afresh."""
         policy = self.policy()
         if policy is None:
             return None
+        rv = self._policy_cache[0]
+        newest = policy is self._policy_cache[1]
+        try:
+            result = self._step(policy)
+        except NotLeaderError:
+            raise
+        except Exception as e:
+            good = self._good_policy
+            cm = self.config.get(POLICY_CONFIGMAP, self.settings.system_namespace)
+            if not newest or good is None or good[0] == rv or cm is None:
+                raise
+            log.exception("scheduling step crashed with policy resourceVersion=%s", rv)
+            try:
+                fallback = self._step(good[1])
+            except Exception:
+                raise e from None  # the last good policy fails too: not this policy's fault
+            self._bad_policy = rv
+            self._refuse_policy(cm, rv, "PolicyBreaksScheduling", f"a step with it failed: {e!r}")
+            return fallback
+        if newest:
+            self._good_policy = (rv, policy)
+        return result
+
+    def _step(self, policy: SchedulingPolicy) -> CycleResult:
         t0 = self._clock.monotonic()
         now = self._clock.now().timestamp()
         with self._lock:
@@ -257,7 +335,10 @@ class GangController:
         memo = self._memo
         memo.next_step()
         pods = self.pods.items()
-        views = job_views(self.jobs.items(), pods, policy, overrides=overrides, memo=memo)
+        views = job_views(
+            self.jobs.items(), pods, policy, overrides=overrides, memo=memo,
+            defaults=container_defaults(self.limits.items()),
+        )  # fmt: skip
         node_objs = {o["metadata"]["name"]: o for o in self.nodes.items()}
         telemetry = self._telemetry() if self._telemetry is not None else None
         self.last_telemetry = telemetry
@@ -275,7 +356,7 @@ class GangController:
             forecasts=self._forecasts() if self.settings.forecast_horizon_s > 0 else None,
             quotas=namespace_quotas(self.quotas.items()),
         )
-        self._record_demand(now, snap.project_usage, todo.queue)
+        self._record_demand(now, snap.project_usage, snap.user_usage, todo.queue)
         t_write = self._clock.monotonic()
         self.metrics.cycle.observe(t_write - t0)
         self.last_result = result
@@ -298,19 +379,42 @@ class GangController:
         return {
             p: forecast(self._demand.series(p), horizon_s=self.settings.forecast_horizon_s)
             for p in self._demand.names()
+            if "/" not in p
         }
 
-    def _record_demand(self, now: float, usage: Mapping[str, int], queue: Sequence[Gang]) -> None:
-        """A project's demand: the GPUs it holds plus those its queued gangs ask for
-        (sampled at most every `DEMAND_SAMPLE_S`)."""
+    def _record_demand(
+        self,
+        now: float,
+        usage: Mapping[str, int],
+        user_usage: Mapping[tuple[str, str], int],
+        queue: Sequence[Gang],
+    ) -> None:
+        """A project's demand, and each of its users': the GPUs held plus those their
+        queued gangs ask for (sampled at most every `DEMAND_SAMPLE_S`, keyed `project`
+        and `project/user`); the forecasts over the horizon (or `REPORT_HORIZON_S`)
+        become `gangops_demand_forecast_gpus`."""
         if now - self._demand_at < DEMAND_SAMPLE_S:
             return
         self._demand_at = now
-        demand = dict(usage)
+        demand: dict[str, int] = dict(usage)
+        for (project, user), milli in user_usage.items():
+            demand[f"{project}/{user}"] = milli
         for g in queue:
-            demand[g.project] = demand.get(g.project, 0) + g.gpu_total
-        for project, milli in demand.items():
-            self._demand.add(project, now, float(milli))
+            for key in (g.project, f"{g.project}/{g.user}"):
+                demand[key] = demand.get(key, 0) + g.gpu_total
+        for key in self._demand.names():
+            demand.setdefault(key, 0)  # a project or user no longer asking asks for 0
+        for key, milli in demand.items():
+            self._demand.add(key, now, float(milli))
+        self._demand.drop_quiet()
+        horizon = self.settings.forecast_horizon_s or REPORT_HORIZON_S
+        samples: dict[tuple[str, str, str], float] = {}
+        for key in self._demand.names():
+            f = forecast(self._demand.series(key), horizon_s=horizon)
+            project, _, user = key.partition("/")
+            samples[(project, user, "point")] = f.point / MILLI
+            samples[(project, user, "p90")] = f.high / MILLI
+        self.metrics.forecast.set(samples.items())
 
     def _observe_phases(self, result: CycleResult, write_s: float) -> None:
         """Each phase's time, as a histogram and a debug line (the writes themselves
@@ -330,11 +434,26 @@ class GangController:
         """Queue depth and GPUs allocated as this step leaves them (its admissions
         and growths counted, not one step late)."""
         admitted = {d.gang.id: d for d in result.decisions if isinstance(d, Admit)}
+        why = {
+            d.gang.id: d.code if isinstance(d, Pending) else "Preempting"
+            for d in result.decisions
+            if not isinstance(d, Admit)
+        }
         depth: dict[tuple[str, str], int] = {}
+        waiting: dict[tuple[str, str, str], int] = {}
         for g in todo.queue:
             if g.id not in admitted:
                 depth[(g.project, g.tier)] = depth.get((g.project, g.tier), 0) + 1
+                key = (g.project, g.tier, why.get(g.id, "NotDecided"))
+                waiting[key] = waiting.get(key, 0) + 1
+        gangs = {v.id: v.gang for v in views}
+        for job in todo.backing_off:
+            backing = gangs.get(job)
+            if backing is not None:
+                key = (backing.project, backing.tier, "Backoff")
+                waiting[key] = waiting.get(key, 0) + 1
         self.metrics.set_queue(depth)
+        self.metrics.waiting.set(waiting.items())
         borrowed = {v.id: v.admission.borrowed_milli for v in views if v.admission is not None}
         holding = {r.gang.id: r.gang for r in todo.running}
         for d in admitted.values():

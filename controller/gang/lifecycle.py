@@ -9,6 +9,10 @@ say what the job's recorded decision needs to move on:
   `succeeded`;
 - a worker that failed, or whose node is gone or not Ready, `restart`s the
   whole gang (counted against backoffLimit);
+- a gang whose job carries a restart request newer than its admission (an alert
+  action's `gangops.ai/restart-requested`: a GPU it holds is failing) is
+  `relocate`d: restarted away from the fault after a backoff, not counted against
+  backoffLimit (the job is not at fault);
 - a gang not running within the gang timeout is rolled back (`rollback`);
 - a `Nominated` gang's victims still holding their GPUs are `evict`ed, and
   the elastic gangs it shrinks still at the attempt it shrank are `shrink`ed
@@ -43,6 +47,7 @@ from controller.gang.record import Admission, format_time, parse_time, status_nu
 from controller.gang.view import JobView, Memo, build_snapshot, node_of, node_ready, pod_terminal
 from controller.jobs.pods import LABEL_ATTEMPT
 from controller.jobs.status import Phase
+from controller.nodehealth import RESTART_ANNOTATION, parse_request
 from controller.scheduler.cycle import GROW_INTERVAL_S, CycleResult, schedule
 from controller.scheduler.forecast import Forecast
 from controller.scheduler.policy import SchedulingPolicy
@@ -85,6 +90,7 @@ ActionKind = Literal[
     "running",
     "succeeded",
     "restart",
+    "relocate",
     "rollback",
     "evict",
     "shrink",
@@ -168,6 +174,10 @@ def _admitted(
     # happens to its pods: the records alone never admit more than the quota.
     out.running.append(Running(_held(v.gang, adm), adm.placement, adm.at))
     out.owned.update((p["metadata"].get("namespace", ""), p["metadata"]["name"]) for p in pods)
+    asked = parse_request(v.obj, RESTART_ANNOTATION)
+    if asked is not None and asked[0] > adm.at:
+        out.actions.append(Action("relocate", v, asked[1] or "a restart elsewhere was requested"))
+        return
     for p in pods:
         if (p.get("status") or {}).get("phase") == "Failed":
             why = (p.get("status") or {}).get("reason") or "Failed"
@@ -553,6 +563,16 @@ def action_write(
         return Write("succeeded", v, "Succeeded", "Succeeded", a.message, clear=True)
     if a.kind == "restart":
         return _restart(v, a.message, policy)
+    if a.kind == "relocate":
+        relocations = status_number(v.status, "relocations") + 1
+        delay = rollback_delay(relocations, base_s=backoff_base_s, max_s=backoff_max_s)
+        return _release(
+            "restart", v, "Queued", "Relocating",
+            f"{a.message}; restarting the whole gang away from the fault in {delay:g}s"
+            " (not counted against backoffLimit)",
+            [p for p in v.attempt_pods() if not pod_terminal(p)],
+            relocations=relocations, notBefore=format_time(now + delay),
+        )  # fmt: skip
     if a.kind == "rollback":
         rollbacks = status_number(v.status, "rollbacks") + 1
         delay = rollback_delay(rollbacks, base_s=backoff_base_s, max_s=backoff_max_s)

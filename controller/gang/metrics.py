@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 
 __all__ = ["GangMetrics"]
@@ -86,6 +86,25 @@ class GangMetrics:
             ["project", "tier"],
             r,
         )
+        self.forecast = _WholeGauge(
+            "gangops_demand_forecast_gpus",
+            "Forecast peak GPU demand (held plus queued) over the horizon (--forecast-horizon,"
+            " or 10 minutes while lending by forecast is off), from the last hour's sliding"
+            " window, per project (user empty) and per user: the point forecast and the top"
+            " of its p90 band.",
+            ["project", "user", "bound"],
+            r,
+        )
+        self.waiting = _WholeGauge(
+            "gangops_waiting_jobs",
+            "TrainingJobs waiting, by project, tier and why: Quota (a project, user or"
+            " namespace quota), Capacity (no room), Reserved (the room is held for a gang"
+            " ahead), Refused (cannot run under the policy), Preempting (admitted once"
+            " its victims are gone), Backoff (after a timeout or a refused launch),"
+            " NotDecided (no decision about it this step).",
+            ["project", "tier", "reason"],
+            r,
+        )
         self.preemptions = Counter(
             "gangops_preemptions",
             "Gangs evicted to make room for a higher tier or a reclaiming project, by the "
@@ -98,6 +117,20 @@ class GangMetrics:
             "GPUs held by admitted gangs, by project, user and kind (guaranteed or borrowed).",
             ["project", "user", "kind"],
             r,
+        )
+        self.policy_errors = Counter(
+            "gangops_scheduling_policy_errors",
+            "Compiled scheduling policies the scheduler could not use, by reason"
+            " (PolicyUnreadable, PolicyBreaksScheduling); each is also an Event on the"
+            " policy ConfigMap.",
+            ["reason"],
+            registry=r,
+        )
+        self.policy_fallback = Gauge(
+            "gangops_scheduling_policy_fallback",
+            "1 while the scheduler schedules with the last good policy because the newest"
+            " compiled one cannot be used (see gangops_scheduling_policy_errors_total).",
+            registry=r,
         )
         self.decisions = Counter(
             "gangops_decisions",

@@ -177,6 +177,11 @@ class PrometheusTelemetry:
         url = f"{self.url}/api/v1/query?" + urllib.parse.urlencode({"query": query})
         try:
             raw = self._fetch(url, self.timeout_s)
+        except urllib.error.HTTPError as e:
+            # Prometheus answers a failed query with 4xx/5xx and its error as JSON
+            raw = e.read()
+            if not raw.lstrip().startswith(b"{"):
+                raise QueryError("error", f"Prometheus at {self.url}: HTTP {e.code}") from None
         except TimeoutError:
             raise QueryError(
                 "timeout", f"Prometheus at {self.url}: no answer in {self.timeout_s:g}s"

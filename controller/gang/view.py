@@ -20,6 +20,7 @@ from controller.gang.record import Admission
 from controller.jobs.pods import LABEL_ATTEMPT, LABEL_JOB
 from controller.jobs.spec import (
     GPU_RESOURCE,
+    ContainerDefaults,
     JobSpec,
     SpecError,
     effective_request,
@@ -46,6 +47,7 @@ __all__ = [
     "JobView",
     "Memo",
     "build_snapshot",
+    "container_defaults",
     "job_views",
     "namespace_quotas",
     "node_of",
@@ -163,6 +165,34 @@ def namespace_quotas(quotas: Iterable[Mapping[str, Any]]) -> dict[str, Namespace
     return {ns: NamespaceQuota(**limits) for ns, limits in tightest.items() if limits}
 
 
+def container_defaults(limit_ranges: Iterable[Mapping[str, Any]]) -> dict[str, ContainerDefaults]:
+    """Each namespace's LimitRange defaults for a container's CPU and memory
+    requests (`defaultRequest` of its `type: Container` limits, which the API server
+    fills in from `default`, then `max` or `min`, when a LimitRange is stored). With
+    several LimitRanges the first by name that sets a resource gives it, as the
+    LimitRanger plugin applies them in turn and never overwrites a request."""
+    found: dict[str, dict[str, int]] = {}
+    ordered = sorted(
+        limit_ranges, key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"])
+    )
+    for lr in ordered:
+        ns = str(lr["metadata"].get("namespace", ""))
+        for item in (lr.get("spec") or {}).get("limits") or ():
+            if not isinstance(item, Mapping) or item.get("type") != "Container":
+                continue
+            for name, field_name in (("cpu", "cpu_milli"), ("memory", "memory")):
+                raw = (item.get("defaultRequest") or {}).get(name)
+                if raw is None or field_name in found.get(ns, {}):
+                    continue
+                try:
+                    amount = parse_quantity(raw)
+                except QuantityError:
+                    continue
+                value = int(amount * MILLI) if name == "cpu" else int(amount)
+                found.setdefault(ns, {})[field_name] = value
+    return {ns: ContainerDefaults(**d) for ns, d in found.items()}
+
+
 _T = TypeVar("_T")
 _Parsed = tuple[JobSpec | None, Gang | None, str | None, Admission | None]
 
@@ -178,6 +208,9 @@ class Memo:
     def __init__(self) -> None:
         self._old: dict[tuple[str, str, str], tuple[object, Any]] = {}
         self._new: dict[tuple[str, str, str], tuple[object, Any]] = {}
+        self._inputs: dict[tuple[int, ContainerDefaults], tuple[object, ContainerDefaults]] = {}
+        """One (policy, defaults) value per distinct pair, so a job's entry is reused
+        by identity while neither changed."""
 
     def next_step(self) -> None:
         """Start a step: forget what the last-but-one step used and this one did not."""
@@ -203,17 +236,33 @@ class Memo:
         """`pod_requests(pod)`, memoised."""
         return self._memo("pod", pod, None, lambda: pod_requests(pod))
 
-    def job(self, obj: Mapping[str, Any], policy: SchedulingPolicy) -> _Parsed:
-        """A job's spec, gang under `policy`, error and record, memoised."""
-        return self._memo("job", obj, policy, lambda: _parse(obj, policy))
+    def job(
+        self,
+        obj: Mapping[str, Any],
+        policy: SchedulingPolicy,
+        defaults: ContainerDefaults | None = None,
+    ) -> _Parsed:
+        """A job's spec, gang under `policy` and its namespace's `defaults`, error
+        and record, memoised."""
+        inputs: object = policy
+        if defaults is not None:
+            key = (id(policy), defaults)
+            if key not in self._inputs:
+                if len(self._inputs) > 1024:
+                    self._inputs.clear()
+                self._inputs[key] = (policy, defaults)
+            inputs = self._inputs[key]
+        return self._memo("job", obj, inputs, lambda: _parse(obj, policy, defaults))
 
 
-def _parse(obj: Mapping[str, Any], policy: SchedulingPolicy) -> _Parsed:
+def _parse(
+    obj: Mapping[str, Any], policy: SchedulingPolicy, defaults: ContainerDefaults | None = None
+) -> _Parsed:
     spec: JobSpec | None = None
     gang: Gang | None = None
     error: str | None = None
     try:
-        spec = parse_job(obj)
+        spec = parse_job(obj, defaults)
         gang = to_gang(spec, policy)
     except SpecError as e:
         error = str(e)
@@ -254,10 +303,14 @@ def job_views(
     *,
     overrides: Mapping[JobId, Admission | None] | None = None,
     memo: Memo | None = None,
+    defaults: Mapping[str, ContainerDefaults] | None = None,
 ) -> list[JobView]:
     """Every job with its spec, gang, record and pods. `overrides` replaces the
     record of jobs whose decision was written (or is being written) but whose
-    new status the watch has not delivered yet; `memo` keeps the parsed jobs."""
+    new status the watch has not delivered yet; `memo` keeps the parsed jobs;
+    `defaults` are the namespaces' LimitRange defaults (`container_defaults`),
+    which the jobs' pods will get from the API server."""
+    defaults = defaults or {}
     by_job: dict[tuple[str, str], list[Obj]] = {}
     for p in pods:
         meta = p["metadata"]
@@ -268,8 +321,9 @@ def job_views(
     for obj in jobs:
         meta = obj["metadata"]
         job_id = JobId(f"{meta.get('namespace', '')}/{meta['name']}")
+        d = defaults.get(meta.get("namespace", ""))
         spec, gang, error, admission = (
-            _parse(obj, policy) if memo is None else memo.job(obj, policy)
+            _parse(obj, policy, d) if memo is None else memo.job(obj, policy, d)
         )
         if overrides is not None and job_id in overrides:
             admission = overrides[job_id]

@@ -41,11 +41,23 @@ from typing import Any
 
 from controller.jobs.spec import LABEL_USER
 
-__all__ = ["ADMIN_GROUP", "POLICY_NAME", "admission_objects", "mutating_objects"]
+__all__ = [
+    "ADMIN_GROUP",
+    "POLICY_NAME",
+    "PROPOSE_VERB",
+    "QUOTA_POLICY_NAME",
+    "admission_objects",
+    "mutating_objects",
+]
 
 POLICY_NAME = "trainingjobs.ai.operator-user"
 ADMIN_GROUP = "gangops:trainingjob-admins"
 """Members may change the spec of anyone's TrainingJob (docs/security.md)."""
+QUOTA_POLICY_NAME = "quotarequests.ai.operator-requester"
+PROPOSE_VERB = "propose"
+"""The RBAC verb on `quotarequests` that lets its holder (the scheduler's service
+account) create a QuotaRequest on another user's behalf: the automatic proposal
+for a job blocked by quota names the job's owner."""
 
 _LABELS = "object.metadata.?labels.orValue({})"
 _PART_OF = {"app.kubernetes.io/part-of": "gangops"}
@@ -112,36 +124,105 @@ _VALIDATIONS: list[dict[str, Any]] = [
 ]
 
 
-def _trainingjobs(*operations: str) -> dict[str, Any]:
-    """An admission policy's match: TrainingJobs (not their status), on `operations`."""
+_PROPOSER = (
+    "authorizer.group('ai.operator').resource('quotarequests')"
+    f".namespace(request.namespace).check('{PROPOSE_VERB}').allowed()"
+)
+
+_QUOTA_VALIDATIONS: list[dict[str, Any]] = [
+    {
+        "expression": (
+            f"request.operation != 'CREATE' || {_PROPOSER} || "
+            f"({_LABEL} in {_LABELS} && {_LABELS}[{_LABEL}] == request.userInfo.username)"
+        ),
+        "messageExpression": (
+            f"'label {LABEL_USER} must name the user creating the request (the requester): "
+            "set it to \"' + request.userInfo.username + '\" (found \"' + "
+            f"({_LABEL} in {_LABELS} ? {_LABELS}[{_LABEL}] : '') + '\")'"
+        ),
+        "reason": "Forbidden",
+    },
+    {
+        "expression": (
+            f"request.operation != 'UPDATE' || ({_LABELS}[?{_LABEL}] == {_OLD_LABELS}[?{_LABEL}])"
+        ),
+        "message": f"label {LABEL_USER} cannot be changed: it names who asked for the quota",
+        "reason": "Forbidden",
+    },
+    {
+        "expression": (
+            "request.operation != 'CREATE' || !has(object.spec.user) || "
+            f"object.spec.user == request.userInfo.username || {_PROPOSER}"
+        ),
+        "messageExpression": (
+            "'you may request more quota for yourself only: set spec.user to \"' + "
+            "request.userInfo.username + '\" or leave it out (found \"' + "
+            "object.spec.user + '\")'"
+        ),
+        "reason": "Forbidden",
+    },
+    {
+        "expression": (
+            "request.operation != 'UPDATE' || "
+            "object.?spec.orValue({}) == oldObject.?spec.orValue({}) || "
+            f"{_OLD_LABELS}[?{_LABEL}] == optional.of(request.userInfo.username) || "
+            f"'{ADMIN_GROUP}' in request.userInfo.groups"
+        ),
+        "messageExpression": (
+            "'only the requester (' + "
+            f"{_OLD_LABELS}[?{_LABEL}].orValue('nobody') + "
+            f"') or a member of group {ADMIN_GROUP} may change the request; you are ' + "
+            "request.userInfo.username"
+        ),
+        "reason": "Forbidden",
+    },
+]
+
+
+def _matching(resource: str, *operations: str) -> dict[str, Any]:
+    """An admission policy's match: `resource` of ai.operator (not its status), on
+    `operations`."""
     rule = {
         "apiGroups": ["ai.operator"],
         "apiVersions": ["v1"],
         "operations": list(operations),
-        "resources": ["trainingjobs"],
+        "resources": [resource],
     }
     return {"resourceRules": [rule]}
 
 
-def admission_objects() -> list[dict[str, Any]]:
-    """The ValidatingAdmissionPolicy and its binding (deny), in apply order."""
+def _trainingjobs(*operations: str) -> dict[str, Any]:
+    """An admission policy's match: TrainingJobs (not their status), on `operations`."""
+    return _matching("trainingjobs", *operations)
+
+
+def _validating(
+    name: str, match: dict[str, Any], validations: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
     policy = {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": POLICY_NAME, "labels": _PART_OF},
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": _trainingjobs("CREATE", "UPDATE"),
-            "validations": _VALIDATIONS,
-        },
+        "metadata": {"name": name, "labels": _PART_OF},
+        "spec": {"failurePolicy": "Fail", "matchConstraints": match, "validations": validations},
     }
     binding = {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": POLICY_NAME, "labels": _PART_OF},
-        "spec": {"policyName": POLICY_NAME, "validationActions": ["Deny"]},
+        "metadata": {"name": name, "labels": _PART_OF},
+        "spec": {"policyName": name, "validationActions": ["Deny"]},
     }
     return [policy, binding]
+
+
+def admission_objects() -> list[dict[str, Any]]:
+    """The ValidatingAdmissionPolicies (TrainingJobs: who pays; QuotaRequests: who
+    asks) and their bindings (deny), in apply order."""
+    return [
+        *_validating(POLICY_NAME, _trainingjobs("CREATE", "UPDATE"), _VALIDATIONS),
+        *_validating(
+            QUOTA_POLICY_NAME, _matching("quotarequests", "CREATE", "UPDATE"), _QUOTA_VALIDATIONS
+        ),
+    ]
 
 
 def mutating_objects() -> list[dict[str, Any]]:

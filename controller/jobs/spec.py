@@ -21,6 +21,7 @@ from controller.scheduler.types import Gang, JobId, PodShape, Requirement, Toler
 __all__ = [
     "GPU_RESOURCE",
     "LABEL_USER",
+    "ContainerDefaults",
     "JobSpec",
     "SpecError",
     "effective_request",
@@ -34,6 +35,18 @@ LABEL_USER = "ai.operator/user"
 
 class SpecError(ValueError):
     """A TrainingJob that cannot be scheduled as written; the message says why."""
+
+
+@dataclass(frozen=True)
+class ContainerDefaults:
+    """The CPU and memory requests a namespace's LimitRange gives a container that
+    sets neither a request nor a limit for them (the LimitRanger admission plugin
+    fills them in when the pod is created, so the ResourceQuota and the nodes see
+    them); None: nothing is filled in."""
+
+    cpu_milli: int | None = None
+    memory: int | None = None
+    """Bytes."""
 
 
 @dataclass(frozen=True)
@@ -91,20 +104,37 @@ def effective_request(
     return max(apps + sidecars, peak)
 
 
+def _amount(c: Mapping[str, Any], section: str, name: str) -> int | None:
+    """One container's `resources.<section>.<name>` in base units (milli for cpu),
+    or None when it does not set it."""
+    resources = c.get("resources") or {}
+    amounts = resources.get(section) or {} if isinstance(resources, Mapping) else {}
+    raw = amounts.get(name) if isinstance(amounts, Mapping) else None
+    if raw is None:
+        return None
+    try:
+        q = parse_quantity(raw)
+    except QuantityError as e:
+        raise SpecError(f"container {c.get('name', '?')}: {section}.{name}: {e}") from None
+    return int(q * 1000) if name == "cpu" else int(q)
+
+
 def _resource(pod_spec: Mapping[str, Any], section: str, name: str) -> int:
     """One resource of the pod (`effective_request`), in base units (milli for cpu)."""
+    return effective_request(pod_spec, lambda c: _amount(c, section, name) or 0)
+
+
+def _request(pod_spec: Mapping[str, Any], name: str, default: int | None) -> int:
+    """What the pod will request of `name` (cpu or memory) once the API server has
+    made it: a container's request; else its limit (the API server defaults the
+    request to the limit); else the namespace LimitRange's `default`."""
 
     def amount(c: Mapping[str, Any]) -> int:
-        resources = c.get("resources") or {}
-        amounts = resources.get(section) or {} if isinstance(resources, Mapping) else {}
-        raw = amounts.get(name) if isinstance(amounts, Mapping) else None
-        if raw is None:
-            return 0
-        try:
-            q = parse_quantity(raw)
-        except QuantityError as e:
-            raise SpecError(f"container {c.get('name', '?')}: {section}.{name}: {e}") from None
-        return int(q * 1000) if name == "cpu" else int(q)
+        for section in ("requests", "limits"):
+            value = _amount(c, section, name)
+            if value is not None:
+                return value
+        return default or 0
 
     return effective_request(pod_spec, amount)
 
@@ -154,8 +184,9 @@ def _timestamp(raw: Any) -> float:
     return datetime.fromisoformat(raw.replace("Z", "+00:00")).timestamp()
 
 
-def parse_job(obj: Mapping[str, Any]) -> JobSpec:
-    """The scheduling-relevant parts of a TrainingJob, or `SpecError`."""
+def parse_job(obj: Mapping[str, Any], defaults: ContainerDefaults | None = None) -> JobSpec:
+    """The scheduling-relevant parts of a TrainingJob, or `SpecError`; `defaults`
+    are its namespace's LimitRange defaults, which its pods will get."""
     meta = obj.get("metadata") or {}
     spec = obj.get("spec")
     if not isinstance(spec, Mapping):
@@ -181,6 +212,7 @@ def parse_job(obj: Mapping[str, Any]) -> JobSpec:
         raise SpecError(
             f"gangSize {gang} is not a multiple of the {per_worker} GPUs each worker asks for"
         )
+    defaults = defaults or ContainerDefaults()
     profile = spec.get("resourceProfile") or {}
     min_gpu, max_gpu = profile.get("minGPU", gang), profile.get("maxGPU", gang)
     if not min_gpu <= gang <= max_gpu:
@@ -204,8 +236,8 @@ def parse_job(obj: Mapping[str, Any]) -> JobSpec:
         created=_timestamp(meta.get("creationTimestamp")),
         pod=PodShape(
             gpus=per_worker,
-            cpu_milli=_resource(pod_spec, "requests", "cpu"),
-            memory=_resource(pod_spec, "requests", "memory"),
+            cpu_milli=_request(pod_spec, "cpu", defaults.cpu_milli),
+            memory=_request(pod_spec, "memory", defaults.memory),
             node_selector=tuple(sorted((str(k), str(v)) for k, v in selector.items())),
             affinity=_affinity(pod_spec),
             tolerations=_tolerations(spec.get("tolerations"))

@@ -103,6 +103,7 @@ RESOURCES: Mapping[str, Resource] = {
         _r("", "v1", "Service", "services", True),
         _r("", "v1", "Event", "events", True),
         _r("scheduling.k8s.io", "v1", "PriorityClass", "priorityclasses", False),
+        _r("authentication.k8s.io", "v1", "SelfSubjectReview", "selfsubjectreviews", False),
         _r("coordination.k8s.io", "v1", "Lease", "leases", True),
         _r(
             "apiextensions.k8s.io",
@@ -140,6 +141,7 @@ RESOURCES: Mapping[str, Resource] = {
             False,
         ),
         _r("ai.operator", "v1", "TrainingJob", "trainingjobs", True),
+        _r("ai.operator", "v1", "QuotaRequest", "quotarequests", True),
         _r("policy.ai.operator", "v1", "PolicySource", "policysources", False),
         _r("policy.ai.operator", "v1", "ClusterPolicy", "clusterpolicies", False),
         _r("policy.ai.operator", "v1", "PriorityTier", "prioritytiers", False),

@@ -46,7 +46,7 @@ KINDS: dict[str, tuple[str, str, list[str]]] = {
 """kind -> (plural, singular, short names). All are cluster-scoped."""
 
 JOB_GROUP = "ai.operator"
-"""The TrainingJob's group: the one namespaced kind, which users (not platform teams) write."""
+"""The group of the namespaced kinds users (not platform teams) write: TrainingJob, QuotaRequest."""
 
 _DROPPED = {"$schema", "$id", "title", "$defs", "$comment"}
 
@@ -202,35 +202,56 @@ _JOB_COLUMNS: list[dict[str, Any]] = [
 ]
 
 
-def _job_crd(schema: dict[str, Any]) -> dict[str, Any]:
-    """The namespaced TrainingJob CRD (group `ai.operator`, short name `tj`): the
-    schema's CEL rules travel with it (`x-kubernetes-validations`)."""
+_QUOTA_COLUMNS: list[dict[str, Any]] = [
+    {"name": "Project", "type": "string", "jsonPath": ".spec.project"},
+    {"name": "Resource", "type": "string", "jsonPath": ".spec.resource"},
+    {"name": "Amount", "type": "string", "jsonPath": ".spec.amount"},
+    {"name": "State", "type": "string", "jsonPath": ".status.state"},
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    {"name": "PR", "type": "string", "jsonPath": ".status.pullRequest.url", "priority": 1},
+]
+
+
+def _namespaced_crd(
+    schema: dict[str, Any],
+    *,
+    kind: str,
+    plural: str,
+    short: str,
+    columns: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """A namespaced kind of group `ai.operator` (the ones users, not platform teams,
+    write): the schema's CEL rules travel with it (`x-kubernetes-validations`)."""
     crd = _crd("PolicySource", schema)  # the same shape; names, group and scope differ
     spec = crd["spec"]
-    crd["metadata"]["name"] = f"trainingjobs.{JOB_GROUP}"
+    crd["metadata"]["name"] = f"{plural}.{JOB_GROUP}"
     spec["group"] = JOB_GROUP
     spec["scope"] = "Namespaced"
     spec["names"] = {
-        "kind": "TrainingJob",
-        "listKind": "TrainingJobList",
-        "plural": "trainingjobs",
-        "singular": "trainingjob",
-        "shortNames": ["tj"],
+        "kind": kind,
+        "listKind": f"{kind}List",
+        "plural": plural,
+        "singular": kind.lower(),
+        "shortNames": [short],
         "categories": ["gangops"],
     }
-    spec["versions"][0]["additionalPrinterColumns"] = _JOB_COLUMNS
+    spec["versions"][0]["additionalPrinterColumns"] = columns
     return crd
 
 
 def generate_crds(schema_dir: Path) -> list[dict[str, Any]]:
     """The CRDs of every kind in `KINDS`, from `<schema_dir>/<kind>.schema.json`,
-    and the TrainingJob CRD."""
+    and the namespaced TrainingJob and QuotaRequest CRDs."""
     crds = []
     for kind in KINDS:
         path = schema_dir / f"{kind.lower()}.schema.json"
         crds.append(_crd(kind, json.loads(path.read_text(encoding="utf-8"))))
-    job = schema_dir / "trainingjob.schema.json"
-    crds.append(_job_crd(json.loads(job.read_text(encoding="utf-8"))))
+    for kind, plural, short, columns in (
+        ("TrainingJob", "trainingjobs", "tj", _JOB_COLUMNS),
+        ("QuotaRequest", "quotarequests", "qr", _QUOTA_COLUMNS),
+    ):
+        schema = json.loads((schema_dir / f"{kind.lower()}.schema.json").read_text("utf-8"))
+        crds.append(_namespaced_crd(schema, kind=kind, plural=plural, short=short, columns=columns))
     return crds
 
 

@@ -288,6 +288,24 @@ def scheduling_policy(policy_set: PolicySet) -> dict[str, Any]:
             "fairShare": {"enabled": c.fair_share_enabled, "borrowing": c.borrowing},
             "topology": {"levels": list(c.topology_levels)},
         },
+        "alertActions": {
+            "rules": [
+                {
+                    "alert": r.alert,
+                    "action": r.action,
+                    "mode": r.mode,
+                    "cooldownSeconds": r.cooldown_seconds,
+                    "restartJob": r.restart_job,
+                    "gracePeriodSeconds": r.grace_period_seconds,
+                }
+                for r in c.alert_rules
+            ],
+            "circuitBreaker": {
+                "maxPercent": c.breaker_max_percent,
+                "maxNodes": c.breaker_max_nodes,
+                "windowSeconds": c.breaker_window_seconds,
+            },
+        },
         "tiers": [
             {
                 "name": t.name,

@@ -86,6 +86,8 @@ CODES: dict[str, Code] = _codes(
     Code("GP318", "no-tiers", W, "A project allows no tiers, so none of its jobs can be admitted."),
     Code("GP319", "user-never-matches", E, "A user name is not a Kubernetes label value (at most 63 ASCII letters, digits, '-', '_', '.'), so no TrainingJob's `ai.operator/user` label can name it (a look-alike letter, a space, a service account)."),
     Code("GP320", "scheduling-policy-too-large", E, "The compiled scheduling policy is over the 1 MiB the API server allows in a ConfigMap; the size is given."),
+    Code("GP321", "duplicate-alert-rule", E, "Two rules of `alertActions` name the same alert; gangops would not know which to follow."),
+    Code("GP322", "alert-rule-without-effect", W, "A part of an alert rule has no effect: mode `enforce` with action `none`, or `gracePeriodSeconds` where no job is restarted (`restartJob: false`, or action `none`)."),
 )  # fmt: skip
 
 

@@ -17,6 +17,7 @@ from controller.policy.loader import Document
 from controller.quantity import format_quantity, parse_quantity
 
 __all__ = [
+    "AlertRuleSpec",
     "ClusterPolicy",
     "PolicySet",
     "PriorityTier",
@@ -85,6 +86,22 @@ class UserQuota:
 
 
 @dataclass(frozen=True)
+class AlertRuleSpec:
+    """One rule of `spec.alertActions.rules`: what an alert makes gangops do."""
+
+    index: int
+    """Its position in the list (for diagnostics)."""
+    alert: str
+    action: str
+    mode: str
+    cooldown_seconds: int
+    restart_job: bool
+    grace_period_seconds: int
+    grace_given: bool
+    """`gracePeriodSeconds` was written (not defaulted)."""
+
+
+@dataclass(frozen=True)
 class ClusterPolicy:
     """Cluster-wide rules (one per policy set)."""
 
@@ -104,6 +121,10 @@ class ClusterPolicy:
     topology_levels: tuple[str, ...]
     """Node label keys of topology domains, tightest first."""
     doc: Document = field(compare=False, repr=False)
+    alert_rules: tuple[AlertRuleSpec, ...] = ()
+    breaker_max_percent: int = 10
+    breaker_max_nodes: int = 5
+    breaker_window_seconds: int = 600
 
 
 @dataclass(frozen=True)
@@ -211,6 +232,26 @@ def build_cluster_policy(doc: Document, *, capacity_gpu: int | None) -> ClusterP
         borrowing=_default(_get(spec, "fairShare", "borrowing"), True),
         topology_levels=tuple(_get(spec, "topology", "levels") or DEFAULT_TOPOLOGY_LEVELS),
         doc=doc,
+        alert_rules=tuple(
+            AlertRuleSpec(
+                index=i,
+                alert=r["alert"],
+                action=r.get("action", "quarantine-gpus"),
+                mode=r.get("mode", "shadow"),
+                cooldown_seconds=_default(r.get("cooldownSeconds"), 600),
+                restart_job=_default(r.get("restartJob"), True),
+                grace_period_seconds=_default(r.get("gracePeriodSeconds"), 120),
+                grace_given="gracePeriodSeconds" in r,
+            )
+            for i, r in enumerate(_get(spec, "alertActions", "rules") or ())
+        ),
+        breaker_max_percent=_default(
+            _get(spec, "alertActions", "circuitBreaker", "maxPercent"), 10
+        ),
+        breaker_max_nodes=_default(_get(spec, "alertActions", "circuitBreaker", "maxNodes"), 5),
+        breaker_window_seconds=_default(
+            _get(spec, "alertActions", "circuitBreaker", "windowSeconds"), 600
+        ),
     )
 
 

@@ -316,7 +316,54 @@ def _unknown_tiers(
             )
 
 
+def _alert_actions(c: ClusterPolicy) -> Iterator[Diagnostic]:
+    seen: dict[str, int] = {}
+    path = ("spec", "alertActions", "rules")
+    for r in c.alert_rules:
+        if r.alert in seen:
+            yield _at(
+                c.doc,
+                "GP321",
+                f"alert {r.alert!r} has two rules (the first at rules[{seen[r.alert]}]);"
+                " gangops would not know which to follow: merge them",
+                *path,
+                r.index,
+                "alert",
+            )
+        seen.setdefault(r.alert, r.index)
+        if r.action == "none" and r.mode == "enforce":
+            yield _at(
+                c.doc,
+                "GP322",
+                f"alert {r.alert!r}: mode enforce with action none does nothing but record"
+                " Events; set an action (quarantine-gpus, cordon-node) or mode shadow",
+                *path,
+                r.index,
+                "mode",
+            )
+        elif r.grace_given and not r.restart_job:
+            yield _at(
+                c.doc,
+                "GP322",
+                f"alert {r.alert!r}: gracePeriodSeconds is set but restartJob is false, so no"
+                " job is restarted after it; remove it or set restartJob: true",
+                *path,
+                r.index,
+                "gracePeriodSeconds",
+            )
+        elif r.restart_job and r.action == "none" and r.grace_given:
+            yield _at(
+                c.doc,
+                "GP322",
+                f"alert {r.alert!r}: action none restarts no job; gracePeriodSeconds has no effect",
+                *path,
+                r.index,
+                "gracePeriodSeconds",
+            )
+
+
 def _cluster(c: ClusterPolicy, tier_names: set[str]) -> Iterator[Diagnostic]:
+    yield from _alert_actions(c)
     yield from _unknown_tiers(c.doc, c.reserve_tiers, tier_names, ("spec", "reserve", "tiers"))
     cap = c.capacity.gpu
     if cap is not None and c.reserve_gpu > cap:

@@ -113,7 +113,7 @@ def seasonal_naive(
 
 class DemandHistory:
     """Demand samples per key (project, or project/user) over a sliding window. Owned
-    by the caller (the controller's loop, the simulator); `add` and `prune` only."""
+    by the caller (the controller's loop, the simulator)."""
 
     def __init__(self, window_s: float) -> None:
         self.window_s = window_s
@@ -134,3 +134,9 @@ class DemandHistory:
 
     def names(self) -> list[str]:
         return list(self._series)
+
+    def drop_quiet(self) -> None:
+        """Forget the keys whose every sample in the window is 0: a project or user
+        that asked for nothing for a whole window (so users who left do not stay)."""
+        for key in [k for k, s in self._series.items() if all(v == 0 for _, v in s)]:
+            del self._series[key]

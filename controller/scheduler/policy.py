@@ -13,7 +13,7 @@ scheduler has one input format whatever the source. Amounts are milli-GPUs.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -115,11 +115,21 @@ class SchedulingPolicy:
         return None
 
     @classmethod
-    def from_configmap(cls, cm: Mapping[str, Any]) -> SchedulingPolicy:
-        """Read the compiled policy from its ConfigMap (raises `UnreadablePolicy`)."""
+    def from_configmap(
+        cls,
+        cm: Mapping[str, Any],
+        *,
+        check: Callable[[Mapping[str, Any]], None] | None = None,
+    ) -> SchedulingPolicy:
+        """Read the compiled policy from its ConfigMap (raises `UnreadablePolicy`);
+        `check` (the schema, `controller.policy.validate.check_scheduling_policy`)
+        raises ValueError for a document the scheduler must not use."""
         try:
-            return cls.from_dict(json.loads(cm["data"][POLICY_KEY]))
-        except (KeyError, TypeError, ValueError) as e:
+            doc = json.loads(cm["data"][POLICY_KEY])
+            if check is not None:
+                check(doc)
+            return cls.from_dict(doc)
+        except (KeyError, TypeError, ValueError, ArithmeticError) as e:
             raise UnreadablePolicy(str(e)) from e
 
     @classmethod

@@ -70,6 +70,10 @@ class RunResult:
     drain after the last arrival that the makespan includes."""
     delays: list[float] = field(default_factory=list)
     """Queueing delay (first start minus submission) of every job that started."""
+    delay_by_job: dict[str, float] = field(default_factory=dict)
+    """The same delays by job id (the quota what-if compares two runs job by job)."""
+    preempted_jobs: list[str] = field(default_factory=list)
+    """The id of each job preempted, once per preemption."""
     jcts: list[float] = field(default_factory=list)
     """Completion minus submission of every job that finished."""
     never_started: int = 0
@@ -395,6 +399,7 @@ def simulate(
             job.run += 1
             pending[victim] = job
             result.preemptions += 1
+            result.preempted_jobs.append(str(victim))
             preempted_at.append(now)
         placed: list[_Job] = []
         for started in outcome.started:
@@ -402,6 +407,7 @@ def simulate(
             if job.start is None:
                 job.start = now
                 result.delays.append(now - job.gang.created)
+                result.delay_by_job[str(started)] = now - job.gang.created
             if (
                 job.partial_since is not None
                 and not job.timed_out

@@ -161,7 +161,7 @@ class GangEnv:
                     "containers": [
                         {
                             "name": "trainer",
-                            "image": "registry.k8s.io/pause:3.10",
+                            "image": "pause:3.10",
                             "resources": {"limits": {GPU: per_worker}},
                         }
                     ],
@@ -223,7 +223,7 @@ class GangEnv:
                 "containers": [
                     {
                         "name": "main",
-                        "image": "registry.k8s.io/pause:3.10",
+                        "image": "pause:3.10",
                         "resources": {"limits": {GPU: str(gpus)}},
                     }
                 ],

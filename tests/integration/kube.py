@@ -62,7 +62,7 @@ def pod(
 ) -> dict[str, Any]:
     """A one-container pod asking for `gpus` GPUs (limits; the API server copies them to
     requests), optionally bound to `node` at creation."""
-    container: dict[str, Any] = {"name": "main", "image": "registry.k8s.io/pause:3.10"}
+    container: dict[str, Any] = {"name": "main", "image": "pause:3.10"}
     if gpus:
         container["resources"] = {"limits": {GPU: str(gpus)}}
     spec: dict[str, Any] = {

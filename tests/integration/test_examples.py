@@ -76,26 +76,11 @@ def _demo_jobs() -> list[tuple[str, Obj]]:
 
 
 EXAMPLES = _readme_jobs() + _demo_jobs()
-LIMIT_RANGES = {o["metadata"]["namespace"] for o in _compiled() if o["kind"] == "LimitRange"}
 
 
 def _cases() -> Iterator[Any]:
     for name, job in EXAMPLES:
-        ns = job["metadata"]["namespace"]
-        requests = [
-            c.get("resources", {}).get("requests")
-            for c in job["spec"]["template"]["spec"]["containers"]
-        ]
-        marks = []
-        if not all(requests) and ns not in LIMIT_RANGES:
-            marks.append(
-                pytest.mark.xfail(
-                    strict=True,
-                    reason=f"no LimitRange in {ns} yet: the compiler's default requests "
-                    "(issue 20, policy half) are not on this branch",
-                )
-            )
-        yield pytest.param(job, id=name, marks=marks)
+        yield pytest.param(job, id=name)
 
 
 class Examples:

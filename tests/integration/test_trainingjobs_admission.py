@@ -120,3 +120,36 @@ def test_worker_pods_take_no_finalizers_from_the_template(gang_env: GangEnv) -> 
     assert not pod["metadata"].get("finalizers")
     env.kube.delete(RESOURCES["TrainingJob"], "fin", namespace=env.namespace)
     wait_for("the worker to go with its job", lambda: env.pods("fin") == [])
+
+
+def test_a_gang_is_admitted_within_the_quota_its_limit_range_defaults_use_up(
+    gang_env: GangEnv,
+) -> None:
+    """The job's template sets only GPUs; the namespace's LimitRange gives every pod
+    1 CPU and its ResourceQuota allows 3: a gang of 4 workers would be refused at
+    its fourth pod, so it is refused whole, before any pod; a gang of 3 runs with
+    the defaults the API server filled in."""
+    env = gang_env
+    env.claim(1)
+    env.set_policy(policy_doc({"p": {"namespace": env.namespace, "guaranteed": 8}}))
+    env.kube.create(
+        {
+            "apiVersion": "v1",
+            "kind": "LimitRange",
+            "metadata": {"name": "gangops-defaults", "namespace": env.namespace},
+            "spec": {
+                "limits": [{"type": "Container", "defaultRequest": {"cpu": "1", "memory": "1Gi"}}]
+            },
+        },
+        field_manager="gangops-tests",
+    )
+    _quota(env, {"requests.nvidia.com/gpu": "8", "requests.cpu": "3", "requests.memory": "8Gi"})
+    env.start()
+    env.create(env.job("four", gang=4))
+    status = _reason(env, "four", "Refused")
+    assert "more than namespace" in status["message"] and "CPU" in status["message"], status
+    env.create(env.job("three", gang=3))
+    env.wait_phase("three", "Running")
+    pods = env.pods("three")
+    assert {p["spec"]["containers"][0]["resources"]["requests"]["cpu"] for p in pods} == {"1"}
+    assert env.pods("four") == []

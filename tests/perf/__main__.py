@@ -2,7 +2,7 @@
 
 Usage: python -m tests.perf [NAME ...]
 (names: policy, scheduler, devcluster, reconciler, gang, sim, variants, agent,
-prometheus, telemetry; default: all)
+prometheus, telemetry, quota, alerts; default: all)
 """
 
 from __future__ import annotations
@@ -11,10 +11,12 @@ import sys
 
 from tests.perf import (
     agent,
+    alerts,
     devcluster,
     gang,
     policy,
     prometheus,
+    quota,
     reconciler,
     scheduler,
     sim,
@@ -34,6 +36,8 @@ BENCHMARKS = {
     "agent": agent.run,
     "prometheus": prometheus.run,
     "telemetry": telemetry_bench.run,
+    "quota": quota.run,
+    "alerts": alerts.run,
 }
 
 

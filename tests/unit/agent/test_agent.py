@@ -209,6 +209,19 @@ def test_a_memory_ramp_leaks(clock: Clock, recording_dir: Path) -> None:
     assert _gpu(agent, 2).sample["DCGM_FI_DEV_FB_USED"] == before + 1000  # type: ignore[index]
 
 
+def test_a_memory_ramp_with_seconds_is_freed_after_them(clock: Clock, recording_dir: Path) -> None:
+    ramp = Event(at=0, kind="memory-ramp", gpu=2, mib_per_second=100, seconds=20)
+    agent, _ = _agent(clock, recording_dir, [ramp])
+    agent.tick()
+    before = _gpu(agent, 2).sample["DCGM_FI_DEV_FB_USED"]  # type: ignore[index]
+    clock.t += 10
+    agent.tick()
+    assert _gpu(agent, 2).sample["DCGM_FI_DEV_FB_USED"] == before + 1000  # type: ignore[index]
+    clock.t += 10
+    agent.tick()
+    assert _gpu(agent, 2).sample["DCGM_FI_DEV_FB_USED"] == before  # type: ignore[index]
+
+
 def test_pod_resources_failing_keeps_owners_for_a_while_then_drops_them(clock: Clock) -> None:
     from controller.agent.replay import fake_gpu_uuid
 

@@ -11,9 +11,23 @@ from typing import Any
 from .helm import CHART
 
 DASHBOARDS = sorted((CHART / "files" / "dashboards").glob("*.json"))
-VARIABLES = {"$node": ".*", "$__rate_interval": "1m", "${datasource}": "prometheus"}
-"""What Grafana puts in place of the dashboards' variables (every node; a rate window
-of four 15 s scrapes)."""
+VARIABLES = {
+    "$node": ".*",
+    "$project": ".*",
+    "$__rate_interval": "1m",
+    "${datasource}": "prometheus",
+}
+"""What Grafana puts in place of the dashboards' variables (every node and project; a
+rate window of four 15 s scrapes)."""
+
+
+def fed_by(path: Path) -> str:
+    """What feeds a dashboard, from its tags: "gpu" (the node agents, the recording
+    rules), "scheduler" or "alerts" (`gangops run`'s metrics; the alert actions' are
+    checked by tests/integration/test_alerts.py)."""
+    tags = load(path)["tags"]
+    (source,) = [t for t in tags if t in ("gpu", "scheduler", "alerts")]
+    return str(source)
 
 
 def load(path: Path) -> dict[str, Any]:

@@ -46,6 +46,8 @@ CHANGES: dict[str, Case] = {
     "controller.webhook.port": (9393, {}),
     "controller.webhook.secret": ("s3cret", {}),
     "controller.webhook.existingSecret": ("mine", {}),
+    "controller.alertmanager.token": ("t0ken", {}),
+    "controller.alertmanager.existingSecret": ("am-token", {}),
     "controller.resources.requests": ({"cpu": "1"}, {}),
     "controller.resources.limits": ({"memory": "2Gi"}, {}),
     "controller.podDisruptionBudget.enabled": (False, {}),

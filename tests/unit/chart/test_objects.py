@@ -118,6 +118,29 @@ def test_the_controller_deployment() -> None:
     assert pdb["spec"]["selector"] == dep["spec"]["selector"]
 
 
+def test_alertmanagers_token_is_mounted_and_passed_only_when_given() -> None:
+    def controller(values: dict[str, Any]) -> dict[str, Any]:
+        dep = find(render(values={"controller": values}), "Deployment", "-controller")
+        c: dict[str, Any] = dep["spec"]["template"]["spec"]["containers"][0]
+        return c
+
+    flag = "--alertmanager-token-file=/etc/gangops/alertmanager/token"
+    assert flag not in controller({})["args"]
+    mine = controller({"alertmanager": {"existingSecret": "am"}})
+    assert flag in mine["args"]
+    mounts = {m["name"]: m["mountPath"] for m in mine["volumeMounts"]}
+    assert mounts["alertmanager-token"] == "/etc/gangops/alertmanager"
+    objs = render(values={"controller": {"alertmanager": {"token": "t0ken"}}})
+    secret = find(objs, "Secret", "-alertmanager")
+    assert secret["data"] == {"token": "dDBrZW4="}
+    off = render(
+        values={"controller": {"webhook": {"enabled": False}, "alertmanager": {"token": "t"}}}
+    )
+    assert not [
+        o for o in off if o["kind"] == "Secret" and o["metadata"]["name"].endswith("-alertmanager")
+    ]
+
+
 def test_the_checksum_follows_the_webhook_secret() -> None:
     def checksum(secret: str) -> str:
         dep = find(render(values={"controller": {"webhook": {"secret": secret}}}), "Deployment")
@@ -166,15 +189,20 @@ def test_the_gpu_metrics_interval_is_the_agents_reading_interval_and_the_scrapes
     assert find(objs, "PodMonitor")["spec"]["podMetricsEndpoints"][0]["interval"] == interval
 
 
-def test_the_prometheus_rule_holds_the_charts_recording_rules_and_they_pass_promtool(
-    tmp_path: Path,
+@pytest.mark.parametrize(
+    ("suffix", "name"), [("-gpu", "recording-rules"), ("-gpu-alerts", "alert-rules")]
+)
+def test_the_prometheus_rules_hold_the_charts_rules_and_they_pass_promtool(
+    tmp_path: Path, suffix: str, name: str
 ) -> None:
     from ruamel.yaml import YAML
 
     rule = find(
-        render(values={"monitoring": {"prometheusRule": {"enabled": True}}}), "PrometheusRule"
+        render(values={"monitoring": {"prometheusRule": {"enabled": True}}}),
+        "PrometheusRule",
+        suffix,
     )
-    path = CHART / "files" / "prometheus" / "recording-rules.yaml"
+    path = CHART / "files" / "prometheus" / f"{name}.yaml"
     assert rule["spec"] == YAML(typ="safe").load(path.read_text())
     promtool = shutil.which("promtool")
     if promtool is None:
@@ -185,11 +213,11 @@ def test_the_prometheus_rule_holds_the_charts_recording_rules_and_they_pass_prom
         [promtool, "check", "rules", str(extracted)], capture_output=True, text=True
     )
     assert out.returncode == 0, out.stdout + out.stderr
-    # The recording rules' own test cases, run over the rules as rendered.
-    cases = (ROOT / "tests" / "unit" / "prometheus" / "recording-rules.test.yaml").read_text()
+    # The rules' own test cases, run over the rules as rendered.
+    cases = (ROOT / "tests" / "unit" / "prometheus" / f"{name}.test.yaml").read_text()
     tests = tmp_path / "rules.test.yaml"
     tests.write_text(
-        cases.replace("../../../charts/gangops/files/prometheus/recording-rules.yaml", "rules.yaml")
+        cases.replace(f"../../../charts/gangops/files/prometheus/{name}.yaml", "rules.yaml")
     )
     assert "- rules.yaml" in tests.read_text()
     out = subprocess.run([promtool, "test", "rules", str(tests)], capture_output=True, text=True)

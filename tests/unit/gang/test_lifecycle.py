@@ -10,6 +10,7 @@ import pytest
 from controller.gang.lifecycle import Write, action_write, cycle_writes, plan, rollback_delay
 from controller.gang.record import Admission, format_time
 from controller.gang.view import JobView, job_views
+from controller.nodehealth import RESTART_ANNOTATION
 from controller.scheduler.cycle import CycleResult
 from controller.scheduler.types import Admit, Pending, Placement, PodPlacement, Preempt, Resize
 
@@ -24,6 +25,16 @@ def _plan(jobs: list[dict[str, Any]], pods: list[dict[str, Any]], now: float = T
 
 
 ADM = admission("a", "b")
+RUNNING_AB = [pod("j", 0, node="a"), pod("j", 1, node="b")]
+
+
+def _asked(obj: dict[str, Any], at: float) -> dict[str, Any]:
+    """`obj` with an alert action's restart request made at `at`."""
+    why = "GangopsGPUMemoryLeak on node a"
+    obj["metadata"]["annotations"] = {RESTART_ANNOTATION: f"{format_time(at)} {why}"}
+    return obj
+
+
 CASES = [
     # (case, jobs, pods, now, actions, holds GPUs, queued)
     ("new job queues", [job("j")], [], T0, [], [], ["j"]),
@@ -75,6 +86,16 @@ CASES = [
         [job("j", adm=ADM, phase="Running")],
         [pod("j", 0, node="a")],
         T0 + 1, ["restart j"], ["j"], [],
+    ),
+    (
+        "a restart request newer than the admission: relocate",
+        [_asked(job("j", adm=ADM, phase="Running"), T0 + 0.5)], RUNNING_AB, T0 + 1,
+        ["relocate j"], ["j"], [],
+    ),
+    (
+        "a restart request older than the admission (already done): nothing",
+        [_asked(job("j", adm=ADM, phase="Running"), T0 - 5)], RUNNING_AB, T0 + 1,
+        [], ["j"], [],
     ),
     (
         "every worker succeeded",
@@ -310,6 +331,16 @@ WRITE_CASES = [
         {"kind": "restart", "phase": "Queued", "reason": "Restarting", "status.restarts": 2,
          "clear": True, "delete": ["j-1-1"],
          "message": "worker j-1-0 failed (Failed); restarting the whole gang (restart 2 of 3)"},
+    ),
+    (
+        "a requested relocation restarts the gang after a backoff, not counted as a restart",
+        [_asked(job("j", adm=ADM, phase="Running", restarts=3), T0 + 0.5)], RUNNING, T0 + 1,
+        {"kind": "restart", "phase": "Queued", "reason": "Relocating", "clear": True,
+         "status.relocations": 1, "status.restarts": None,
+         "status.notBefore": format_time(T0 + 1 + 5),
+         "delete": ["j-1-0", "j-1-1"],
+         "message": "GangopsGPUMemoryLeak on node a; restarting the whole gang away from the"
+                    " fault in 5s (not counted against backoffLimit)"},
     ),
     (
         "a failure past backoffLimit fails the job: BackoffLimitExceeded",

@@ -16,11 +16,12 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from controller.gang.controller import GangController
+from controller.gang.controller import DEMAND_WINDOW_S, GangController
 from controller.gang.metrics import GangMetrics
 from controller.gang.record import Admission
 from controller.kube.clock import FakeClock
 from controller.scheduler.policy import POLICY_CONFIGMAP, POLICY_KEY
+from controller.scheduler.telemetry import PodUsage, Signal, Telemetry
 from controller.scheduler.types import Placement, PodPlacement
 from tests.unit.kube.fakes import FakeKube
 from tests.unit.scheduler.builders import policy_doc
@@ -126,6 +127,10 @@ def test_queue_and_gpus_by_project_user_and_kind() -> None:
     }  # fmt: skip
     assert _samples(m.registry, "gangops_queue_depth") == {
         ("p", "normal"): 1, ("p", "batch"): 2, ("q", "high"): 1,
+    }  # fmt: skip
+    # why each waits: p at its max; q's gang bigger than the free GPUs
+    assert _samples(m.registry, "gangops_waiting_jobs") == {
+        ("p", "normal", "Quota"): 1, ("p", "batch", "Quota"): 2, ("q", "high", "Capacity"): 1,
     }  # fmt: skip
     assert _samples(m.registry, "gangops_gpus_allocated") == {
         ("p", "alice", "guaranteed"): 3, ("p", "alice", "borrowed"): 1,
@@ -243,3 +248,88 @@ def test_each_phase_of_a_step_is_timed_and_logged(caplog: pytest.LogCaptureFixtu
         r.getMessage() for r in caplog.records if r.getMessage().startswith("scheduling step")
     ]
     assert [w.split("=")[0] for w in line.split()[2:7]] == [f"{p}_s" for p in phases]
+
+
+def test_idle_but_held_gpus_by_project_and_user_from_telemetry() -> None:
+    """Running jobs whose GPUs the telemetry saw under 5 % for 5 minutes count as
+    idle-but-held, per project and user; a busy one does not."""
+    now = T0.timestamp()
+
+    def usage(percent: float) -> PodUsage:
+        return PodUsage(avg_1m=percent, avg_5m=percent, avg_15m=percent, p95_5m=percent,
+                        trend_per_min=0.0)  # fmt: skip
+
+    objs = [
+        *held("r1", 3, on="a", first=0, borrowed=0, user="alice"),
+        *held("r2", 4, on="a", first=3, borrowed=0, user="bob"),
+    ]
+    pods = {("p", f"r1-1-{i}"): usage(1.0) for i in range(3)}
+    pods |= {("p", f"r2-1-{i}"): usage(80.0) for i in range(4)}
+    t = Telemetry(health=Signal(now - 5), usage=Signal(now - 5), pods=pods)
+    m = GangMetrics()
+    api = FakeKube()
+    c = GangController(api, clock=FakeClock(T0), metrics=m, telemetry=lambda: t)
+    c.config.assume(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": POLICY_CONFIGMAP, "namespace": c.settings.system_namespace,
+                         "resourceVersion": "1"},
+            "data": {POLICY_KEY: json.dumps(POLICY)},
+        }
+    )  # fmt: skip
+    c.nodes.assume(node("a"))
+    for o in objs:
+        (c.pods if o["kind"] == "Pod" else c.jobs).assume(o)
+    try:
+        assert c.step() is not None
+    finally:
+        c.stop()
+    assert _samples(m.registry, "gangops_idle_gpus") == {("p", "alice"): 3}
+
+
+def test_demand_forecasts_per_project_and_per_user() -> None:
+    """Each sample (every 15 s) adds the GPUs held plus queued per project and per user
+    to the sliding window; the forecasts are reported; a user whose window holds only
+    zeros is forgotten."""
+    m, api, clock = GangMetrics(), FakeKube(), FakeClock(T0)
+    c = GangController(api, clock=clock, metrics=m)
+    c.config.assume(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": POLICY_CONFIGMAP, "namespace": c.settings.system_namespace,
+                         "resourceVersion": "1"},
+            "data": {POLICY_KEY: json.dumps(POLICY)},
+        }
+    )  # fmt: skip
+    c.nodes.assume(node("a"))
+    for o in held("r1", 3, on="a", first=0, borrowed=0, user="alice"):
+        (c.pods if o["kind"] == "Pod" else c.jobs).assume(o)
+    w1 = waiting("w1", 8, tier="batch", ns="q")  # bob's; 5 GPUs are free, none to preempt
+    w1["metadata"]["labels"]["ai.operator/user"] = "bob"
+    c.jobs.assume(w1)
+    api.objects[("TrainingJob", "q", "w1")] = w1
+
+    def step() -> None:
+        c.step()
+        deadline = time.monotonic() + 10
+        while c._busy:  # the status write lands before the next step reads the job
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        clock.advance(15)
+
+    try:
+        for _ in range(3):
+            step()
+        got = _samples(m.registry, "gangops_demand_forecast_gpus")
+        assert got[("p", "", "point")] == got[("p", "alice", "point")] == 3
+        assert got[("q", "", "p90")] == got[("q", "bob", "p90")] == 8
+        assert got[("p", "alice", "p90")] >= 3
+        c.jobs.forget("w1", "q")
+        for _ in range(int(DEMAND_WINDOW_S / 15) + 2):  # a whole window of nothing
+            step()
+        got = _samples(m.registry, "gangops_demand_forecast_gpus")
+        assert ("q", "bob", "point") not in got and ("p", "alice", "point") in got
+    finally:
+        c.stop()

@@ -4,6 +4,7 @@ as zero load; each signal keeps its last good value and ages."""
 
 from __future__ import annotations
 
+import io
 import json
 import urllib.error
 import urllib.parse
@@ -82,6 +83,10 @@ def good(prom: Prom) -> None:
     }
 
 
+def _http_error(code: int, body: bytes) -> urllib.error.HTTPError:
+    return urllib.error.HTTPError("http://prom:9090", code, "x", {}, io.BytesIO(body))  # type: ignore[arg-type]
+
+
 class Clock:
     t = 1000.0
 
@@ -109,6 +114,9 @@ def test_three_queries_make_the_snapshot() -> None:
         (TimeoutError(), "timeout"),
         (b"<html>", "malformed"),
         ({"status": "error", "error": "bad query"}, "error"),
+        # how Prometheus answers a failed query: 4xx/5xx with its error as JSON
+        (_http_error(422, b'{"status":"error","error":"too many samples"}'), "error"),
+        (_http_error(502, b"<html>bad gateway</html>"), "error"),
         (vector(stat("p", "avg5m", "0"), warnings=["partial response"]), "warnings"),
     ],
 )

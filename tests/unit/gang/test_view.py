@@ -5,16 +5,18 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from controller.gang.lifecycle import plan
+from controller.gang.lifecycle import decide, plan
 from controller.gang.record import Admission, format_time, parse_time
 from controller.gang.view import (
     Memo,
     build_snapshot,
+    container_defaults,
     job_views,
     namespace_quotas,
     node_of,
     pod_requests,
 )
+from controller.jobs.spec import ContainerDefaults
 from controller.scheduler.cycle import schedule
 from controller.scheduler.types import (
     MILLI,
@@ -80,6 +82,17 @@ def test_the_node_agents_unhealthy_gpus_are_read_and_a_malformed_entry_is_ignore
     got = node_of(n)
     assert got.unhealthy == frozenset({1, 3, 12}) and got.bad_gpus == 2  # 12: not on this node
     assert node_of(node("m")).unhealthy == frozenset()
+
+
+def test_gpus_an_alert_action_quarantined_count_with_the_agents() -> None:
+    n = node("n")
+    n["metadata"]["annotations"] = {
+        "gangops.ai/unhealthy-gpus": "1",
+        "gangops.ai/quarantined-gpus": "1,5",
+    }
+    assert node_of(n).unhealthy == frozenset({1, 5})
+    n["metadata"]["annotations"] = {"gangops.ai/quarantined-gpus": "2"}
+    assert node_of(n).unhealthy == frozenset({2})
 
 
 def test_pod_requests_read_gpu_limits_when_requests_are_absent() -> None:
@@ -219,3 +232,58 @@ def test_every_live_pod_of_a_quota_namespace_but_the_gangs_own_counts_against_it
     )  # fmt: skip
     # the unbound pod (2 GPUs), the stray pod (1), the running gang (2); not the finished one
     assert snap.namespace_usage["p"] == (5_000, 0, 0, 4)
+
+
+def _limit_range(ns: str, name: str, *limits: dict[str, Any]) -> dict[str, Any]:
+    meta = {"name": name, "namespace": ns}
+    return {"kind": "LimitRange", "metadata": meta, "spec": {"limits": list(limits)}}
+
+
+def test_a_namespaces_container_defaults_are_its_limit_ranges_default_requests() -> None:
+    def container(**request: str) -> dict[str, Any]:
+        return {"type": "Container", "defaultRequest": request}
+
+    ranges = [
+        _limit_range("p", "b-later", container(cpu="4", memory="8Gi")),
+        _limit_range("p", "a-first", {"type": "Pod", "max": {"cpu": "64"}}, container(cpu="500m")),
+        # an amount that does not parse says nothing
+        _limit_range("q", "odd", container(cpu="lots", memory="1Gi")),
+    ]
+    # the first by name that sets a resource gives it; the next fills in the rest
+    assert container_defaults(ranges) == {
+        "p": ContainerDefaults(cpu_milli=500, memory=8 << 30),
+        "q": ContainerDefaults(memory=1 << 30),
+    }
+
+
+def test_a_gang_is_admitted_within_the_quota_its_pods_defaults_use_up() -> None:
+    """The README's case: the template sets only GPUs, the namespace's LimitRange
+    gives each pod 1 CPU, and its ResourceQuota allows 3 CPUs: 4 workers would be
+    refused pod by pod, so the gang is not admitted (reliability D7/D8)."""
+    j = job("j", 4)
+    for c in j["spec"]["template"]["spec"]["containers"]:
+        c["resources"] = {"limits": {"nvidia.com/gpu": 1}}
+    quotas = {"p": NamespaceQuota(cpu_milli=3_000)}
+    one_cpu = {"type": "Container", "defaultRequest": {"cpu": "1"}}
+    ranges = [_limit_range("p", "gangops-defaults", one_cpu)]
+    nodes = {"a": node("a")}
+    for defaults, admitted in ((None, True), (container_defaults(ranges), False)):
+        views = job_views([j], [], POLICY, defaults=defaults)
+        _, _, result = decide(views, nodes, [], POLICY, now=1001.0, quotas=quotas)
+        (d,) = result.decisions
+        assert isinstance(d, Admit) is admitted, d
+    assert "CPU" in d.reason or "cpu" in d.reason, d.reason
+
+
+def test_the_memo_parses_a_job_again_when_its_namespaces_defaults_change() -> None:
+    memo, j = Memo(), job("j", 2)
+    for c in j["spec"]["template"]["spec"]["containers"]:
+        c["resources"] = {"limits": {"nvidia.com/gpu": 1}}
+    one, two = ContainerDefaults(cpu_milli=1000), ContainerDefaults(cpu_milli=2000)
+    (a,) = job_views([j], [], POLICY, memo=memo, defaults={"p": one})
+    memo.next_step()
+    (b,) = job_views([j], [], POLICY, memo=memo, defaults={"p": ContainerDefaults(cpu_milli=1000)})
+    assert b.gang is a.gang  # equal defaults: the parsed job is reused
+    memo.next_step()
+    (c,) = job_views([j], [], POLICY, memo=memo, defaults={"p": two})
+    assert (a.gang and a.gang.pod.cpu_milli, c.gang and c.gang.pod.cpu_milli) == (1000, 2000)

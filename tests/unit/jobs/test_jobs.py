@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from controller.jobs.pods import SCHEDULER_NAME, headless_service, worker_pods
-from controller.jobs.spec import SpecError, parse_job, to_gang
+from controller.jobs.spec import ContainerDefaults, SpecError, parse_job, to_gang
 from controller.jobs.status import job_status
 from controller.scheduler.types import Placement, PodPlacement, Taint, Toleration
 from tests.unit.scheduler.builders import policy
@@ -223,3 +223,40 @@ def test_init_containers_count_as_kubernetes_counts_them(
 ) -> None:
     job = parse_job(_with_init(*init, app_gpus=app_gpus))
     assert (job.gpus_per_worker, job.pod.cpu_milli) == (gpus, cpu_milli)
+
+
+def _containers(*resources: dict[str, Any]) -> dict[str, Any]:
+    obj = copy.deepcopy(JOB)
+    obj["spec"]["template"]["spec"]["containers"] = [
+        {"name": f"c{i}", "image": "i", "resources": r} for i, r in enumerate(resources)
+    ]
+    return obj
+
+
+DEFAULTS = ContainerDefaults(cpu_milli=1000, memory=2**30)
+
+# (case, the containers' resources, the namespace's LimitRange defaults, (cpu milli, memory))
+POD_REQUEST_CASES = [
+    ("requests as written",
+     [{"limits": {"nvidia.com/gpu": 4}, "requests": {"cpu": "2", "memory": "1Gi"}}],
+     DEFAULTS, (2000, 2**30)),
+    ("a limit without a request is the request (the API server defaults it)",
+     [{"limits": {"nvidia.com/gpu": 4, "cpu": "3", "memory": "2Gi"}}], None, (3000, 2 * 2**30)),
+    ("neither: the LimitRange's default, per container",
+     [{"limits": {"nvidia.com/gpu": 4}}, {}], DEFAULTS, (2000, 2 * 2**30)),
+    ("neither and no LimitRange: nothing", [{"limits": {"nvidia.com/gpu": 4}}], None, (0, 0)),
+    ("a default only for what is missing",
+     [{"limits": {"nvidia.com/gpu": 4}, "requests": {"cpu": "500m"}}], DEFAULTS, (500, 2**30)),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("resources", "defaults", "want"),
+    [c[1:] for c in POD_REQUEST_CASES],
+    ids=[c[0] for c in POD_REQUEST_CASES],
+)
+def test_a_workers_cpu_and_memory_are_what_the_api_server_will_make_them(
+    resources: list[dict[str, Any]], defaults: ContainerDefaults | None, want: tuple[int, int]
+) -> None:
+    pod = parse_job(_containers(*resources), defaults).pod
+    assert (pod.cpu_milli, pod.memory) == want

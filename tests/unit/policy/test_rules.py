@@ -45,6 +45,25 @@ spec: {value: 10, preemptible: true, preemptionPolicy: Never}
 
 BASE = {"cluster.yaml": CLUSTER, "tiers.yaml": TIERS}
 
+ALERTS = """\
+  alertActions:
+    rules:
+      - alert: GangopsGPUMemoryLeak
+        action: quarantine-gpus
+        mode: enforce
+        cooldownSeconds: 600
+        restartJob: true
+        gracePeriodSeconds: 120
+      - alert: GangopsGPUFatalXID
+        action: cordon-node
+        mode: enforce
+      - alert: GangopsGPULost
+        mode: shadow
+        restartJob: true
+        gracePeriodSeconds: 60
+    circuitBreaker: {maxPercent: 10, maxNodes: 5, windowSeconds: 600}
+"""
+
 PROJECT_P = """\
 apiVersion: policy.ai.operator/v1
 kind: Project
@@ -431,6 +450,28 @@ CASES = [
         [("GP320", ".", 0), ("GP306", "cluster.yaml", 5)],
         says=("bytes, over the 1,048,576 bytes", "12 projects, 12,000 named users"),
     ),
+    Case(
+        "GP321 two rules for one alert",
+        {"cluster.yaml": CLUSTER + ALERTS.replace("GangopsGPUFatalXID", "GangopsGPUMemoryLeak")},
+        [("GP321", "cluster.yaml", 15)],
+        says=("alert 'GangopsGPUMemoryLeak' has two rules (the first at rules[0])",),
+    ),
+    Case(
+        "GP322 enforce with action none; a grace period no restart uses",
+        {
+            "cluster.yaml": CLUSTER
+            + ALERTS.replace("action: cordon-node", "action: none").replace(
+                "restartJob: true", "restartJob: false"
+            )
+        },
+        [
+            ("GP322", "cluster.yaml", 14),
+            ("GP322", "cluster.yaml", 17),
+            ("GP322", "cluster.yaml", 21),
+        ],
+        says=("mode enforce with action none", "gracePeriodSeconds is set but restartJob is false"),
+    ),
+    Case("alert actions as shipped are valid", {"cluster.yaml": CLUSTER + ALERTS}, []),
     Case(
         "GP316 reserve above capacity",
         {"cluster.yaml": CLUSTER.replace("{gpu: 8,", "{gpu: 65,")},

@@ -10,6 +10,7 @@ import pytest
 
 from controller.devcluster.prometheus import (
     AGENT_JOB,
+    ALERT_RULES,
     RECORDING_RULES,
     STATIC_JOB,
     PrometheusConfig,
@@ -28,7 +29,7 @@ def test_defaults_scrape_every_second_and_load_the_charts_rules() -> None:
     config = render_config(PrometheusConfig(), self_address=SELF)
     assert config == {
         "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
-        "rule_files": [str(RECORDING_RULES)],
+        "rule_files": [str(RECORDING_RULES), str(ALERT_RULES)],
         "scrape_configs": [{"job_name": "prometheus", "static_configs": [{"targets": [SELF]}]}],
     }
 
@@ -110,3 +111,11 @@ def test_a_timeout_longer_than_the_interval_is_a_prometheus_error(tmp_path: Path
     config = PrometheusConfig(scrape_timeout_s=2.0, rule_files=())
     with pytest.raises(PrometheusError, match="cannot configure Prometheus: scrape timeout"):
         start_prometheus(tmp_path, config, binary=Path("/bin/false"))
+
+
+def test_alerts_go_to_the_alertmanagers_given() -> None:
+    config = render_config(PrometheusConfig(alertmanagers=("127.0.0.1:9093",)), self_address=SELF)
+    assert config["alerting"] == {
+        "alertmanagers": [{"static_configs": [{"targets": ["127.0.0.1:9093"]}]}]
+    }
+    assert "alerting" not in render_config(PrometheusConfig(), self_address=SELF)

@@ -1,0 +1,318 @@
+"""The alert actions' writer: drains the receiver's inbox, acts on each node, and keeps
+time (grace periods, cool-downs).
+
+One worker thread, in the leader only. For each batch of alerts it reads the policy
+(the compiled `alertActions`), groups the alerts by node and, per node: reads the
+Node, runs the pure `machine.step`, writes the TrainingJob requests it asks for
+(each carries its alert instance, so a retry writes nothing twice), then the Node
+with its new state, quarantine, cordon and taint in one `replace` on the Node's
+resourceVersion (a conflict reads and decides again), then the Events and the
+metrics. Every `tick_s` it lists the Nodes: the breaker counts the episodes they
+record, and a node with something due (a restart after its grace, an undo after
+its cool-down) is stepped with no alerts.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from controller.alerts.machine import (
+    REASON_ANNOTATION,
+    STATE_ANNOTATION,
+    TAINT_KEY,
+    Incoming,
+    JobRequest,
+    NodeFacts,
+    NodeState,
+    Result,
+    describe,
+    step,
+)
+from controller.alerts.metrics import AlertMetrics
+from controller.alerts.policy import AlertPolicy
+from controller.alerts.receiver import Inbox, Received
+from controller.jobs.pods import LABEL_JOB
+from controller.kube.client import RESOURCES, ApiError, KubeApi, NotLeaderError
+from controller.kube.clock import Clock
+from controller.kube.events import EventRecorder
+from controller.nodehealth import (
+    CHECKPOINT_ANNOTATION,
+    QUARANTINE_ANNOTATION,
+    RESTART_ANNOTATION,
+    format_indices,
+)
+from controller.scheduler.policy import POLICY_CONFIGMAP, POLICY_KEY
+
+__all__ = ["FIELD_MANAGER", "ActorSettings", "AlertActor"]
+
+log = logging.getLogger(__name__)
+
+FIELD_MANAGER = "gangops-alerts"
+_NODE = RESOURCES["Node"]
+_POD = RESOURCES["Pod"]
+_JOB = RESOURCES["TrainingJob"]
+_CONFIGMAP = RESOURCES["ConfigMap"]
+Obj = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ActorSettings:
+    """How the actor works."""
+
+    system_namespace: str
+    """Where the compiled policy's ConfigMap lives."""
+    tick_s: float = 5.0
+    """How often due work is looked for (restarts after their grace, undo after the
+    cool-down) and the Nodes are listed for the breaker's count."""
+
+
+def _stamp(now: float) -> str:
+    return dt.datetime.fromtimestamp(now, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _node_after(node: Obj, r: Result, now: float) -> Obj:
+    """The Node as `r` leaves it: state, quarantine and reason annotations, cordon,
+    taint. Everything else is the Node as read."""
+    new: Obj = {**node, "metadata": dict(node["metadata"]), "spec": dict(node.get("spec") or {})}
+    annotations = dict(new["metadata"].get("annotations") or {})
+    for key, value in (
+        (STATE_ANNOTATION, r.state.to_json() if r.state.entries else ""),
+        (QUARANTINE_ANNOTATION, format_indices(r.state.quarantined)),
+        (REASON_ANNOTATION, describe(r.state, now=now)),
+    ):
+        if value:
+            annotations[key] = value
+        else:
+            annotations.pop(key, None)
+    new["metadata"]["annotations"] = annotations
+    spec = new["spec"]
+    if r.cordon is True:
+        spec["unschedulable"] = True
+    elif r.cordon is False:
+        spec.pop("unschedulable", None)
+    if r.taint is not None:
+        taints = [t for t in spec.get("taints") or () if t.get("key") != TAINT_KEY]
+        if r.taint:
+            names = sorted({e.alert for e in r.state.entries.values() if e.acting(now)})
+            taints.append({"key": TAINT_KEY, "value": "-".join(names)[:63], "effect": "NoSchedule"})
+        if taints:
+            spec["taints"] = taints
+        else:
+            spec.pop("taints", None)
+    return new
+
+
+class AlertActor:
+    """Acts on the alerts the receiver queued."""
+
+    def __init__(
+        self,
+        kube: KubeApi,
+        *,
+        inbox: Inbox,
+        clock: Clock,
+        metrics: AlertMetrics,
+        settings: ActorSettings,
+    ) -> None:
+        self._kube = kube
+        self._inbox = inbox
+        self._clock = clock
+        self._metrics = metrics
+        self._settings = settings
+        self._events = EventRecorder(kube, component="gangops-alerts", clock=clock)
+        self._acted: dict[str, float | None] = {}
+        """Every Node's episode start, from the last list and the actor's own writes."""
+        self._listed = False
+        self._next_tick = 0.0
+        self._stop = threading.Event()
+        self._worker: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._worker = threading.Thread(target=self._work, name="alert-actions", daemon=True)
+        self._worker.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._inbox.wake()
+        if self._worker is not None:
+            self._worker.join(30)
+
+    def ready(self) -> bool:
+        return self._listed
+
+    def _work(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.run_once(timeout_s=min(self._settings.tick_s, 1.0))
+            except (ApiError, NotLeaderError, OSError) as e:
+                self._metrics.errors.inc()
+                log.warning("alert actions failed; retrying error=%r", str(e))
+                self._clock.wait(self._stop, 1.0)
+
+    def run_once(self, *, timeout_s: float = 0.0) -> int:
+        """One pass: the tick if it is due, then the alerts waiting (up to
+        `timeout_s` for the first). Returns how many alerts were acted on."""
+        if self._clock.monotonic() >= self._next_tick:
+            self.tick()
+        batch = self._inbox.take(timeout_s)
+        if batch:
+            self.act(batch)
+        self._metrics.queued.set(len(self._inbox))
+        return len(batch)
+
+    def _policy(self) -> AlertPolicy:
+        cm = self._kube.get(_CONFIGMAP, POLICY_CONFIGMAP, self._settings.system_namespace)
+        if cm is None:
+            return AlertPolicy()
+        try:
+            return AlertPolicy.from_configmap(cm, POLICY_KEY)
+        except ValueError as e:
+            log.warning("alert actions off: unreadable policy error=%r", str(e))
+            return AlertPolicy()
+
+    def _now(self) -> float:
+        return self._clock.now().timestamp()
+
+    def tick(self) -> None:
+        """List the Nodes for the breaker and step those with something due."""
+        self._next_tick = self._clock.monotonic() + self._settings.tick_s
+        nodes, _ = self._kube.list(_NODE)
+        now = self._now()
+        policy: AlertPolicy | None = None
+        self._acted = {}
+        acting = 0
+        for n in nodes:
+            name = n["metadata"]["name"]
+            state = NodeState.from_json(
+                (n["metadata"].get("annotations") or {}).get(STATE_ANNOTATION)
+            )
+            self._acted[name] = state.acted_at
+            acting += state.in_episode(now)
+            if not state.entries:
+                continue
+            policy = policy or self._policy()
+            trial = step(state, [], policy, self._facts(n, now, policy), node=name, now=now)
+            if trial.state != state or trial.jobs:
+                self._act(name, [], policy, now)
+        self._metrics.out_of_service.set(acting)
+        self._listed = True
+
+    def act(self, batch: Sequence[Received]) -> None:
+        """Act on `batch`, node by node."""
+        policy = self._policy()
+        now = self._now()
+        by_node: dict[str, list[Received]] = defaultdict(list)
+        for item in batch:
+            node = item.alert.node
+            if node is None:
+                self._metrics.actions.labels(item.alert.name, "no_node").inc()
+                continue
+            by_node[node].append(item)
+        jobs: dict[tuple[str, str], str] = {}
+        for node, items in by_node.items():
+            incoming = [Incoming(i.alert, self._job_of(i.alert.pod, jobs)) for i in items]
+            self._act(node, incoming, policy, now)
+            done = self._clock.monotonic()
+            for i in items:
+                self._metrics.latency.observe(max(0.0, done - i.at))
+
+    def _job_of(self, pod: tuple[str, str] | None, cache: dict[tuple[str, str], str]) -> str:
+        """`namespace/name` of the TrainingJob whose pod `pod` is, or empty."""
+        if pod is None:
+            return ""
+        if pod not in cache:
+            obj = self._kube.get(_POD, pod[1], pod[0])
+            name = ((obj or {}).get("metadata", {}).get("labels") or {}).get(LABEL_JOB)
+            cache[pod] = f"{pod[0]}/{name}" if name else ""
+        return cache[pod]
+
+    def _facts(self, node: Obj, now: float, policy: AlertPolicy) -> NodeFacts:
+        name = node["metadata"]["name"]
+        since = now - policy.breaker.window_s
+        recent = sum(
+            1 for n, at in self._acted.items() if n != name and at is not None and at >= since
+        )
+        spec = node.get("spec") or {}
+        return NodeFacts(
+            unschedulable=bool(spec.get("unschedulable")),
+            tainted=any(t.get("key") == TAINT_KEY for t in spec.get("taints") or ()),
+            nodes=max(1, len(self._acted)),
+            recent=recent,
+        )
+
+    def _act(self, name: str, incoming: list[Incoming], policy: AlertPolicy, now: float) -> None:
+        for _ in range(5):
+            node = self._kube.get(_NODE, name)
+            if node is None:
+                for i in incoming:
+                    self._metrics.actions.labels(i.alert.name, "no_node").inc()
+                return
+            annotations = node["metadata"].get("annotations") or {}
+            state = NodeState.from_json(annotations.get(STATE_ANNOTATION))
+            r = step(state, incoming, policy, self._facts(node, now, policy), node=name, now=now)
+            for req in r.jobs:
+                self._request(req, now)
+            new = _node_after(node, r, now)
+            if new != node:
+                try:
+                    node = self._kube.replace(new, field_manager=FIELD_MANAGER)
+                except ApiError as e:
+                    if e.status == 409:
+                        continue
+                    raise
+            break
+        else:
+            self._metrics.errors.inc()
+            log.warning(
+                "alert actions: node kept changing; retrying at the next tick node=%s", name
+            )
+            return
+        self._acted[name] = r.state.acted_at
+        for alert, outcome in r.outcomes:
+            self._metrics.actions.labels(alert, outcome).inc()
+        if r.circuit_open:
+            self._metrics.circuit_open.inc()
+        for note in r.notes:
+            target = node if not note.job else self._job(note.job)
+            if target is not None:
+                self._events.record(
+                    target, type=note.type, reason=note.reason, message=note.message
+                )
+        if r.notes:
+            log.info(
+                "alert actions node=%s quarantined=%s cordoned=%s notes=%s",
+                name,
+                format_indices(r.state.quarantined) or "-",
+                r.state.cordoned,
+                ",".join(n.reason for n in r.notes),
+            )
+
+    def _job(self, job: str) -> Obj | None:
+        ns, _, name = job.partition("/")
+        return self._kube.get(_JOB, name, ns)
+
+    def _request(self, req: JobRequest, now: float) -> None:
+        """Write `req` on its TrainingJob unless it is there already."""
+        annotation = CHECKPOINT_ANNOTATION if req.kind == "checkpoint" else RESTART_ANNOTATION
+        obj = self._job(req.job)
+        if obj is None:
+            return
+        mark = f"[alert {req.key}]"
+        have: Mapping[str, str] = obj["metadata"].get("annotations") or {}
+        if mark in have.get(annotation, ""):
+            return
+        ns, _, name = req.job.partition("/")
+        value = f"{_stamp(now)} {req.message} {mark}"
+        self._kube.merge_patch(
+            _JOB,
+            name,
+            {"metadata": {"annotations": {annotation: value}}},
+            field_manager=FIELD_MANAGER,
+            namespace=ns,
+        )

@@ -1,0 +1,385 @@
+"""The alert actions' state machine: one node's recorded alerts in, its next state out.
+
+Everything gangops does about alerts on a node is recorded on that Node, in the
+`gangops.ai/alert-actions` annotation (`NodeState`, JSON), and written together with
+the change it describes in one compare-and-swap patch. So a controller restart at
+any point finds either the old state and the old node or the new state and the new
+node, and converges; no database is needed.
+
+`step` takes the state, the alerts that arrived for the node, the policy, what the
+Node shows (`NodeFacts`) and the time, and returns the next state and what to
+change (`Result`):
+
+- an alert instance (`fingerprint@startsAt`) is acted on once: a duplicate, a
+  reordered or replayed delivery, an Alertmanager restart find its entry and do
+  nothing; a `resolved` that overtakes its `firing` leaves a resolved entry, so the
+  late `firing` does nothing either; entries are kept a day after they resolve;
+- `enforce` rules act: quarantine the GPUs the alert names (the
+  `gangops.ai/quarantined-gpus` annotation the scheduler honours) or taint and cordon
+  the node; ask the job that holds the GPU to checkpoint, and after the grace period
+  to restart its gang elsewhere. `shadow` rules only record what they would have
+  done (an Event and a metric);
+- the breaker: a node not yet acted on is acted on only while fewer than
+  `Breaker.limit(nodes)` nodes started an episode within the window; otherwise the
+  entry is held (`circuit-open`), with a `CircuitOpen` Event;
+- undo: once every entry behind an action has resolved and its cool-down has
+  passed, what gangops placed is removed, and only that: a cordon or a taint that
+  was there before gangops acted is never touched (it is not recorded as ours).
+
+Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import Literal
+
+from controller.alerts.payload import Alert
+from controller.alerts.policy import ActionKind, AlertPolicy, Mode
+from controller.nodehealth import OUT_OF_SERVICE_ANNOTATION
+
+__all__ = [
+    "REASON_ANNOTATION",
+    "STATE_ANNOTATION",
+    "TAINT_KEY",
+    "Entry",
+    "Incoming",
+    "JobRequest",
+    "NodeFacts",
+    "NodeState",
+    "Note",
+    "Result",
+    "describe",
+    "step",
+]
+
+STATE_ANNOTATION = "gangops.ai/alert-actions"
+"""The node's `NodeState`, JSON."""
+REASON_ANNOTATION = OUT_OF_SERVICE_ANNOTATION
+"""Why the node or some of its GPUs are out of service and when they come back, in
+words (`describe`); what `kubectl describe node` shows a person."""
+TAINT_KEY = "gangops.ai/gpu-fault"
+"""The taint (effect NoSchedule) gangops places on a node it cordons."""
+RETAIN_S = 86400.0
+"""A resolved entry is kept this long after its cool-down, so a late replay of its
+delivery still finds it."""
+
+Held = Literal["", "shadow", "circuit-open", "no-action"]
+
+
+def _iso(t: float) -> str:
+    return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """What the node's state records about one alert instance."""
+
+    alert: str
+    action: ActionKind
+    mode: Mode
+    fired_at: float
+    """When gangops first heard of the instance (its clock, epoch seconds)."""
+    cooldown_s: float
+    gpus: tuple[int, ...] = ()
+    """The GPUs it quarantines; empty for a node action."""
+    held: Held = ""
+    """Why it does not act: shadow mode, the breaker, or a rule with no action."""
+    resolved_at: float | None = None
+    job: str = ""
+    """`namespace/name` of the TrainingJob holding the GPU, when known."""
+    restart_at: float | None = None
+    """When the job's gang is restarted (its checkpoint grace period ends)."""
+    restarted: bool = False
+
+    def acting(self, now: float) -> bool:
+        """Its action is in force: enforced and not yet past its cool-down."""
+        if self.held or self.mode != "enforce" or self.action == "none":
+            return False
+        return self.resolved_at is None or now < self.resolved_at + self.cooldown_s
+
+    def back_at(self) -> float | None:
+        return None if self.resolved_at is None else self.resolved_at + self.cooldown_s
+
+
+@dataclass(frozen=True)
+class NodeState:
+    """Everything gangops did about alerts on one node."""
+
+    entries: Mapping[str, Entry] = field(default_factory=dict)
+    cordoned: bool = False
+    """gangops cordoned the node (and will uncordon it); False when it found it cordoned."""
+    tainted: bool = False
+    """gangops placed the `TAINT_KEY` taint; False when it found one there."""
+    quarantined: tuple[int, ...] = ()
+    """The GPUs gangops took out of service (its annotation's value)."""
+    acted_at: float | None = None
+    """When the node's current (or last) episode began: the breaker's count."""
+
+    def to_json(self) -> str:
+        doc = asdict(self)
+        doc["entries"] = {k: asdict(e) for k, e in sorted(self.entries.items())}
+        return json.dumps(doc, separators=(",", ":"), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str | None) -> NodeState:
+        """The state an annotation holds; an absent or unreadable one is empty (a
+        person who edits it by hand loses only gangops' memory, never a node)."""
+        if not text:
+            return cls()
+        try:
+            doc = json.loads(text)
+            entries = {
+                k: Entry(**{**e, "gpus": tuple(e.get("gpus") or ())})
+                for k, e in (doc.get("entries") or {}).items()
+            }
+            return cls(
+                entries=entries,
+                cordoned=bool(doc.get("cordoned")),
+                tainted=bool(doc.get("tainted")),
+                quarantined=tuple(doc.get("quarantined") or ()),
+                acted_at=doc.get("acted_at"),
+            )
+        except (ValueError, TypeError, AttributeError):
+            return cls()
+
+    def in_episode(self, now: float) -> bool:
+        return any(e.acting(now) for e in self.entries.values())
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    """What the Node and the cluster show, read just before the step."""
+
+    unschedulable: bool = False
+    tainted: bool = False
+    """The node carries a `TAINT_KEY` taint."""
+    nodes: int = 1
+    """Nodes in the cluster (the breaker's percentage is of these)."""
+    recent: int = 0
+    """Other nodes whose episode began within the breaker's window."""
+
+
+@dataclass(frozen=True)
+class Incoming:
+    """An alert for this node, with the TrainingJob holding its GPU (when known)."""
+
+    alert: Alert
+    job: str = ""
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """An annotation to write on a TrainingJob."""
+
+    kind: Literal["checkpoint", "restart"]
+    job: str
+    """`namespace/name`."""
+    key: str
+    """The alert instance asking, so the request is written once."""
+    message: str
+
+
+@dataclass(frozen=True)
+class Note:
+    """An Event to record: on the node (`job` empty) or on a TrainingJob."""
+
+    type: Literal["Normal", "Warning"]
+    reason: str
+    message: str
+    job: str = ""
+
+
+Outcome = Literal[
+    "acted", "shadow", "circuit_open", "duplicate", "resolved", "undone", "ignored", "restarted"
+]
+
+
+@dataclass(frozen=True)
+class Result:
+    """The node's next state and what to change to get there."""
+
+    state: NodeState
+    cordon: bool | None = None
+    """True: cordon the node; False: uncordon it; None: leave it."""
+    taint: bool | None = None
+    """True: add the `TAINT_KEY` taint; False: remove it; None: leave it."""
+    quarantine: tuple[int, ...] | None = None
+    """The quarantined GPUs' new list; None: unchanged."""
+    jobs: tuple[JobRequest, ...] = ()
+    notes: tuple[Note, ...] = ()
+    outcomes: tuple[tuple[str, Outcome], ...] = ()
+    """(alert name, what happened) for the metrics."""
+    circuit_open: bool = False
+
+
+def _what(action: ActionKind, gpus: Sequence[int], node: str) -> str:
+    if action == "quarantine-gpus" and gpus:
+        return f"take GPU {','.join(map(str, gpus))} of node {node} out of service"
+    return f"taint ({TAINT_KEY}:NoSchedule) and cordon node {node}"
+
+
+def step(
+    state: NodeState,
+    incoming: Sequence[Incoming],
+    policy: AlertPolicy,
+    facts: NodeFacts,
+    *,
+    node: str,
+    now: float,
+) -> Result:
+    """The node's next state after `incoming` at time `now` (epoch seconds), with what
+    is due at `now` (restarts after their grace, undo after the cool-down)."""
+    entries = dict(state.entries)
+    jobs: list[JobRequest] = []
+    notes: list[Note] = []
+    outcomes: list[tuple[str, Outcome]] = []
+    acted_at = state.acted_at
+    circuit_open = False
+    recent = facts.recent
+    for item in incoming:
+        a = item.alert
+        rule = policy.rule(a.name)
+        old = entries.get(a.key)
+        if a.resolved(now):
+            if old is None:
+                entries[a.key] = Entry(
+                    a.name, rule.action, rule.mode, now, rule.cooldown_s,
+                    held="no-action", resolved_at=now,
+                )  # fmt: skip
+                outcomes.append((a.name, "resolved"))
+            elif old.resolved_at is None:
+                entries[a.key] = replace(old, resolved_at=now)
+                outcomes.append((a.name, "resolved"))
+                if old.acting(now):
+                    notes.append(Note("Normal", "AlertResolved", (
+                        f"{a.name} resolved; what it did is undone after the"
+                        f" {old.cooldown_s:g}s cool-down, at {_iso(now + old.cooldown_s)}"
+                        " if no other alert holds it"
+                    )))  # fmt: skip
+            else:
+                outcomes.append((a.name, "duplicate"))
+            continue
+        if old is not None:
+            outcomes.append((a.name, "duplicate"))
+            continue
+        action: ActionKind = rule.action
+        gpus: tuple[int, ...] = ()
+        if action == "quarantine-gpus":
+            if a.gpu is None:
+                action = "cordon-node"
+            else:
+                gpus = (a.gpu,)
+        entry = Entry(a.name, action, rule.mode, now, rule.cooldown_s, gpus=gpus, job=item.job)
+        what = _what(action, gpus, node)
+        if action == "none":
+            entries[a.key] = replace(entry, held="no-action")
+            outcomes.append((a.name, "ignored"))
+            continue
+        if rule.mode == "shadow":
+            entries[a.key] = replace(entry, held="shadow")
+            outcomes.append((a.name, "shadow"))
+            shadow = f"{a.name}: would {what} (shadow mode; nothing done)"
+            notes.append(Note("Normal", "ShadowAction", shadow))
+            continue
+        in_episode = any(e.acting(now) for e in entries.values())
+        limit = policy.breaker.limit(facts.nodes)
+        if not in_episode and recent >= limit:
+            entries[a.key] = replace(entry, held="circuit-open")
+            outcomes.append((a.name, "circuit_open"))
+            circuit_open = True
+            notes.append(Note("Warning", "CircuitOpen", (
+                f"{a.name}: did not {what}: {recent} nodes were acted on within"
+                f" {policy.breaker.window_s:g}s, the most allowed ({limit}: min"
+                f" {policy.breaker.max_percent:g}% of {facts.nodes} nodes,"
+                f" {policy.breaker.max_nodes}); alerting only"
+            )))  # fmt: skip
+            continue
+        if not in_episode:
+            acted_at = now
+            recent += 1
+        if rule.restart_job and item.job:
+            entry = replace(entry, restart_at=now + rule.grace_s)
+            jobs.append(JobRequest("checkpoint", item.job, a.key, (
+                f"{a.name} on node {node}: checkpoint now; the gang is restarted"
+                f" elsewhere in {rule.grace_s:g}s"
+            )))  # fmt: skip
+            notes.append(Note("Warning", "CheckpointRequested", (
+                f"{a.name} on node {node} (GPU {','.join(map(str, gpus)) or 'all'}):"
+                f" checkpoint requested; the gang restarts elsewhere at {_iso(now + rule.grace_s)}"
+            ), job=item.job))  # fmt: skip
+        entries[a.key] = entry
+        outcomes.append((a.name, "acted"))
+        notes.append(Note("Warning", "AlertAction", f"{a.name}: {what}"))
+    for key, e in list(entries.items()):
+        if e.restart_at is not None and not e.restarted and e.restart_at <= now:
+            entries[key] = replace(e, restarted=True)
+            if e.resolved_at is not None or not e.acting(now):
+                continue  # the fault went away within the grace period
+            jobs.append(JobRequest("restart", e.job, key, (
+                f"{e.alert} on node {node}: restart the gang elsewhere (grace period over)"
+            )))  # fmt: skip
+            notes.append(Note("Warning", "RestartRequested", (
+                f"{e.alert} on node {node}: the gang is restarted elsewhere; this restart"
+                " is not counted against backoffLimit"
+            ), job=e.job))  # fmt: skip
+            outcomes.append((e.alert, "restarted"))
+    live = [e for e in entries.values() if e.acting(now)]
+    want_gpus = tuple(sorted({g for e in live if e.action == "quarantine-gpus" for g in e.gpus}))
+    want_node = any(e.action == "cordon-node" for e in live)
+    cordon = taint = None
+    cordoned, tainted = state.cordoned, state.tainted
+    if want_node and not cordoned and not facts.unschedulable:
+        cordon, cordoned = True, True
+    elif not want_node and cordoned:
+        cordon, cordoned = False, False
+    if want_node and not tainted and not facts.tainted:
+        taint, tainted = True, True
+    elif not want_node and tainted:
+        taint, tainted = False, False
+    quarantine = want_gpus if want_gpus != state.quarantined else None
+    back = [g for g in state.quarantined if g not in want_gpus]
+    if back:
+        notes.append(Note("Normal", "GPUReturned", (
+            f"GPU {','.join(map(str, back))} of node {node} back in service: the alerts"
+            " behind it resolved and their cool-down passed"
+        )))  # fmt: skip
+    if cordon is False or taint is False:
+        notes.append(Note("Normal", "NodeReturned", (
+            f"node {node}: gangops removed the cordon and taint it placed: the alerts"
+            " behind them resolved and their cool-down passed"
+        )))  # fmt: skip
+    node_undone = cordon is False or taint is False
+    for e in entries.values():
+        done = not e.held and not e.acting(now) and e.back_at() is not None
+        if done and (set(e.gpus) & set(back) or (e.action == "cordon-node" and node_undone)):
+            outcomes.append((e.alert, "undone"))
+    for key, e in list(entries.items()):
+        end = e.back_at()
+        if end is not None and end + RETAIN_S < now:
+            del entries[key]
+    new = NodeState(entries, cordoned, tainted, want_gpus, acted_at)
+    return Result(
+        new, cordon, taint, quarantine, tuple(jobs), tuple(notes), tuple(outcomes), circuit_open
+    )
+
+
+def describe(state: NodeState, *, now: float) -> str:
+    """Why the node or its GPUs are out of service and when they come back, in words;
+    empty when gangops holds nothing on the node."""
+    parts = []
+    for e in sorted(state.entries.values(), key=lambda e: e.fired_at):
+        if not e.acting(now):
+            continue
+        what = f"GPU {','.join(map(str, e.gpus))}" if e.gpus else "node cordoned"
+        back = e.back_at()
+        when = (
+            f"back at {_iso(back)}"
+            if back is not None
+            else f"back {e.cooldown_s:g}s after the alert resolves"
+        )
+        parts.append(f"{what}: {e.alert} since {_iso(e.fired_at)}, {when}")
+    return "; ".join(parts)

@@ -1,0 +1,124 @@
+"""What reviewers read: the pull request's title and body.
+
+The body says who asked for how much and why, the one-line change, whether
+the policy set still validates (the same `policy.build` every source uses),
+the object plan (`gangops plan`'s markdown) and, where they are available,
+the project's recent usage and a simulator what-if (supplied by the caller as
+text). Pure: the plan and validation are computed from the working tree the
+caller checked out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from controller.policy.build import build
+from controller.policy.plan import make_plan
+from controller.policy.report import format_plan
+from controller.policy.sources import git_tree, working_tree
+from controller.quota.edit import Edit, format_amount
+from controller.quota.request import QuotaRequestSpec
+
+__all__ = ["Checked", "check_tree", "pr_body", "pr_title"]
+
+
+@dataclass(frozen=True)
+class Checked:
+    """The edited policy set, validated and planned against the base."""
+
+    valid: bool
+    diagnostics: list[str]
+    plan_markdown: str
+
+
+def check_tree(workdir: Path, path: str, *, base_commit: str, head_name: str) -> Checked:
+    """Validate the policies under `path` of the working tree at `workdir` and plan
+    them over the same root at `base_commit`; diagnostics name files by their path
+    in the repository."""
+    root = workdir / path
+    sources, resolve = working_tree(root)
+    head = build(sources, root=str(root), resolve=resolve, revision=head_name)
+    diagnostics = [
+        f"{_relative(d.file, workdir)}:{d.line}:{d.column}: {d.level.value}: {d.message}"
+        for d in head.validation.diagnostics
+        if d.is_error or d.level.value == "warning"
+    ]
+    if head.objects is None:
+        return Checked(False, diagnostics, "")
+    base_sources, base_resolve, base_sha = git_tree(root, base_commit)
+    base = build(base_sources, root=str(root), resolve=base_resolve, revision=base_sha)
+    plan = make_plan(
+        base.objects or [],
+        head.objects,
+        base_set=base.validation.policy_set,
+        head_set=head.validation.policy_set,
+    )
+    return Checked(
+        True, diagnostics, format_plan(plan, fmt="markdown", base="base", head=head_name)
+    )
+
+
+def _relative(file: str, workdir: Path) -> str:
+    prefix = workdir.as_posix().rstrip("/") + "/"
+    return file.removeprefix(prefix)
+
+
+def pr_title(spec: QuotaRequestSpec, edit: Edit, *, revert: bool = False) -> str:
+    who = f"user {spec.user} in project {spec.project}" if spec.user else f"project {spec.project}"
+    verb = "Revert temporary" if revert else "Raise"
+    return f"{verb} max {spec.resource} of {who}: {edit.old or '(default)'} -> {edit.new}"
+
+
+def pr_body(
+    requests: Sequence[QuotaRequestSpec],
+    *,
+    edit: Edit,
+    file: str,
+    checked: Checked,
+    usage: str | None,
+    what_if: str | None,
+    revert_of: QuotaRequestSpec | None = None,
+) -> str:
+    """The markdown body."""
+    out = []
+    if revert_of is not None:
+        out.append(
+            f"The temporary grant of QuotaRequest `{revert_of.namespace}/{revert_of.name}` "
+            f"expired at {revert_of.expires_at:%Y-%m-%d %H:%M UTC}: this takes "
+            f"{format_amount(revert_of.resource, revert_of.amount)} {revert_of.resource} back."
+        )
+    else:
+        out.append("Opened by gangops for these QuotaRequests (the merge is the approval):")
+        out.append("")
+        out.append("| request | requester | amount | expires | reason |")
+        out.append("|---|---|---|---|---|")
+        for r in requests:
+            expires = f"{r.expires_at:%Y-%m-%d %H:%M UTC}" if r.expires_at else "never"
+            reason = r.reason.replace("|", "\\|").replace("\n", " ")
+            out.append(
+                f"| `{r.namespace}/{r.name}` | {r.requester or '?'} | +{r.amount_text} "
+                f"| {expires} | {reason} |"
+            )
+    out += [
+        "",
+        "### Change",
+        "",
+        f"`{file}` line {edit.line}: `{edit.path}` {edit.old or '(unset)'} -> {edit.new}",
+        "",
+        "### Validation",
+        "",
+    ]
+    if checked.valid:
+        out.append("The policy set validates." if not checked.diagnostics else "Valid, with:")
+    else:
+        out.append("**The policy set does not validate; this cannot be merged as it is:**")
+    out += [f"- `{d}`" for d in checked.diagnostics]
+    if checked.plan_markdown:
+        out += ["", "### Plan", "", checked.plan_markdown.rstrip()]
+    out += ["", "### Recent usage", "", usage or "No Prometheus configured: usage not available."]
+    if what_if:
+        out += ["", "### What-if (simulator, recent workload)", "", what_if.rstrip()]
+    out += ["", "<!-- gangops:quota-request -->", ""]
+    return "\n".join(out)

@@ -1,0 +1,715 @@
+"""The quota-request loop: QuotaRequests in, pull requests and status out.
+
+Each pass (`step`) lists the QuotaRequests and, in this order:
+
+1. reads the pull request of each request that has one: merged -> wait for
+   the reconciler to apply it (the PolicySource's lastAppliedRevision contains
+   the merge), then Ready; closed unmerged -> Rejected;
+2. groups the open and new requests by project, user and resource; each
+   group is one branch (`request.branch_name`) and one pull request whose edit
+   adds up the group's amounts over the base branch's tip; the branch is
+   pushed, and the pull request opened or updated, only when the group
+   changed (its fingerprint is kept in the status);
+3. opens the revert pull request of each Ready temporary grant past its
+   expiresAt, and ends it Expired once that revert is applied.
+
+A forge or Git failure puts the group's requests in Retry with a backoff that
+doubles (2 s to 5 min); nothing else is lost. Each request's state is mirrored
+on the TrainingJob it names (`status.quotaRequest`), so a user waiting for
+quota sees the pull request's URL on the job.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import hashlib
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+from controller.gitauth import GitError, auth_from_secret
+from controller.kube.client import FIELD_MANAGER, RESOURCES, ApiError, KubeApi
+from controller.kube.clock import Clock, SystemClock
+from controller.quota.approval import approval
+from controller.quota.body import check_tree, pr_body, pr_title
+from controller.quota.branch import GitUnavailable, PolicyRepo
+from controller.quota.edit import (
+    EditError,
+    auto_propose,
+    edit_max,
+    project_namespaces,
+    read_max,
+)
+from controller.quota.forge import (
+    Forge,
+    ForgeError,
+    ForgeUnavailable,
+    PullRequest,
+    make_forge,
+    urllib_transport,
+)
+from controller.quota.propose import proposal, shortfall
+from controller.quota.request import (
+    QuotaRequestSpec,
+    State,
+    backoff_s,
+    branch_name,
+    parse_time,
+    revert_branch,
+    status_body,
+)
+
+__all__ = ["ForgeFactory", "QuotaController", "QuotaSettings", "SourceInfo"]
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+_QR = RESOURCES["QuotaRequest"]
+_JOB = RESOURCES["TrainingJob"]
+_SOURCE = RESOURCES["PolicySource"]
+
+
+@dataclass(frozen=True)
+class QuotaSettings:
+    cache_dir: Path
+    """Where the writable clones of the policy repositories live."""
+    system_namespace: str = "gangops-system"
+    """Where the forge token Secrets are."""
+    interval_s: float = 1.0
+    """How often QuotaRequests are listed (a pass with nothing to do costs one list)."""
+    forge_poll_s: float = 10.0
+    """How often an open pull request's state is read from the forge."""
+    propose: bool = True
+    """Propose QuotaRequests for jobs blocked only by a max, in the projects that opted
+    in (`spec.quotaRequests.autoPropose`)."""
+    recheck_s: float = 60.0
+    """How long a job of a project that did not opt in is left alone before asking again."""
+
+
+@dataclass(frozen=True)
+class SourceInfo:
+    """A PolicySource that accepts quota requests."""
+
+    name: str
+    repo: PolicyRepo
+    forge: Forge
+
+
+ForgeFactory = Callable[[Obj, str], Forge]
+"""(the PolicySource's spec.forge, the token) -> the forge client."""
+
+
+def default_forge(spec: Obj, token: str) -> Forge:
+    return make_forge(
+        str(spec["type"]),
+        api=str(spec["api"]),
+        repo=str(spec["repository"]),
+        token=token,
+        transport=urllib_transport(),
+    )
+
+
+class _Retry(Exception):
+    pass
+
+
+@dataclass
+class QuotaController:
+    kube: KubeApi
+    settings: QuotaSettings
+    forge_factory: ForgeFactory = default_forge
+    clock: Clock = field(default_factory=SystemClock)
+    usage: Callable[[str, float | None], str | None] = lambda project, max_gpus: None
+    """The project's recent usage (project, its max GPUs) as markdown, where available
+    (`usage.PrometheusUsage.markdown`)."""
+    what_if: Callable[[str, str, Fraction], str | None] = lambda project, resource, delta: None
+    """A simulator what-if of the change (project, resource, delta), as markdown."""
+    usage_fraction: Callable[[str, float | None], float | None] = lambda project, max_gpus: None
+    """The project's use of its max GPUs over the last 14 days (0..1), for
+    auto-approval (`usage.PrometheusUsage.fraction`)."""
+    _sources: dict[str, tuple[str, SourceInfo]] = field(default_factory=dict)
+    _polled: dict[tuple[str, int], tuple[float, PullRequest]] = field(default_factory=dict)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _declined: dict[str, float] = field(default_factory=dict)
+    _approval_checked: dict[tuple[str, int], float] = field(default_factory=dict)
+    _not_applied: dict[tuple[str, str], str] = field(default_factory=dict)
+    """(source, merge commit) -> the applied revision found not to contain it yet."""
+
+    # --- the loop -------------------------------------------------------------
+
+    def run(self) -> None:
+        """Pass after pass until `stop`."""
+        missing = False
+        while not self._stop.is_set():
+            wait = self.settings.interval_s
+            try:
+                self.step()
+                missing = False
+            except ApiError as e:
+                if e.status != 404:
+                    log.warning("quota-request pass failed: %s", e)
+                elif not missing:  # said once, not every second
+                    log.warning("the QuotaRequest CRD is not installed: `gangops install-crds`")
+                missing, wait = e.status == 404, max(wait, 30.0)
+            except Exception:  # one bad pass must not end the loop
+                log.exception("quota-request pass failed")
+            self.clock.wait(self._stop, wait)
+
+    def start(self) -> threading.Thread:
+        """`run` on a thread of its own."""
+        t = threading.Thread(target=self.run, name="quota-requests", daemon=True)
+        t.start()
+        return t
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def step(self) -> None:
+        objs, _ = self.kube.list(_QR)
+        if self.settings.propose:
+            objs += self._propose_for_blocked_jobs(objs)
+        now = self.clock.now()
+        groups: dict[tuple[str, str, str], list[tuple[Obj, QuotaRequestSpec]]] = {}
+        for obj in objs:
+            status = obj.get("status") or {}
+            state = status.get("state")
+            if state in ("Rejected", "Expired"):
+                continue
+            try:
+                spec = QuotaRequestSpec.parse(obj)
+            except ValueError as e:
+                self._set(obj, None, "Rejected", f"the request is malformed: {e}")
+                continue
+            if _waiting(status, now):
+                continue
+            if state == "Ready":
+                self._expiry(obj, spec, now)
+                continue
+            pr = status.get("pullRequest") or {}
+            if pr.get("merged"):
+                self._applied(obj, spec)
+                continue
+            if pr.get("number") and not self._poll_settled(obj, spec, int(pr["number"])):
+                continue
+            groups.setdefault(spec.key, []).append((obj, spec))
+        for members in groups.values():
+            self._propose(members)
+
+    def _propose_for_blocked_jobs(self, requests: list[Obj]) -> list[Obj]:
+        """Create a QuotaRequest for each job blocked only by a max, in projects that
+        opted in; returns those created."""
+        jobs, _ = self.kube.list(_JOB)
+        have = {(o["metadata"]["namespace"], o["metadata"]["name"]) for o in requests}
+        created = []
+        t = self.clock.monotonic()
+        # per project (or namespace): (project, opted in, its namespaces), so a pass
+        # reads Git once per project however many of its jobs wait
+        opted: dict[str, tuple[str, bool, int]] = {}
+        for job in jobs:
+            status = job.get("status") or {}
+            short = shortfall(status)
+            if short is None or status.get("quotaRequest"):
+                continue
+            meta = job["metadata"]
+            key = f"{meta['namespace']}/{meta['name']}-quota"
+            if (meta["namespace"], f"{meta['name']}-quota") in have:
+                continue
+            if t - self._declined.get(key, -1e18) < self.settings.recheck_s:
+                continue
+            where = short.project or f"namespace/{short.namespace}"
+            try:
+                if where not in opted:
+                    project = short.project or self._project_of_namespace(short.namespace)
+                    _, _, text = self._source_for(project)
+                    namespaces = len(project_namespaces(text, project)) or 1
+                    opted[where] = (project, auto_propose(text, project), namespaces)
+                project, wanted, namespaces = opted[where]
+                if not short.project:  # the namespace's ResourceQuota: its project's max
+                    short = replace(short, project=project, gpus=short.gpus * namespaces)
+            except (LookupError, EditError, _Retry) as e:
+                log.debug("no proposal for job=%s: %s", key, e)
+                opted[where] = ("", False, 1)
+                wanted = False
+            if not wanted:
+                self._declined[key] = t
+                continue
+            obj = proposal(job, short)
+            try:
+                created.append(self.kube.create(obj, field_manager=FIELD_MANAGER))
+            except ApiError as e:
+                if e.status != 409:
+                    log.warning("proposal for job=%s not created: %s", key, e)
+                continue
+            log.info("proposed quota request=%s gpus=%d project=%s", key, short.gpus, short.project)
+        return created
+
+    # --- sources ----------------------------------------------------------------
+
+    def _source_for(self, project: str) -> tuple[SourceInfo, str, str]:
+        """The PolicySource defining `project`, the file and its text; raises
+        LookupError when none does, `_Retry` when Git cannot be read."""
+        sources, _ = self.kube.list(_SOURCE)
+        reasons = []
+        for src in sources:
+            forge_spec = (src.get("spec") or {}).get("forge")
+            if not forge_spec:
+                continue
+            try:
+                info = self._source(src)
+                path, text = info.repo.project_file(project)
+            except LookupError as e:
+                reasons.append(str(e))
+                continue
+            except GitUnavailable as e:
+                raise _Retry(str(e)) from None
+            return info, path, text
+        if not reasons:
+            raise LookupError("no PolicySource has spec.forge: quota requests cannot be proposed")
+        raise LookupError("; ".join(reasons))
+
+    def _project_of_namespace(self, namespace: str) -> str:
+        sources, _ = self.kube.list(_SOURCE)
+        for src in sources:
+            if not (src.get("spec") or {}).get("forge"):
+                continue
+            try:
+                return self._source(src).repo.project_of_namespace(namespace)
+            except LookupError:
+                continue
+            except GitUnavailable as e:
+                raise _Retry(str(e)) from None
+        raise LookupError(f"no PolicySource with spec.forge defines a project owning {namespace}")
+
+    def _source(self, src: Obj) -> SourceInfo:
+        name = src["metadata"]["name"]
+        spec = src["spec"]
+        token = self._token(spec["forge"]["secretRef"]["name"])
+        env = self._git_env((spec.get("secretRef") or {}).get("name"))
+        fingerprint = hashlib.sha256(repr((spec, token, sorted(env.items()))).encode()).hexdigest()
+        cached = self._sources.get(name)
+        if cached and cached[0] == fingerprint:
+            return cached[1]
+        repo = PolicyRepo(
+            url=str(spec["url"]),
+            base=str((spec.get("ref") or {}).get("branch") or "main"),
+            path=str(spec.get("path") or "."),
+            cache_dir=self.settings.cache_dir / "quota",
+            env=env,
+        )
+        info = SourceInfo(
+            name=name,
+            repo=repo,
+            forge=self.forge_factory(spec["forge"], token),
+        )
+        self._sources[name] = (fingerprint, info)
+        return info
+
+    def _git_env(self, secret: str | None) -> dict[str, str]:
+        """The PolicySource's Git credentials as environment for `git`."""
+        if not secret:
+            return {}
+        obj = self.kube.get(RESOURCES["Secret"], secret, self.settings.system_namespace)
+        if obj is None:
+            raise LookupError(f"Secret {self.settings.system_namespace}/{secret} not found")
+        data = {k: base64.b64decode(v) for k, v in (obj.get("data") or {}).items()}
+        try:
+            auth = auth_from_secret(data, key_dir=self.settings.cache_dir / "quota-keys")
+        except GitError as e:
+            raise LookupError(f"Secret {secret}: {e.message}") from None
+        return dict(auth.env)
+
+    def _token(self, secret: str) -> str:
+        obj = self.kube.get(RESOURCES["Secret"], secret, self.settings.system_namespace)
+        data = (obj or {}).get("data") or {}
+        if "token" not in data:
+            raise LookupError(
+                f"Secret {self.settings.system_namespace}/{secret} has no key 'token' "
+                "(the forge's API token)"
+            )
+        return base64.b64decode(data["token"]).decode().strip()
+
+    def _info_of(self, obj: Obj) -> SourceInfo | None:
+        name = ((obj.get("status") or {}).get("pullRequest") or {}).get("source")
+        cached = self._sources.get(str(name))
+        if cached:
+            return cached[1]
+        src = self.kube.get(_SOURCE, str(name)) if name else None
+        return self._source(src) if src else None
+
+    # --- phases -----------------------------------------------------------------
+
+    def _poll(self, info: SourceInfo, number: int, *, fresh: bool = False) -> PullRequest:
+        key = (info.name, number)
+        seen = self._polled.get(key)
+        t = self.clock.monotonic()
+        if seen and not fresh and t - seen[0] < self.settings.forge_poll_s:
+            return seen[1]
+        pr = info.forge.get(number)
+        self._polled[key] = (t, pr)
+        return pr
+
+    def _poll_settled(self, obj: Obj, spec: QuotaRequestSpec, number: int) -> bool:
+        """Read the request's pull request; False when that settled the request
+        (merged or closed), True when it is still open (and joins its group)."""
+        status = obj.get("status") or {}
+        prs = dict(status.get("pullRequest") or {})
+        try:
+            info = self._info_of(obj)
+            if info is None:
+                return True
+            pr = self._poll(info, number)
+        except (ForgeUnavailable, LookupError) as e:
+            self._retry(obj, spec, f"reading pull request {prs.get('url')}: {e}")
+            return False
+        if pr.state == "open":
+            return True
+        if pr.state == "closed":
+            self._set(obj, spec, "Rejected", f"pull request {pr.url} was closed unmerged")
+            return False
+        prs.update({"merged": True, "mergeCommit": pr.merge_sha or pr.head_sha})
+        self._set(
+            obj,
+            spec,
+            "Pending",
+            f"pull request {pr.url} merged; waiting for the reconciler to apply it",
+            pullRequest=prs,
+        )
+        obj.setdefault("status", {})["pullRequest"] = prs
+        self._applied(obj, spec)
+        return False
+
+    def _applied(self, obj: Obj, spec: QuotaRequestSpec) -> None:
+        prs = (obj.get("status") or {}).get("pullRequest") or {}
+        if self._is_applied(str(prs.get("source")), str(prs.get("mergeCommit"))):
+            self._set(
+                obj,
+                spec,
+                "Ready",
+                f"pull request {prs.get('url')} merged and applied: the quota is raised",
+                pullRequest=prs,
+            )
+
+    def _is_applied(self, source: str, commit: str) -> bool:
+        src = self.kube.get(_SOURCE, source)
+        revision = str(((src or {}).get("status") or {}).get("lastAppliedRevision") or "")
+        applied = revision.rsplit("sha1:", 1)[-1] if "sha1:" in revision else ""
+        if not applied or not commit:
+            return False
+        if applied == commit:
+            return True
+        if self._not_applied.get((source, commit)) == applied:
+            return False  # asked Git about this applied revision already
+        info = self._source(src) if src else None
+        if info is None:
+            return False
+        try:
+            done = info.repo.contains(descendant=applied, ancestor=commit)
+        except GitUnavailable:
+            return False
+        if not done:
+            self._not_applied[(source, commit)] = applied
+        return done
+
+    def _propose(self, members: list[tuple[Obj, QuotaRequestSpec]]) -> None:
+        first = members[0][1]
+        specs = sorted((s for _, s in members), key=lambda s: (s.namespace, s.name))
+        fingerprint = hashlib.sha256(
+            repr([(s.namespace, s.name, s.amount) for s in specs]).encode()
+        ).hexdigest()[:16]
+        if all(
+            ((o.get("status") or {}).get("pullRequest") or {}).get("fingerprint") == fingerprint
+            and (o.get("status") or {}).get("state") == "Pending"
+            for o, _ in members
+        ):
+            prs = (members[0][0].get("status") or {}).get("pullRequest") or {}
+            if prs.get("valid"):
+                total = sum((s.amount for _, s in members), Fraction(0))
+                self._auto_approve(members[0][0], int(prs["number"]), first, total)
+            return
+        try:
+            info, path, text = self._source_for(first.project)
+            for obj, spec in members:
+                if not _owns(text, spec):
+                    self._set(
+                        obj,
+                        spec,
+                        "Rejected",
+                        f"namespace {spec.namespace} is not one of project {spec.project}'s",
+                    )
+            members = [(o, s) for o, s in members if _owns(text, s)]
+            if not members:
+                return
+            total = sum((s.amount for _, s in members), Fraction(0))
+            edit = edit_max(
+                text, project=first.project, user=first.user, resource=first.resource, delta=total
+            )
+            branch = branch_name(first.project, first.user, first.resource)
+            message = (
+                pr_title(first, edit)
+                + "\n\nRequested by "
+                + ", ".join(f"{s.namespace}/{s.name} ({s.requester})" for s in specs)
+            )
+            proposed = info.repo.propose(branch=branch, file=path, text=edit.text, message=message)
+            workdir = info.repo.checkout(proposed.commit)
+            checked = check_tree(
+                workdir, info.repo.path, base_commit=proposed.base_commit, head_name=branch
+            )
+            body = pr_body(
+                specs,
+                edit=edit,
+                file=path,
+                checked=checked,
+                usage=self.usage(first.project, _gpus(edit.old) if not first.user else None),
+                what_if=self.what_if(first.project, first.resource, total),
+            )
+            title = pr_title(first, edit)
+            pr = info.forge.find_open(head=branch)
+            if pr is None:
+                pr = info.forge.open(head=branch, base=info.repo.base, title=title, body=body)
+                log.info("opened pull request url=%s branch=%s", pr.url, branch)
+            else:
+                pr = info.forge.update(pr.number, title=title, body=body)
+                log.info("updated pull request url=%s branch=%s", pr.url, branch)
+        except (EditError, LookupError) as e:
+            for obj, spec in members:
+                self._set(obj, spec, "Rejected", str(e))
+            return
+        except (_Retry, GitUnavailable, ForgeUnavailable, ForgeError) as e:
+            for obj, spec in members:
+                self._retry(obj, spec, str(e))
+            return
+        prs = {
+            "url": pr.url,
+            "number": pr.number,
+            "branch": branch,
+            "source": info.name,
+            "fingerprint": fingerprint,
+            "valid": checked.valid,
+        }
+        for obj, spec in members:
+            self._set(
+                obj,
+                spec,
+                "Pending",
+                f"waiting for review of pull request {pr.url}",
+                pullRequest=prs,
+            )
+
+    def _auto_approve(self, obj: Obj, number: int, spec: QuotaRequestSpec, delta: Fraction) -> None:
+        """Merge pull request `number` when the repository's autoApprove rules allow the
+        change and its checks are green (looked at once per forge_poll_s)."""
+        info = self._info_of(obj)
+        if info is None:
+            return
+        key, t = (info.name, number), self.clock.monotonic()
+        if t - self._approval_checked.get(key, -1e18) < self.settings.forge_poll_s:
+            return
+        self._approval_checked[key] = t
+        try:
+            usage = None
+            if delta > 0 and spec.resource == "gpu" and not spec.user:
+                _, _, text = self._source_for(spec.project)
+                have = read_max(text, project=spec.project, user=None, resource="gpu")
+                usage = self.usage_fraction(spec.project, float(have) if have else None)
+            why = approval(
+                info.repo.approval_rules(), resource=spec.resource, delta=delta, usage=usage
+            )
+            if why is None:
+                return
+            pr = info.forge.get(number)
+            if pr.state != "open" or not info.forge.checks_green(pr):
+                log.info("auto-approval waits for green checks url=%s rule=%r", pr.url, why)
+                return
+            info.forge.merge(number)
+            self._polled.pop(key, None)
+            log.info("auto-approved pull request url=%s rule=%r", pr.url, why)
+        except (GitUnavailable, ForgeError, LookupError, _Retry) as e:
+            log.warning("auto-approval of pull request %d not done: %s", number, e)
+
+    def _expiry(self, obj: Obj, spec: QuotaRequestSpec, now: dt.datetime) -> None:
+        if spec.expires_at is None or now < spec.expires_at:
+            return
+        status = obj.get("status") or {}
+        revert = dict(status.get("revert") or {})
+        try:
+            src_name = str((status.get("pullRequest") or {}).get("source"))
+            src = self.kube.get(_SOURCE, src_name)
+            if src is None:
+                raise LookupError(f"PolicySource {src_name} is gone")
+            info = self._source(src)
+            if revert.get("merged"):
+                if self._is_applied(info.name, str(revert.get("mergeCommit"))):
+                    self._set(
+                        obj,
+                        spec,
+                        "Expired",
+                        f"the temporary grant ended ({revert['url']})",
+                        revert=revert,
+                    )
+                return
+            if revert.get("number"):
+                self._auto_approve(obj, int(revert["number"]), spec, -spec.amount)
+                pr = self._poll(info, int(revert["number"]))
+                if pr.state == "merged":
+                    revert.update({"merged": True, "mergeCommit": pr.merge_sha or pr.head_sha})
+                    self._set(
+                        obj,
+                        spec,
+                        "Ready",
+                        f"revert {pr.url} merged; waiting to be applied",
+                        revert=revert,
+                    )
+                elif pr.state == "closed":
+                    self._set(
+                        obj,
+                        spec,
+                        "Ready",
+                        f"revert {pr.url} was closed: the grant stays",
+                        revert={**revert, "closed": True},
+                    )
+                return
+            if revert.get("closed"):
+                return
+            path, text = info.repo.project_file(spec.project)
+            edit = edit_max(
+                text,
+                project=spec.project,
+                user=spec.user,
+                resource=spec.resource,
+                delta=-spec.amount,
+            )
+            branch = revert_branch(spec.namespace, spec.name)
+            title = pr_title(spec, edit, revert=True)
+            proposed = info.repo.propose(branch=branch, file=path, text=edit.text, message=title)
+            workdir = info.repo.checkout(proposed.commit)
+            checked = check_tree(
+                workdir, info.repo.path, base_commit=proposed.base_commit, head_name=branch
+            )
+            body = pr_body(
+                [spec],
+                edit=edit,
+                file=path,
+                checked=checked,
+                usage=None,
+                what_if=None,
+                revert_of=spec,
+            )
+            pr = info.forge.find_open(head=branch) or info.forge.open(
+                head=branch, base=info.repo.base, title=title, body=body
+            )
+        except (EditError, LookupError) as e:
+            log.warning("revert of %s/%s not proposed: %s", spec.namespace, spec.name, e)
+            return
+        except (GitUnavailable, ForgeUnavailable, ForgeError) as e:
+            self._retry(obj, spec, f"opening the revert: {e}", keep="Ready")
+            return
+        revert = {"url": pr.url, "number": pr.number, "branch": branch}
+        self._set(
+            obj,
+            spec,
+            "Ready",
+            f"the grant expired; revert pull request {pr.url} opened",
+            revert=revert,
+        )
+
+    # --- status -----------------------------------------------------------------
+
+    def _retry(
+        self, obj: Obj, spec: QuotaRequestSpec, why: str, *, keep: State | None = None
+    ) -> None:
+        status = obj.get("status") or {}
+        attempts = int((status.get("retry") or {}).get("attempts", 0)) + 1
+        wait = backoff_s(attempts)
+        at = self.clock.now() + dt.timedelta(seconds=wait)
+        retry = {"attempts": attempts, "nextAttemptAt": _format(at), "reason": why}
+        state: State = keep or "Retry"
+        self._set(obj, spec, state, f"{why} (attempt {attempts}; again in {wait:g}s)", retry=retry)
+
+    def _set(
+        self, obj: Obj, spec: QuotaRequestSpec | None, state: State, message: str, **fields: Any
+    ) -> None:
+        meta = obj["metadata"]
+        previous = obj.get("status") or {}
+        if state != "Retry" and "retry" not in fields and previous.get("retry"):
+            fields["retry"] = None
+        body = status_body(
+            state=state,
+            message=message,
+            now=_format(self.clock.now()),
+            generation=int(meta.get("generation", 0)),
+            previous=previous,
+            **fields,
+        )
+        if _same(previous, body):
+            return
+        try:
+            out = self.kube.merge_patch(
+                _QR,
+                meta["name"],
+                {"status": body},
+                field_manager=FIELD_MANAGER,
+                namespace=meta["namespace"],
+                subresource="status",
+            )
+        except ApiError as e:
+            log.warning("status of %s/%s not written: %s", meta["namespace"], meta["name"], e)
+            return
+        obj["status"] = out.get("status", body)
+        log.info("quota request %s/%s state=%s %s", meta["namespace"], meta["name"], state, message)
+        if spec is not None and spec.training_job:
+            self._mirror(spec, state, message, body)
+
+    def _mirror(self, spec: QuotaRequestSpec, state: State, message: str, body: Obj) -> None:
+        """The request's state on the TrainingJob waiting for it."""
+        mirror = {
+            "name": spec.name,
+            "state": state,
+            "message": message,
+            "url": (body.get("pullRequest") or {}).get("url"),
+        }
+        try:
+            self.kube.merge_patch(
+                _JOB,
+                spec.training_job or "",
+                {"status": {"quotaRequest": mirror}},
+                field_manager=FIELD_MANAGER,
+                namespace=spec.namespace,
+                subresource="status",
+            )
+        except ApiError as e:
+            if e.status != 404:
+                log.warning("TrainingJob %s/%s not told: %s", spec.namespace, spec.training_job, e)
+
+
+def _owns(text: str, spec: QuotaRequestSpec) -> bool:
+    """Whether the request's namespace is one of its project's (asked from elsewhere,
+    anyone could spend another team's review time)."""
+    return spec.namespace in project_namespaces(text, spec.project)
+
+
+def _gpus(text: str | None) -> float | None:
+    try:
+        return float(text) if text else None
+    except ValueError:
+        return None
+
+
+def _waiting(status: Obj, now: dt.datetime) -> bool:
+    at = (status.get("retry") or {}).get("nextAttemptAt")
+    return bool(at) and now < parse_time(str(at))
+
+
+def _same(previous: Obj, body: Obj) -> bool:
+    keys = set(body) - {"conditions"}
+    return all(previous.get(k) == body[k] for k in keys) and [
+        (c["type"], c["status"]) for c in previous.get("conditions") or []
+    ] == [(c["type"], c["status"]) for c in body["conditions"]]
+
+
+def _format(t: dt.datetime) -> str:
+    return t.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -1,0 +1,253 @@
+"""The actor over the fake API server: what lands on the Node, the TrainingJob and in
+Events after deliveries and ticks, with a fake clock."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import replace
+from typing import Any
+
+from controller.alerts.actor import ActorSettings, AlertActor
+from controller.alerts.machine import REASON_ANNOTATION, STATE_ANNOTATION, TAINT_KEY
+from controller.alerts.metrics import AlertMetrics
+from controller.alerts.payload import Alert
+from controller.alerts.receiver import Inbox
+from controller.jobs.pods import LABEL_JOB
+from controller.kube.client import Resource
+from controller.kube.clock import FakeClock
+from controller.nodehealth import (
+    CHECKPOINT_ANNOTATION,
+    QUARANTINE_ANNOTATION,
+    RESTART_ANNOTATION,
+    unhealthy_gpus,
+)
+from controller.scheduler.policy import POLICY_CONFIGMAP, POLICY_KEY
+from tests.unit.alerts.builders import LEAK, XID, alert
+from tests.unit.kube.fakes import FakeKube
+
+NS = "gangops-system"
+Obj = dict[str, Any]
+
+
+class Kube(FakeKube):
+    """FakeKube whose list reads what it stores."""
+
+    def list(
+        self, res: Resource, *, namespace: str | None = None, label_selector: str | None = None
+    ) -> tuple[list[Obj], str]:
+        return [o for (k, _, _), o in sorted(self.objects.items()) if k == res.kind], str(self.rv)
+
+
+def policy_cm(rules: list[dict[str, Any]], **breaker: int) -> Obj:
+    doc = {
+        "alertActions": {
+            "rules": rules,
+            "circuitBreaker": {"maxPercent": 10, "maxNodes": 5, "windowSeconds": 600, **breaker},
+        }
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": POLICY_CONFIGMAP, "namespace": NS},
+        "data": {POLICY_KEY: json.dumps(doc)},
+    }
+
+
+RULES = [
+    {"alert": LEAK, "action": "quarantine-gpus", "mode": "enforce", "cooldownSeconds": 600,
+     "restartJob": True, "gracePeriodSeconds": 120},
+    {"alert": XID, "action": "cordon-node", "mode": "enforce", "cooldownSeconds": 300,
+     "restartJob": False, "gracePeriodSeconds": 0},
+]  # fmt: skip
+
+
+def world(nodes: int = 10, rules: list[dict[str, Any]] = RULES) -> Kube:
+    kube = Kube()
+    for i in range(nodes):
+        kube.objects[("Node", "", f"n{i}")] = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": f"n{i}", "uid": f"u{i}", "resourceVersion": "1"},
+            "spec": {},
+        }
+    kube.objects[("ConfigMap", NS, POLICY_CONFIGMAP)] = policy_cm(rules)
+    kube.objects[("Pod", "team-a", "train-0")] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "train-0", "namespace": "team-a", "labels": {LABEL_JOB: "train"}},
+    }
+    kube.objects[("TrainingJob", "team-a", "train")] = {
+        "apiVersion": "ai.operator/v1",
+        "kind": "TrainingJob",
+        "metadata": {"name": "train", "namespace": "team-a", "uid": "j", "resourceVersion": "1"},
+    }
+    return kube
+
+
+def setup(kube: Kube) -> tuple[AlertActor, Inbox, FakeClock, AlertMetrics]:
+    clock = FakeClock(dt.datetime(2027, 1, 15, 8, 0, tzinfo=dt.UTC))
+    inbox, metrics = Inbox(), AlertMetrics()
+    actor = AlertActor(
+        kube, inbox=inbox, clock=clock, metrics=metrics, settings=ActorSettings(NS, tick_s=5)
+    )
+    return actor, inbox, clock, metrics
+
+
+def deliver(actor: AlertActor, inbox: Inbox, clock: FakeClock, *alerts: Alert) -> None:
+    inbox.put(list(alerts), clock.monotonic())
+    actor.run_once()
+
+
+def node(kube: Kube, name: str = "n1") -> Obj:
+    return kube.objects[("Node", "", name)]
+
+
+def events(kube: Kube, reason: str) -> list[Obj]:
+    return [o for (k, _, _), o in kube.objects.items() if k == "Event" and o["reason"] == reason]
+
+
+def job_annotations(kube: Kube) -> dict[str, str]:
+    return kube.objects[("TrainingJob", "team-a", "train")]["metadata"].get("annotations") or {}
+
+
+def test_a_leak_quarantines_the_gpu_checkpoints_restarts_and_returns_after_the_cool_down() -> None:
+    kube = world()
+    actor, inbox, clock, metrics = setup(kube)
+    leak = alert(LEAK, node="n1", gpu=2, fp="L", pod=("team-a", "train-0"))
+    deliver(actor, inbox, clock, leak)
+    n = node(kube)
+    assert unhealthy_gpus(n) == frozenset({2})
+    assert n["metadata"]["annotations"][QUARANTINE_ANNOTATION] == "2"
+    assert "GPU 2: GangopsGPUMemoryLeak since" in n["metadata"]["annotations"][REASON_ANNOTATION]
+    assert not n["spec"].get("unschedulable")
+    assert "[alert L@" in job_annotations(kube)[CHECKPOINT_ANNOTATION]
+    assert RESTART_ANNOTATION not in job_annotations(kube)
+    assert [e["involvedObject"]["kind"] for e in events(kube, "CheckpointRequested")] == [
+        "TrainingJob"
+    ]
+    assert len(events(kube, "AlertAction")) == 1
+    clock.advance(121)
+    actor.run_once()  # the tick: the grace period is over
+    assert "restart the gang elsewhere" in job_annotations(kube)[RESTART_ANNOTATION]
+    assert len(events(kube, "RestartRequested")) == 1
+    clock.advance(30)
+    deliver(actor, inbox, clock, replace(leak, status="resolved"))
+    assert unhealthy_gpus(node(kube)) == frozenset({2})  # the cool-down
+    clock.advance(600)
+    actor.run_once()
+    n = node(kube)
+    assert unhealthy_gpus(n) == frozenset()
+    assert QUARANTINE_ANNOTATION not in n["metadata"]["annotations"]
+    assert REASON_ANNOTATION not in n["metadata"]["annotations"]
+    assert len(events(kube, "GPUReturned")) == 1
+    assert metrics.actions.labels(LEAK, "undone")._value.get() == 1
+
+
+def test_ten_thousand_replayed_deliveries_leave_one_effect_each() -> None:
+    kube = world(nodes=50)  # the breaker allows 5
+    actor, inbox, clock, _ = setup(kube)
+    alerts = [alert(LEAK, node=f"n{i % 3}", gpu=i % 3, fp=f"f{i % 3}") for i in range(3)]
+    deliver(actor, inbox, clock, *alerts)
+    writes = len(kube.writes)
+    for i in range(10_000):
+        inbox.put([alerts[i % 3]], clock.monotonic())
+    while actor.run_once():
+        pass
+    assert len(kube.writes) == writes  # nothing written again
+    assert len(events(kube, "AlertAction")) == 3
+    assert [unhealthy_gpus(node(kube, f"n{i}")) for i in range(3)] == [
+        frozenset({0}), frozenset({1}), frozenset({2})
+    ]  # fmt: skip
+
+
+def test_an_operators_cordon_and_taint_stay_after_the_undo() -> None:
+    kube = world()
+    n = node(kube)
+    n["spec"] = {"unschedulable": True, "taints": [{"key": TAINT_KEY, "effect": "NoSchedule"}]}
+    actor, inbox, clock, _ = setup(kube)
+    xid = alert(XID, node="n1", gpu=None, fp="X")
+    deliver(actor, inbox, clock, xid)
+    state = json.loads(node(kube)["metadata"]["annotations"][STATE_ANNOTATION])
+    assert (state["cordoned"], state["tainted"]) == (False, False)
+    deliver(actor, inbox, clock, replace(xid, status="resolved"))
+    clock.advance(400)
+    actor.run_once()
+    assert node(kube)["spec"] == n["spec"]
+
+
+def test_gangops_removes_its_own_cordon_and_taint_only() -> None:
+    kube = world()
+    node(kube)["spec"] = {"taints": [{"key": "other", "effect": "NoExecute"}]}
+    actor, inbox, clock, _ = setup(kube)
+    xid = alert(XID, node="n1", gpu=None, fp="X")
+    deliver(actor, inbox, clock, xid)
+    spec = node(kube)["spec"]
+    assert spec["unschedulable"] is True
+    assert [t["key"] for t in spec["taints"]] == ["other", TAINT_KEY]
+    deliver(actor, inbox, clock, replace(xid, status="resolved"))
+    clock.advance(301)
+    actor.run_once()
+    assert node(kube)["spec"] == {"taints": [{"key": "other", "effect": "NoExecute"}]}
+    assert len(events(kube, "NodeReturned")) == 1
+
+
+def test_a_storm_trips_the_breaker_after_one_node_in_ten() -> None:
+    kube = world(nodes=10)  # min(10 % of 10, 5) = 1 node per window
+    actor, inbox, clock, metrics = setup(kube)
+    storm = [alert(XID, node=f"n{i}", gpu=None, fp=f"x{i}") for i in range(10)]
+    deliver(actor, inbox, clock, *storm)
+    cordoned = [i for i in range(10) if node(kube, f"n{i}")["spec"].get("unschedulable")]
+    assert len(cordoned) == 1
+    assert len(events(kube, "CircuitOpen")) == 9
+    assert metrics.circuit_open._value.get() == 9
+    # a restarted controller counts the episode from the Node and keeps the breaker open
+    actor2, inbox2, clock2, _ = setup(kube)
+    deliver(actor2, inbox2, clock2, alert(LEAK, node="n9", gpu=0, fp="late"))
+    assert unhealthy_gpus(node(kube, "n9")) == frozenset()
+
+
+def test_a_conflict_reads_the_node_again() -> None:
+    kube = world()
+    actor, inbox, clock, _ = setup(kube)
+    real_replace = kube.replace
+    calls = []
+
+    def racing(obj: Obj, *, field_manager: str) -> Obj:
+        if not calls:
+            calls.append(1)  # someone else writes the node first
+            kube.merge_patch(kube_node, "n1", {"metadata": {"labels": {"x": "y"}}},
+                             field_manager="other")  # fmt: skip
+        return real_replace(obj, field_manager=field_manager)
+
+    from controller.kube.client import RESOURCES
+
+    kube_node = RESOURCES["Node"]
+    kube.replace = racing  # type: ignore[method-assign]
+    deliver(actor, inbox, clock, alert(LEAK, node="n1", gpu=1, fp="L"))
+    n = node(kube)
+    assert n["metadata"]["labels"] == {"x": "y"}
+    assert unhealthy_gpus(n) == frozenset({1})
+    assert len(events(kube, "AlertAction")) == 1
+
+
+def test_shadow_mode_writes_nothing_on_the_node_but_its_record() -> None:
+    kube = world(rules=[{**RULES[0], "mode": "shadow"}])
+    actor, inbox, clock, metrics = setup(kube)
+    deliver(actor, inbox, clock, alert(LEAK, node="n1", gpu=1, fp="L", pod=("team-a", "train-0")))
+    n = node(kube)
+    assert unhealthy_gpus(n) == frozenset()
+    assert STATE_ANNOTATION in n["metadata"]["annotations"]
+    assert job_annotations(kube) == {}
+    assert len(events(kube, "ShadowAction")) == 1
+    assert metrics.actions.labels(LEAK, "shadow")._value.get() == 1
+
+
+def test_an_alert_without_a_node_or_for_an_unknown_node_is_counted_and_dropped() -> None:
+    kube = world()
+    actor, inbox, clock, metrics = setup(kube)
+    nameless = Alert("GangopsControllerDown", "firing", "c", "2027-01-15T08:00:00Z", None,
+                     {"alertname": "GangopsControllerDown"})  # fmt: skip
+    deliver(actor, inbox, clock, nameless, alert(LEAK, node="gone", fp="g"))
+    assert metrics.actions.labels("GangopsControllerDown", "no_node")._value.get() == 1
+    assert metrics.actions.labels(LEAK, "no_node")._value.get() == 1

@@ -1,0 +1,400 @@
+"""The quota-request loop over the fake API server and the fake forge, with a real
+Git remote (a bare repository seeded with the example policies): one pull request
+per project and resource, idempotent passes, the four states, and the revert of a
+temporary grant."""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import difflib
+import shutil
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from controller.kube.client import RESOURCES, Resource
+from controller.kube.clock import FakeClock
+from controller.quota.controller import QuotaController, QuotaSettings
+from tests.unit.kube.fakes import FakeKube
+
+from .fake_forge import FakeForge, git
+
+ROOT = Path(__file__).resolve().parents[3]
+Obj = dict[str, Any]
+_QR = RESOURCES["QuotaRequest"]
+START = dt.datetime(2026, 12, 3, 10, 0, tzinfo=dt.UTC)
+
+
+class ListingKube(FakeKube):
+    """FakeKube whose list answers from the objects it holds."""
+
+    def list(
+        self, res: Resource, *, namespace: str | None = None, label_selector: str | None = None
+    ) -> tuple[list[Obj], str]:
+        self._check()
+        found = [o for (kind, _, _), o in sorted(self.objects.items()) if kind == res.kind]
+        return [dict(o) for o in found], str(self.rv)
+
+
+@dataclass
+class World:
+    kube: ListingKube
+    forge: FakeForge
+    clock: FakeClock
+    ctl: QuotaController
+    remote: Path
+    tokens: list[str] | None = None
+    """The tokens the forge clients were made with."""
+
+    def request(self, name: str, *, amount: int | str = 8, **spec: Any) -> None:
+        obj = {
+            "apiVersion": "ai.operator/v1",
+            "kind": "QuotaRequest",
+            "metadata": {
+                "name": name,
+                "namespace": spec.pop("namespace", "nlp"),
+                "generation": 1,
+                "labels": {"ai.operator/user": "alice"},
+            },
+            "spec": {
+                "project": "nlp",
+                "resource": "gpu",
+                "amount": amount,
+                "reason": "pretraining run",
+                **spec,
+            },
+        }
+        self.kube.create(obj, field_manager="test")
+
+    def status(self, name: str, namespace: str = "nlp") -> Obj:
+        obj = self.kube.get(_QR, name, namespace)
+        assert obj is not None
+        return dict(obj.get("status") or {})
+
+    def applied(self, commit: str) -> None:
+        """What the reconciler writes once it applied `commit`."""
+        src = self.kube.objects[("PolicySource", "", "platform")]
+        src["status"] = {"lastAppliedRevision": f"main@sha1:{commit}"}
+
+    def main_file(self) -> str:
+        return git(self.remote, "show", "main:policies/projects/nlp.yaml") + "\n"
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> World:
+    remote = tmp_path / "policies.git"
+    subprocess.run(["git", "init", "--quiet", "--bare", "-b", "main", str(remote)], check=True)
+    seed = tmp_path / "seed"
+    seed.mkdir()
+    git(seed, "init", "--quiet", "-b", "main")
+    shutil.copytree(ROOT / "policies", seed / "policies")
+    # cluster-policy.yaml's capacityFrom names the cluster file beside the policies
+    (seed / "clusters" / "local").mkdir(parents=True)
+    shutil.copy(ROOT / "clusters" / "local" / "cluster.yaml", seed / "clusters" / "local")
+    git(seed, "add", ".")
+    git(seed, "-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-qm", "seed")
+    git(seed, "push", "--quiet", str(remote), "main")
+    kube = ListingKube()
+    kube.create(
+        {
+            "apiVersion": "policy.ai.operator/v1",
+            "kind": "PolicySource",
+            "metadata": {"name": "platform"},
+            "spec": {
+                "url": remote.as_uri(),
+                "ref": {"branch": "main"},
+                "path": "policies",
+                "forge": {
+                    "type": "gitea",
+                    "api": "https://forge.test/api/v1",
+                    "repository": "acme/policies",
+                    "secretRef": {"name": "forge-token"},
+                },
+            },
+        },
+        field_manager="test",
+    )
+    token = base64.b64encode(b"s3cret\n").decode()
+    kube.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "forge-token", "namespace": "gangops-system"},
+            "data": {"token": token},
+        },
+        field_manager="test",
+    )
+    forge = FakeForge(remote)
+    tokens: list[str] = []
+
+    def factory(spec: Obj, tok: str) -> FakeForge:
+        tokens.append(tok)
+        assert spec["repository"] == "acme/policies"
+        return forge
+
+    clock = FakeClock(START)
+    ctl = QuotaController(
+        kube, QuotaSettings(cache_dir=tmp_path / "cache"), forge_factory=factory, clock=clock
+    )
+    w = World(kube, forge, clock, ctl, remote)
+    w.tokens = tokens
+    return w
+
+
+def _branch_diff(w: World, branch: str) -> list[str]:
+    before = w.main_file().splitlines(True)
+    after = (git(w.remote, "show", f"{branch}:policies/projects/nlp.yaml") + "\n").splitlines(True)
+    return [
+        line
+        for line in difflib.unified_diff(before, after, n=0)
+        if line[0] in "+-" and not line.startswith(("+++", "---"))
+    ]
+
+
+def test_a_request_becomes_one_pull_request_with_a_one_line_diff(world: World) -> None:
+    w = world
+    w.ctl.usage = lambda project, max_gpus: f"recent usage of {project} (max {max_gpus:g})"
+    w.request("more-gpus")
+    w.ctl.step()
+    status = w.status("more-gpus")
+    assert status["state"] == "Pending"
+    pr = status["pullRequest"]
+    assert pr["url"] == "https://forge.test/acme/policies/pulls/1"
+    assert pr["branch"] == "gangops/quota/nlp/gpu" and pr["valid"] is True
+    assert _branch_diff(w, "gangops/quota/nlp/gpu") == [
+        '-    max: {gpu: 64, cpu: "512", memory: 4Ti}\n',
+        '+    max: {gpu: 72, cpu: "512", memory: 4Ti}\n',
+    ]
+    title, body = w.forge.bodies[1][0]
+    assert title == "Raise max gpu of project nlp: 64 -> 72"
+    assert "| `nlp/more-gpus` | alice | +8 | never | pretraining run |" in body
+    assert "The policy set validates." in body and "### Plan" in body
+    assert "ResourceQuota" in body  # the plan names the objects that change
+    assert "### Recent usage\n\nrecent usage of nlp (max 64)" in body
+    conds = {c["type"]: c["status"] for c in status["conditions"]}
+    assert conds == {"Ready": "False", "Reconciling": "True", "Stalled": "False"}
+    assert w.tokens == ["s3cret"]  # from the Secret spec.forge.secretRef names, trimmed
+
+
+def test_passes_are_idempotent_and_a_second_request_updates_the_same_pull_request(
+    world: World,
+) -> None:
+    w = world
+    w.request("first")
+    w.ctl.step()
+    pushed = git(w.remote, "rev-parse", "gangops/quota/nlp/gpu")
+    w.ctl.step()
+    w.ctl.step()
+    assert git(w.remote, "rev-parse", "gangops/quota/nlp/gpu") == pushed
+    assert w.forge.calls.count("open") == 1 and "update" not in w.forge.calls
+    w.request("second", amount=4, namespace="nlp-dev")
+    w.ctl.step()
+    assert len(w.forge.prs) == 1 and w.forge.calls.count("update") == 1
+    assert (
+        w.status("second", "nlp-dev")["pullRequest"]["url"]
+        == w.status("first")["pullRequest"]["url"]
+    )
+    assert _branch_diff(w, "gangops/quota/nlp/gpu")[1] == (
+        '+    max: {gpu: 76, cpu: "512", memory: 4Ti}\n'
+    )
+    _, body = w.forge.bodies[1][-1]
+    assert "`nlp/first`" in body and "`nlp-dev/second`" in body
+
+
+def test_merged_is_ready_only_once_the_reconciler_applied_it(world: World) -> None:
+    w = world
+    w.request("grow", trainingJob="bert")
+    w.kube.create(
+        {
+            "apiVersion": "ai.operator/v1",
+            "kind": "TrainingJob",
+            "metadata": {"name": "bert", "namespace": "nlp"},
+            "status": {"phase": "Pending"},
+        },
+        field_manager="test",
+    )
+    w.ctl.step()
+    job = w.kube.get(RESOURCES["TrainingJob"], "bert", "nlp")
+    assert job is not None and job["status"]["quotaRequest"]["state"] == "Pending"
+    assert job["status"]["quotaRequest"]["url"] == "https://forge.test/acme/policies/pulls/1"
+    merged = w.forge.merge(1)
+    w.clock.advance(w.ctl.settings.forge_poll_s)
+    w.ctl.step()
+    status = w.status("grow")
+    assert status["state"] == "Pending" and "waiting for the reconciler" in status["message"]
+    assert status["pullRequest"]["mergeCommit"] == merged.merge_sha
+    w.applied(git(w.remote, "rev-parse", f"{merged.merge_sha}^1"))  # the revision before
+    w.ctl.step()
+    w.ctl.step()
+    assert w.status("grow")["state"] == "Pending"
+    _commit(w, "policies/README.md", lambda t: t + "\nA later commit.\n")
+    w.applied(git(w.remote, "rev-parse", "main"))  # a later revision contains the merge
+    w.ctl.step()
+    assert w.status("grow")["state"] == "Ready"
+    job = w.kube.get(RESOURCES["TrainingJob"], "bert", "nlp")
+    assert job is not None and job["status"]["quotaRequest"]["state"] == "Ready"
+    assert job["status"]["phase"] == "Pending"  # the rest of the job's status is the scheduler's
+
+
+def test_a_pull_request_closed_unmerged_rejects_the_request(world: World) -> None:
+    w = world
+    w.request("no")
+    w.ctl.step()
+    w.forge.close(1)
+    w.clock.advance(w.ctl.settings.forge_poll_s)
+    w.ctl.step()
+    status = w.status("no")
+    assert status["state"] == "Rejected" and "closed unmerged" in status["message"]
+    assert {c["type"]: c["status"] for c in status["conditions"]}["Stalled"] == "True"
+
+
+def test_a_forge_outage_retries_with_backoff_then_recovers(world: World) -> None:
+    w = world
+    w.forge.down = True
+    w.request("later")
+    w.ctl.step()
+    status = w.status("later")
+    assert status["state"] == "Retry" and "HTTP 503" in status["message"]
+    assert status["retry"]["attempts"] == 1
+    calls = len(w.forge.calls)
+    w.ctl.step()  # inside the backoff: nothing is tried
+    assert len(w.forge.calls) == calls
+    w.clock.advance(2)
+    w.ctl.step()
+    assert w.status("later")["retry"]["attempts"] == 2  # the wait doubles: 4 s now
+    w.forge.down = False
+    w.clock.advance(4)
+    w.ctl.step()
+    status = w.status("later")
+    assert status["state"] == "Pending" and "retry" not in status
+    assert len(w.forge.prs) == 1
+
+
+def test_a_request_from_another_projects_namespace_is_rejected(world: World) -> None:
+    w = world
+    w.request("sneaky", namespace="vision")
+    w.ctl.step()
+    status = w.status("sneaky", "vision")
+    assert status["state"] == "Rejected"
+    assert "namespace vision is not one of project nlp's" in status["message"]
+    assert w.forge.prs == {}
+
+
+def test_a_temporary_grant_opens_its_revert_when_it_expires(world: World) -> None:
+    w = world
+    expires = START + dt.timedelta(hours=2)
+    w.request("burst", expiresAt=expires.strftime("%Y-%m-%dT%H:%M:%SZ"))
+    w.ctl.step()
+    w.applied(w.forge.merge(1).merge_sha)
+    w.clock.advance(w.ctl.settings.forge_poll_s)
+    w.ctl.step()
+    assert w.status("burst")["state"] == "Ready"
+    assert "{gpu: 72," in w.main_file()
+    w.ctl.step()
+    assert len(w.forge.prs) == 1  # not yet expired
+    w.clock.advance(2 * 3600)
+    w.ctl.step()
+    status = w.status("burst")
+    assert status["state"] == "Ready" and status["revert"]["number"] == 2
+    branch = status["revert"]["branch"]
+    assert branch == "gangops/quota-revert/nlp/burst"
+    assert _branch_diff(w, branch) == [
+        '-    max: {gpu: 72, cpu: "512", memory: 4Ti}\n',
+        '+    max: {gpu: 64, cpu: "512", memory: 4Ti}\n',
+    ]
+    assert w.forge.bodies[2][0][0] == "Revert temporary max gpu of project nlp: 72 -> 64"
+    w.applied(w.forge.merge(2).merge_sha)
+    w.clock.advance(w.ctl.settings.forge_poll_s)
+    w.ctl.step()
+    w.ctl.step()
+    assert w.status("burst")["state"] == "Expired"
+
+
+def _commit(w: World, path: str, change: Callable[[str], str]) -> None:
+    """Change one file on the remote's main, as a reviewer's commit would."""
+    work = w.remote.parent / f"work-{len(list(w.remote.parent.iterdir()))}"
+    git(w.remote.parent, "clone", "--quiet", str(w.remote), str(work))
+    f = work / path
+    f.write_text(change(f.read_text()))
+    git(work, "-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-qam", "c")
+    git(work, "push", "--quiet", "origin", "main")
+
+
+def _opt_in(w: World) -> None:
+    """Commit `quotaRequests: {autoPropose: true}` to project nlp."""
+    _commit(
+        w,
+        "policies/projects/nlp.yaml",
+        lambda t: t.replace("  jobs:\n", "  quotaRequests: {autoPropose: true}\n  jobs:\n"),
+    )
+
+
+def test_a_job_blocked_by_its_projects_max_gets_a_proposal_where_the_project_opted_in(
+    world: World,
+) -> None:
+    w = world
+    w.kube.create(
+        {
+            "apiVersion": "ai.operator/v1",
+            "kind": "TrainingJob",
+            "metadata": {"name": "bert", "namespace": "nlp", "labels": {"ai.operator/user": "bob"}},
+            "status": {
+                "phase": "Queued",
+                "reason": "Quota",
+                "message": "project nlp at max: 60 of 64 GPUs in use, this job needs 8",
+            },
+        },
+        field_manager="test",
+    )
+    w.ctl.step()
+    assert w.kube.get(_QR, "bert-quota", "nlp") is None  # nlp has not opted in
+    _opt_in(w)
+    w.ctl.step()
+    assert w.kube.get(_QR, "bert-quota", "nlp") is None  # asked again only after recheck_s
+    w.clock.advance(w.ctl.settings.recheck_s)
+    w.ctl.step()
+    qr = w.kube.get(_QR, "bert-quota", "nlp")
+    assert qr is not None and qr["spec"]["amount"] == 4
+    assert qr["metadata"]["labels"]["ai.operator/user"] == "bob"
+    assert qr["status"]["state"] == "Pending"
+    job = w.kube.get(RESOURCES["TrainingJob"], "bert", "nlp")
+    assert job is not None
+    assert job["status"]["quotaRequest"] == {
+        "name": "bert-quota",
+        "state": "Pending",
+        "message": "waiting for review of pull request https://forge.test/acme/policies/pulls/1",
+        "url": "https://forge.test/acme/policies/pulls/1",
+    }
+    w.ctl.step()
+    assert len(w.forge.prs) == 1  # proposed once
+
+
+def test_the_repositorys_rules_merge_a_small_increase_once_its_checks_are_green(
+    world: World,
+) -> None:
+    w = world
+    rules = "  quotaRequests:\n    autoApprove:\n      - maxIncrease: {gpu: 8}\n"
+    _commit(w, "policies/cluster-policy.yaml", lambda t: t + rules)
+    w.forge.green = False
+    w.request("small", amount=4)
+    w.ctl.step()
+    w.clock.advance(w.ctl.settings.forge_poll_s)
+    w.ctl.step()
+    assert w.forge.prs[1].state == "open" and "merge" not in w.forge.calls  # checks red
+    w.forge.green = True
+    w.clock.advance(w.ctl.settings.forge_poll_s)
+    w.ctl.step()
+    assert w.forge.prs[1].state == "merged"
+    w.applied(w.forge.prs[1].merge_sha)
+    w.ctl.step()
+    assert w.status("small")["state"] == "Ready"
+    w.request("large", amount=16)  # over the rule's 8: a reviewer decides
+    w.ctl.step()
+    w.clock.advance(w.ctl.settings.forge_poll_s)
+    w.ctl.step()
+    assert w.forge.prs[2].state == "open" and w.forge.calls.count("merge") == 1
