@@ -22,7 +22,7 @@ state is scored once however many nodes are in it.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from controller.scheduler.types import MILLI, PodShape
@@ -73,14 +73,33 @@ controller's memory; a full openb arrivals replay sees about 90,000)."""
 class FragModel:
     """Scores node states by their expected fragmented milli-GPUs."""
 
-    def __init__(self, typical: Sequence[TypicalPod]) -> None:
+    def __init__(self, typical: Sequence[TypicalPod], *, cpu_feeds: bool = True) -> None:
+        """`cpu_feeds=False`: FGD's own measure, where a node's CPU only has to fit
+        one more pod of a request (the simulator's `fgd` baseline)."""
         self.typical = tuple(typical)
+        self.cpu_feeds = cpu_feeds
         self._shapes = tuple(
             (t.gpus, min(t.gpu_milli, MILLI), t.cpu_milli, t.gpu_models, t.weight)
             for t in self.typical
             if t.gpus > 0
         )
         self._memo: dict[_Key, float] = {}
+        self.restricted: dict[str, float] = {}
+        """GPU model -> weight of the typical requests that accept only some
+        models, shared out among the models each accepts."""
+        for t in self.typical:
+            for m in t.gpu_models:
+                self.restricted[m] = self.restricted.get(m, 0.0) + t.weight / len(t.gpu_models)
+
+    def pressure(self, free: Mapping[str, int]) -> dict[str, float]:
+        """Per GPU model, what a milli-GPU of it taken costs, in expected
+        fragmented milli-GPUs: the model's share of the restricted requests
+        over its share of the free GPUs (`free`: model -> free milli-GPUs).
+        Equal for every model while the free GPUs follow the restricted
+        demand; a model that runs short of what its restricted requests need
+        costs more, so requests that accept any model go elsewhere."""
+        total = sum(free.values())
+        return {m: w * total / free[m] for m, w in self.restricted.items() if free.get(m, 0) > 0}
 
     def frag(self, model: str, free: tuple[int, ...], cpu: int | None) -> float:
         """Expected fragmented milli-GPUs of a node of GPU `model` whose devices
@@ -94,9 +113,14 @@ class FragModel:
         out = 0.0
         for gpus, milli, cpu_need, models, weight in self._shapes:
             if models and model not in models:
+                if not self.cpu_feeds:
+                    out += weight * total
+                continue
+            if not self.cpu_feeds and cpu is not None and cpu < cpu_need:
                 out += weight * total
                 continue
-            out += weight * (total - _usable(free, gpus, milli, cpu_need, cpu))
+            feed = cpu if self.cpu_feeds else None
+            out += weight * (total - _usable(free, gpus, milli, cpu_need, feed))
         if len(self._memo) >= MEMO_STATES:
             self._memo.clear()
         self._memo[key] = out

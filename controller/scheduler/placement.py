@@ -34,7 +34,7 @@ from controller.scheduler.fragmentation import FragModel
 from controller.scheduler.snapshot import NodeState, Snapshot
 from controller.scheduler.types import MILLI, Gang, Placement, PodPlacement, PodShape, format_gpus
 
-__all__ = ["LEVEL_NAMES", "fits", "place", "shortfall"]
+__all__ = ["LEVEL_NAMES", "fits", "frag_score", "place", "shortfall"]
 
 LEVEL_NAMES = {
     "nvidia.com/gpu.clique": "NVLink domain",
@@ -107,7 +107,7 @@ def _choose(snap: Snapshot, gang: Gang, exclude: Container[str]) -> list[tuple[N
 _Score = tuple[float, int, int, str, tuple[int, ...]]
 
 
-def _frag_score(model: FragModel, ns: NodeState, pod: PodShape) -> _Score:
+def frag_score(model: FragModel, ns: NodeState, pod: PodShape) -> _Score:
     """(fragmentation increase, GPU and CPU left after, name, devices) for one
     more `pod` on `ns`; the caller has checked that it fits."""
     free = ns.free
@@ -149,16 +149,22 @@ def _place_one(
         return None
     key = (pod.gpus, pod.gpu_milli, pod.cpu_milli, pod.memory, pod.constraint_key())
     cache = snap.frag_scores.setdefault(key, {})
+    pressure = model.pressure(snap.free_by_model) if model.restricted else None
+    taken = pod.gpu_total
     best: _Score | None = None
+    best_cost = 0.0
     for ns, _ in open_nodes:
         hit = cache.get(ns.name)
         if hit is not None and hit[0] == ns.stamp:
             score: _Score = hit[1]  # type: ignore[assignment]
         else:
-            score = _frag_score(model, ns, pod)
+            score = frag_score(model, ns, pod)
             cache[ns.name] = (ns.stamp, score)
-        if best is None or score < best:
-            best = score
+        cost = score[0]
+        if pressure:
+            cost += pressure.get(ns.node.gpu_model, 0.0) * taken
+        if best is None or cost < best_cost or (cost == best_cost and score[1:] < best[1:]):
+            best, best_cost = score, cost
     assert best is not None
     return Placement((PodPlacement(best[3], best[4]),))
 

@@ -180,6 +180,11 @@ class Snapshot:
         shrinks where there is nothing to find."""
         self.free_milli = sum(len(ns.free) for ns in self.nodes) * MILLI
         """Free milli-GPUs on schedulable nodes."""
+        self.free_by_model: dict[str, int] = {}
+        """The same per GPU model (fragmentation's `pressure`)."""
+        for ns in self.nodes:
+            model = ns.node.gpu_model
+            self.free_by_model[model] = self.free_by_model.get(model, 0) + len(ns.free) * MILLI
         self._candidates: dict[tuple[object, ...], list[NodeState]] = {}
         self._candidate_names: dict[tuple[object, ...], frozenset[str]] = {}
         self._open: dict[tuple[PodShape, Container[str]], _Open] = {}
@@ -206,6 +211,7 @@ class Snapshot:
             ns.whole -= 1
             ns.stamp += 1
             self.free_milli -= MILLI
+            self.free_by_model[ns.node.gpu_model] -= MILLI
         if ns.cpu is not None:
             ns.cpu -= f.cpu_milli
         if ns.mem is not None:
@@ -286,6 +292,7 @@ class Snapshot:
             if ns is not None:
                 ns.take(g.pod, p.devices)
                 self._touch(ns)
+                self.free_by_model[ns.node.gpu_model] -= g.pod.gpu_total
         self.running[g.id] = r
         self.free_milli -= g.gpu_total
         self._count(g, +1)
@@ -298,6 +305,7 @@ class Snapshot:
             if ns is not None:
                 ns.give(r.gang.pod, p.devices)
                 self._touch(ns)
+                self.free_by_model[ns.node.gpu_model] += r.gang.pod.gpu_total
         self.free_milli += r.gang.gpu_total
         self._count(r.gang, -1)
         return r

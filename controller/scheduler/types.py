@@ -184,8 +184,9 @@ class PodShape:
         return self.gpu_milli if self.shared else self.gpus * MILLI
 
     def constraint_key(self) -> tuple[object, ...]:
-        """What decides which nodes a pod may use at all (for caching)."""
-        return (self.gpu_models, self.node_selector, self.affinity, self.tolerations)
+        """What decides which nodes a pod may use at all (for caching): its GPU
+        count too, since a node with fewer GPUs can never hold it."""
+        return (self.gpus, self.gpu_models, self.node_selector, self.affinity, self.tolerations)
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ from controller.sim.tenants import (
     scale_policy_doc,
 )
 from controller.sim.traces import TRACES_ENV, TraceError, load_cluster_file, traces_dir
+from controller.sim.variants import VARIANTS
 
 __all__ = ["add_subcommand"]
 
@@ -82,6 +83,9 @@ def _simulate(args: argparse.Namespace) -> int:
         print("gangops simulate: give exactly one of --trace FILE and --generate N",
               file=sys.stderr)  # fmt: skip
         return 2
+    if args.variant and args.trace is None:
+        print("gangops simulate: --variant reshapes a --trace", file=sys.stderr)
+        return 2
     try:
         exp = Experiment(
             cluster=_resolve(args.cluster, "cluster"),
@@ -102,6 +106,7 @@ def _simulate(args: argparse.Namespace) -> int:
             telemetry=Path(args.telemetry) if args.telemetry else None,
             faults=Path(args.faults) if args.faults else None,
             use_telemetry=not args.no_telemetry,
+            variant=args.variant,
         )
         if args.generate is not None:
             nodes = load_cluster_file(exp.cluster)
@@ -180,6 +185,12 @@ def add_subcommand(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
         help="write report.json and PNG figures here (figures need matplotlib: gangops[plot])",
     )
     p.add_argument("--json", action="store_true", help="also print the figures as JSON")
+    p.add_argument(
+        "--variant",
+        choices=VARIANTS,
+        help="reshape --trace as one of FGD's workload variants, drawn with --seed "
+        "(docs/simulator.md, Variants)",
+    )
     p.add_argument("--arrivals-only", action="store_true", help="FGD's experiment: never leave")
     p.add_argument("--seed", type=int, default=42, help="first random seed (default 42)")
     p.add_argument("--seeds", type=int, default=1, help="arrivals-only: seeds averaged (default 1)")

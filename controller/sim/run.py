@@ -32,6 +32,7 @@ from controller.sim.tenants import (
     scale_policy_doc,
 )
 from controller.sim.traces import TraceError, TraceJob, load_cluster_file, load_trace
+from controller.sim.variants import make_variant
 from controller.telemetry_data import load_recording
 
 __all__ = ["Experiment", "SchedulerRun", "prepare_arrivals", "run", "run_jobs"]
@@ -76,6 +77,9 @@ class Experiment:
     use_telemetry: bool = True
     """False (`--no-telemetry`): gangops schedules by requests alone, blind to the
     faults and the replayed usage, which are still measured."""
+    variant: str | None = None
+    """Reshape the trace as one of `variants.VARIANTS` (FGD's workload shapes),
+    drawn with `seed` (the first seed: every seed of a run sees one variant)."""
 
 
 @dataclass
@@ -232,6 +236,8 @@ def run(
     jobs = load_trace(exp.trace)
     if exp.limit is not None:
         jobs = jobs[: exp.limit]
+    if exp.variant is not None:
+        jobs = make_variant(jobs, exp.variant, seed=exp.seed, nodes=nodes)
     doc = _policy_doc(exp, capacity_gpus)
     policy = SchedulingPolicy.from_dict(doc)
     if not exp.arrivals_only and exp.max_duration is not None:
@@ -248,7 +254,8 @@ def run(
         "cluster": str(exp.cluster),
         "nodes": len(nodes),
         "gpus": capacity_gpus,
-        "trace": str(exp.trace),
+        "trace": str(exp.trace)
+        + (f" as variant {exp.variant} (seed {exp.seed})" if exp.variant else ""),
         "jobs": len(jobs),
         "mode": "arrivals-only" if exp.arrivals_only else "departures",
         "seeds": exp.seeds if exp.arrivals_only else 1,

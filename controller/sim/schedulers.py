@@ -9,7 +9,7 @@
 - `fifo-greedy`: pods placed one at a time, first fit, in submission order,
   with no gang awareness: a gang's pods hold their GPUs while its other pods
   wait, which is how half-placed gangs deadlock a cluster;
-- `bestfit`, `random`: per-pod placement (see `baselines`), gang
+- `bestfit`, `random`, `fgd`: per-pod placement (see `baselines`), gang
   all-or-nothing, no quotas.
 """
 
@@ -38,12 +38,12 @@ from controller.scheduler.types import (
     Preempt,
     Running,
 )
-from controller.sim.baselines import PLACERS, Placer
+from controller.sim.baselines import PLACERS, FgdPlacer, Placer
 from controller.sim.telemetry import Feed
 
 __all__ = ["SCHEDULERS", "Outcome", "Scheduler", "make_scheduler"]
 
-SCHEDULERS = ("gangops", "static", "fifo-greedy", "bestfit", "random")
+SCHEDULERS = ("gangops", "static", "fifo-greedy", "bestfit", "random", "fgd")
 
 
 @dataclass
@@ -394,4 +394,8 @@ def make_scheduler(
         return PerPodScheduler(name, nodes, PLACERS["first-fit"], seed=seed)
     if name in PLACERS:
         return PerPodScheduler(name, nodes, PLACERS[name], seed=seed)
+    if name == "fgd":
+        typical = fragmentation.typical if fragmentation is not None else ()
+        placer = FgdPlacer(typical, [n.name for n in nodes], seed=seed)
+        return PerPodScheduler(name, nodes, placer, seed=seed)
     raise ValueError(f"unknown scheduler {name!r}; known: {', '.join(SCHEDULERS)}")

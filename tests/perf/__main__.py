@@ -1,8 +1,8 @@
 """`make bench`: run every benchmark, print the figures, fail on a missed threshold.
 
 Usage: python -m tests.perf [NAME ...]
-(names: policy, scheduler, devcluster, reconciler, gang, sim, agent, prometheus,
-telemetry, quota, alerts, scale; default: all)
+(names: policy, scheduler, devcluster, reconciler, gang, sim, variants, agent,
+prometheus, telemetry, quota, alerts, scale; default: all)
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from tests.perf import (
     scale,
     scheduler,
     sim,
+    variants,
 )
 from tests.perf import telemetry as telemetry_bench
 from tests.perf.harness import Result, print_table
@@ -32,6 +33,7 @@ BENCHMARKS = {
     "reconciler": reconciler.run,
     "gang": gang.run,
     "sim": sim.run,
+    "variants": variants.run,
     "agent": agent.run,
     "prometheus": prometheus.run,
     "telemetry": telemetry_bench.run,

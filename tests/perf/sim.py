@@ -41,7 +41,7 @@ from controller.sim.schedulers import SCHEDULERS
 from controller.sim.traces import TRACES_ENV, trace_path, traces_dir
 from tests.perf.harness import Result
 
-__all__ = ["run", "run_benchmarks", "verdict"]
+__all__ = ["inputs", "run", "run_benchmarks", "verdict"]
 
 GANGOPS_FULL_TRACE_MAX_S = 10.0
 """Issue 16's target for the full openb trace with departures, gangops alone, in CPU
@@ -64,7 +64,8 @@ sessions of 20 jobs. Overloaded settings queue thousands of gangs and take
 several minutes per scheduler; the sweep in the docs covers them."""
 
 
-def _inputs() -> tuple[Path, Path] | None:
+def inputs() -> tuple[Path, Path] | None:
+    """The openb node and pod lists, or None (and a message) when absent."""
     nodes = trace_path("openb/openb_node_list_gpu_node.csv")
     pods = trace_path("openb/openb_pod_list_default.csv")
     if nodes is None or pods is None:
@@ -78,7 +79,7 @@ def _inputs() -> tuple[Path, Path] | None:
 
 def run_benchmarks() -> list[Result]:
     """All three benchmarks; an empty list when the traces are absent."""
-    found = _inputs()
+    found = inputs()
     if found is None:
         return []
     nodes, pods = found

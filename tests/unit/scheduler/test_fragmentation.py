@@ -30,7 +30,8 @@ class FragCase:
 FRAG_CASES = [
     FragCase("a whole GPU: the partial device", typical(), (300, 1000), None, 300),
     FragCase("a share: devices with less than it", typical(1, 500), (300, 600), None, 300),
-    FragCase("wrong GPU model: everything", typical(1, 500, 0, "A100"), (1000,), None, 1000),
+    FragCase("wrong GPU model: not its GPU, no fragment", typical(1, 500, 0, "A100"), (1000,),
+             None, 0),
     FragCase("too few devices: everything", typical(2), (500, 1000), None, 1500),
     FragCase(
         "two-GPU request, three whole GPUs: all usable (FGD)", typical(2), (0, 1000, 1000, 1000),
@@ -57,6 +58,68 @@ FRAG_CASES = [
 def test_frag(case: FragCase) -> None:
     model = FragModel([case.request])
     assert model.frag(case.model, case.free, case.cpu) == pytest.approx(case.fragmented)
+
+
+def test_fgd_measure_counts_a_wrong_model_as_all_fragment() -> None:
+    """FGD's own measure (the `fgd` baseline): every free GPU of a model a
+    request refuses is a fragment for it, so taking such a GPU looks like it
+    lowers fragmentation, and any-model pods drift onto the models the
+    restricted requests need. The core's measure leaves them out."""
+    request = [typical(1, 500, 0, "A100")]
+    assert FragModel(request, cpu_feeds=False).frag("T4", (1000,), None) == 1000
+    assert FragModel(request).frag("T4", (1000,), None) == 0
+
+
+def test_pressure_follows_restricted_demand_over_free_gpus() -> None:
+    model = FragModel(
+        [
+            TypicalPod(1, 1000, 0, frozenset(), 0.5),
+            TypicalPod(1, 1000, 0, frozenset({"T4"}), 0.25),
+            TypicalPod(1, 1000, 0, frozenset({"G2", "T4"}), 0.25),
+        ]
+    )
+    assert model.restricted == {"T4": 0.375, "G2": 0.125}
+    even = model.pressure({"T4": 3000, "G2": 1000})
+    assert even == pytest.approx({"T4": 0.5, "G2": 0.5})
+    short = model.pressure({"T4": 1000, "G2": 3000})
+    assert short["T4"] > short["G2"]
+    assert model.pressure({"T4": 0, "G2": 1000}) == {"G2": 0.125}
+
+
+def test_any_model_pod_spares_the_model_restricted_requests_run_short_of() -> None:
+    """Two identical nodes but for the model; restricted requests want T4 and
+    G2 equally, and T4 has one free GPU against G2's three: a pod that takes
+    any model goes to G2. Without the pressure both tie and the name (a)
+    would win."""
+    model = FragModel(
+        [
+            TypicalPod(1, 1000, 0, frozenset(), 0.5),
+            TypicalPod(1, 1000, 0, frozenset({"T4"}), 0.25),
+            TypicalPod(1, 1000, 0, frozenset({"G2"}), 0.25),
+        ]
+    )
+    nodes = [
+        Node("a", 4, cpu_milli=64000, gpu_model="T4"),
+        Node("b", 4, cpu_milli=64000, gpu_model="G2"),
+    ]
+    used = [("a", PodShape(gpus=1), d) for d in range(3)] + [("b", PodShape(gpus=1), 0)]
+    snap = _snap(model, nodes, used)
+    assert snap.free_by_model == {"T4": 1000, "G2": 3000}
+    placement = place(snap, _gang("new", PodShape(gpus=1)))
+    assert placement is not None and placement.pods[0].node == "b"
+    snap.forget(JobId("used-3"))
+    assert snap.free_by_model == {"T4": 1000, "G2": 4000}
+
+
+def test_a_large_pod_first_leaves_small_pods_every_node() -> None:
+    """Which nodes a pod may use is cached per constraint; an 8-GPU pod may
+    use only the 8-GPU nodes, and a 1-GPU pod asked about after it must still
+    get the small ones (the cache key once left the GPU count out, and the
+    first pod's shape decided for all later ones)."""
+    snap = _snap(WORKLOAD, [Node("big", 8, cpu_milli=96000), Node("small", 2, cpu_milli=96000)], [])
+    assert [ns.name for ns in snap.candidates(PodShape(gpus=8))] == ["big"]
+    assert [ns.name for ns in snap.candidates(PodShape(gpus=1))] == ["big", "small"]
+    assert {ns.name for ns, _ in snap.open_slots(PodShape(gpus=1), frozenset())} == {"big", "small"}
 
 
 def test_frag_weights_requests_by_frequency() -> None:

@@ -43,7 +43,8 @@ def test_frag_counts_what_no_typical_request_can_use() -> None:
     model = FragModel([TypicalPod(1, 1000, 0, frozenset(), 1.0)])
     assert model.frag("", (300, 1000), None) == 300
     picky = FragModel([TypicalPod(1, 500, 0, frozenset({"A100"}), 1.0)])
-    assert picky.frag("T4", (1000,), None) == 1000
+    assert picky.frag("T4", (1000,), None) == 0  # not its model: no fragment
+    assert picky.frag("A100", (300,), None) == 300
     cpu = FragModel([TypicalPod(1, 500, 8000, frozenset(), 1.0)])
     assert cpu.frag("", (1000,), 4000) == 1000
     assert cpu.frag("", (1000,), 8000) == 0
