@@ -269,21 +269,12 @@ class GitLab(_Client):
         return self._pr(d)
 
 
-class Gitea(_Client):
-    """Gitea's REST API v1 (also Forgejo's)."""
+class Gitea(GitHub):
+    """Gitea's REST API v1 (also Forgejo's): GitHub's pull-request shapes, its own
+    authorisation, search for a branch's pull request, status checks and merge call."""
 
     def _headers(self) -> dict[str, str]:
         return {"Accept": "application/json", "Authorization": f"token {self.token}"}
-
-    def _pr(self, d: dict[str, Any]) -> PullRequest:
-        state: PrState = "merged" if d.get("merged") else d["state"]
-        return PullRequest(
-            number=int(d["number"]),
-            url=str(d["html_url"]),
-            state=state,
-            head_sha=str((d.get("head") or {}).get("sha") or ""),
-            merge_sha=str(d.get("merge_commit_sha") or "") if state == "merged" else "",
-        )
 
     def find_open(self, *, head: str) -> PullRequest | None:
         page = 1
@@ -297,17 +288,6 @@ class Gitea(_Client):
                 return None
             page += 1
 
-    def open(self, *, head: str, base: str, title: str, body: str) -> PullRequest:
-        payload = {"title": title, "head": head, "base": base, "body": body}
-        return self._pr(self._call("POST", f"/repos/{self.repo}/pulls", payload))
-
-    def update(self, number: int, *, title: str, body: str) -> PullRequest:
-        payload = {"title": title, "body": body}
-        return self._pr(self._call("PATCH", f"/repos/{self.repo}/pulls/{number}", payload))
-
-    def get(self, number: int) -> PullRequest:
-        return self._pr(self._call("GET", f"/repos/{self.repo}/pulls/{number}"))
-
     def checks_green(self, pr: PullRequest) -> bool:
         d = self._call("GET", f"/repos/{self.repo}/commits/{pr.head_sha}/status") or {}
         return bool(d.get("statuses")) and d.get("state") == "success"
@@ -317,7 +297,7 @@ class Gitea(_Client):
         return self.get(number)
 
 
-_KINDS: dict[str, type[GitHub] | type[GitLab] | type[Gitea]] = {
+_KINDS: dict[str, type[GitHub] | type[GitLab]] = {
     "github": GitHub,
     "gitlab": GitLab,
     "gitea": Gitea,
