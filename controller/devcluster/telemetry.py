@@ -50,6 +50,18 @@ class Telemetry:
     prometheus: Prometheus
 
 
+def steady_recording(d: Path) -> Path:
+    """Write, under `d`, a recording of one container at 50 % duty cycle and 1 GiB of
+    GPU memory for three minutes: a quiet baseline for a scenario's scripted faults
+    (a leak, an XID) to stand out against. Returns `d`, for `replay_dir`."""
+    d.mkdir(parents=True)
+    duty = ["container,timestamp,value"] + [f"c0,{1000 + 60 * i},50" for i in range(3)]
+    mem = ["container,timestamp,value"] + [f"c0,{1000 + 60 * i},{1024**3}" for i in range(3)]
+    (d / "pod_gpu_duty_cycle.csv").write_text("\n".join(duty) + "\n")
+    (d / "pod_gpu_memory_used_bytes.csv").write_text("\n".join(mem) + "\n")
+    return d
+
+
 def _replay_dir(options: TelemetryOptions) -> Path:
     return options.replay_dir if options.replay_dir is not None else telemetry_dir()
 

@@ -52,7 +52,7 @@ from controller.devcluster.alertmanager import (
 )
 from controller.devcluster.launcher import _free_ports
 from controller.devcluster.prometheus import PrometheusConfig, start_prometheus
-from controller.devcluster.telemetry import TelemetryOptions, start_agents
+from controller.devcluster.telemetry import TelemetryOptions, start_agents, steady_recording
 from controller.gang.cli import explain_job
 from controller.kube.client import RESOURCES, Kube
 from controller.nodehealth import (
@@ -475,15 +475,6 @@ class Leak:
     seconds: float = 75.0
 
 
-def _recording(d: Path) -> Path:
-    d.mkdir(parents=True)
-    duty = ["container,timestamp,value"] + [f"c0,{1000 + 60 * i},50" for i in range(3)]
-    mem = ["container,timestamp,value"] + [f"c0,{1000 + 60 * i},{1024**3}" for i in range(3)]
-    (d / "pod_gpu_duty_cycle.csv").write_text("\n".join(duty) + "\n")
-    (d / "pod_gpu_memory_used_bytes.csv").write_text("\n".join(mem) + "\n")
-    return d
-
-
 def test_a_leak_checkpoints_and_restarts_the_job_elsewhere_and_the_gpu_returns(
     gang_env: GangEnv, dev_cluster: DevCluster, alerting: Alerting, tmp_path: Path, cleanup: None
 ) -> None:
@@ -508,7 +499,9 @@ def test_a_leak_checkpoints_and_restarts_the_job_elsewhere_and_the_gpu_returns(
         )
         start_agents(
             dev_cluster,
-            TelemetryOptions(replay_dir=_recording(tmp_path / "rec"), scenario=scenario, speed=1),
+            TelemetryOptions(
+                replay_dir=steady_recording(tmp_path / "rec"), scenario=scenario, speed=1
+            ),
         )
         t_agents = time.monotonic()
         prom = start_prometheus(

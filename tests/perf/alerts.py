@@ -41,7 +41,7 @@ from controller.devcluster import DevCluster, Options, ensure_binaries, start
 from controller.devcluster.alertmanager import AlertmanagerConfig, start_alertmanager
 from controller.devcluster.launcher import _free_ports
 from controller.devcluster.prometheus import PrometheusConfig, start_prometheus
-from controller.devcluster.telemetry import TelemetryOptions, start_agents
+from controller.devcluster.telemetry import TelemetryOptions, start_agents, steady_recording
 from controller.kube.client import RESOURCES, ApiError, Kube, connect
 from controller.kube.crds import generate_crds, install
 from controller.nodehealth import QUARANTINE_ANNOTATION, parse_indices
@@ -186,15 +186,6 @@ def _webhook_phase(
     return [landed.at[k] - t for k, t in sent.items()], answers
 
 
-def _recording(d: Path) -> Path:
-    d.mkdir(parents=True)
-    duty = ["container,timestamp,value"] + [f"c0,{1000 + 60 * i},50" for i in range(3)]
-    mem = ["container,timestamp,value"] + [f"c0,{1000 + 60 * i},{1024**3}" for i in range(3)]
-    (d / "pod_gpu_duty_cycle.csv").write_text("\n".join(duty) + "\n")
-    (d / "pod_gpu_memory_used_bytes.csv").write_text("\n".join(mem) + "\n")
-    return d
-
-
 def _metric_phase(
     cluster: DevCluster, work: Path, am_address: str, nodes: list[str], landed: _Landed
 ) -> list[float]:
@@ -212,7 +203,7 @@ def _metric_phase(
     start_agents(
         cluster,
         TelemetryOptions(
-            replay_dir=_recording(work / "rec"), scenario=scenario, speed=1, interval_s=1.0
+            replay_dir=steady_recording(work / "rec"), scenario=scenario, speed=1, interval_s=1.0
         ),
     )
     prom = start_prometheus(
