@@ -38,6 +38,19 @@ DEFAULT_SYSTEM_NAMESPACE = "gangops-system"
 """The controller's namespace, where the ConfigMap lives unless told otherwise."""
 
 
+def policy_configmap(
+    doc: Mapping[str, Any], namespace: str = DEFAULT_SYSTEM_NAMESPACE, **metadata: Any
+) -> dict[str, Any]:
+    """The ConfigMap that carries compiled policy `doc` (as the compiler writes it),
+    in `namespace`, with any further `metadata` (labels, annotations, resourceVersion)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": POLICY_CONFIGMAP, "namespace": namespace, **metadata},
+        "data": {POLICY_KEY: json.dumps(doc)},
+    }
+
+
 class UnreadablePolicy(ValueError):
     """The ConfigMap holds no readable compiled policy; the message says what is wrong."""
 

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -12,7 +11,7 @@ from typing import Any
 from controller.gang.controller import GangController, GangSettings
 from controller.kube.client import RESOURCES, Kube
 from controller.policy.validate import check_scheduling_policy
-from controller.scheduler.policy import POLICY_CONFIGMAP, POLICY_KEY
+from controller.scheduler.policy import policy_configmap
 
 from .kube import GPU, wait_for
 
@@ -112,12 +111,7 @@ class GangEnv:
 
     def set_policy(self, doc: Mapping[str, Any]) -> None:
         self.kube.apply(
-            {
-                "apiVersion": "v1",
-                "kind": "ConfigMap",
-                "metadata": {"name": POLICY_CONFIGMAP, "namespace": self.system_namespace},
-                "data": {POLICY_KEY: json.dumps(doc)},
-            },
+            policy_configmap(doc, self.system_namespace),
             field_manager="gangops-tests",
         )
 

@@ -46,7 +46,7 @@ from controller.kube.client import RESOURCES, ApiError, Kube, connect
 from controller.kube.crds import generate_crds, install
 from controller.nodehealth import QUARANTINE_ANNOTATION, parse_indices
 from controller.policy.validate import schema_dir
-from controller.scheduler.policy import POLICY_CONFIGMAP, POLICY_KEY
+from controller.scheduler.policy import policy_configmap
 from tests.perf.devcluster import thousand_node_cluster
 from tests.perf.harness import Result, print_table
 
@@ -90,12 +90,7 @@ def _setup(kube: Kube) -> None:
         }
     }  # fmt: skip
     kube.apply(
-        {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {"name": POLICY_CONFIGMAP, "namespace": SYSTEM_NS},
-            "data": {POLICY_KEY: json.dumps(policy)},
-        },
+        policy_configmap(policy, SYSTEM_NS),
         field_manager="bench",
     )
 

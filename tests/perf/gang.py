@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import subprocess
 import sys
 import tempfile
@@ -60,7 +59,7 @@ from controller.jobs.admission import admission_objects
 from controller.kube.client import RESOURCES, ApiError, Kube, connect
 from controller.kube.crds import generate_crds, install
 from controller.policy.validate import check_scheduling_policy, schema_dir
-from controller.scheduler.policy import POLICY_CONFIGMAP, POLICY_KEY
+from controller.scheduler.policy import policy_configmap
 from tests.perf.devcluster import thousand_node_cluster
 from tests.perf.harness import Result, print_table
 
@@ -132,12 +131,7 @@ def _setup(kube: Kube, *, gpus: int, max_gpus: int | None = None) -> None:
     }  # fmt: skip
     check_scheduling_policy(policy)
     kube.apply(
-        {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {"name": POLICY_CONFIGMAP, "namespace": SYSTEM_NS},
-            "data": {POLICY_KEY: json.dumps(policy)},
-        },
+        policy_configmap(policy, SYSTEM_NS),
         field_manager="bench",
     )
 

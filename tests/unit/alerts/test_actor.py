@@ -22,7 +22,7 @@ from controller.nodehealth import (
     RESTART_ANNOTATION,
     unhealthy_gpus,
 )
-from controller.scheduler.policy import POLICY_CONFIGMAP, POLICY_KEY
+from controller.scheduler.policy import POLICY_CONFIGMAP, policy_configmap
 from tests.unit.alerts.builders import LEAK, XID, alert
 from tests.unit.kube.fakes import FakeKube
 
@@ -46,12 +46,7 @@ def policy_cm(rules: list[dict[str, Any]], **breaker: int) -> Obj:
             "circuitBreaker": {"maxPercent": 10, "maxNodes": 5, "windowSeconds": 600, **breaker},
         }
     }
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {"name": POLICY_CONFIGMAP, "namespace": NS},
-        "data": {POLICY_KEY: json.dumps(doc)},
-    }
+    return policy_configmap(doc, NS)
 
 
 RULES = [

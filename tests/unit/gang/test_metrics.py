@@ -6,7 +6,6 @@ from a job's creation to its whole gang bound."""
 from __future__ import annotations
 
 import datetime as dt
-import json
 import logging
 import threading
 import time
@@ -20,7 +19,7 @@ from controller.gang.controller import DEMAND_WINDOW_S, GangController
 from controller.gang.metrics import GangMetrics
 from controller.gang.record import Admission
 from controller.kube.clock import FakeClock
-from controller.scheduler.policy import POLICY_CONFIGMAP, POLICY_KEY
+from controller.scheduler.policy import policy_configmap
 from controller.scheduler.telemetry import PodUsage, Signal, Telemetry
 from controller.scheduler.types import Placement, PodPlacement
 from tests.unit.kube.fakes import FakeKube
@@ -70,18 +69,7 @@ def _run(
     (the writes it waits for have landed), the controller is stopped."""
     api = api or FakeKube()
     c = GangController(api, clock=clock or FakeClock(T0), metrics=metrics)
-    c.config.assume(
-        {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {
-                "name": POLICY_CONFIGMAP,
-                "namespace": c.settings.system_namespace,
-                "resourceVersion": "1",
-            },
-            "data": {POLICY_KEY: json.dumps(POLICY)},
-        }
-    )
+    c.config.assume(policy_configmap(POLICY, c.settings.system_namespace, resourceVersion="1"))
     for n in (node("a"), node("b")):
         c.nodes.assume(n)
     for o in objs:
@@ -270,13 +258,7 @@ def test_idle_but_held_gpus_by_project_and_user_from_telemetry() -> None:
     api = FakeKube()
     c = GangController(api, clock=FakeClock(T0), metrics=m, telemetry=lambda: t)
     c.config.assume(
-        {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {"name": POLICY_CONFIGMAP, "namespace": c.settings.system_namespace,
-                         "resourceVersion": "1"},
-            "data": {POLICY_KEY: json.dumps(POLICY)},
-        }
+        policy_configmap(POLICY, c.settings.system_namespace, resourceVersion="1")
     )  # fmt: skip
     c.nodes.assume(node("a"))
     for o in objs:
@@ -295,13 +277,7 @@ def test_demand_forecasts_per_project_and_per_user() -> None:
     m, api, clock = GangMetrics(), FakeKube(), FakeClock(T0)
     c = GangController(api, clock=clock, metrics=m)
     c.config.assume(
-        {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {"name": POLICY_CONFIGMAP, "namespace": c.settings.system_namespace,
-                         "resourceVersion": "1"},
-            "data": {POLICY_KEY: json.dumps(POLICY)},
-        }
+        policy_configmap(POLICY, c.settings.system_namespace, resourceVersion="1")
     )  # fmt: skip
     c.nodes.assume(node("a"))
     for o in held("r1", 3, on="a", first=0, borrowed=0, user="alice"):

@@ -9,7 +9,6 @@ policy that broke the step stopped every step until the commit was reverted."""
 from __future__ import annotations
 
 import datetime as dt
-import json
 from typing import Any
 
 import pytest
@@ -17,7 +16,7 @@ import pytest
 import controller.gang.controller as gang_controller
 from controller.gang.controller import GangController
 from controller.kube.clock import FakeClock
-from controller.scheduler.policy import POLICY_CONFIGMAP, POLICY_KEY
+from controller.scheduler.policy import policy_configmap
 from controller.scheduler.types import Admit
 from tests.unit.kube.fakes import FakeKube
 from tests.unit.scheduler.builders import policy_doc
@@ -31,16 +30,7 @@ T0 = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)
 def _policy(rv: str, **preemption: Any) -> Obj:
     doc = policy_doc(projects={"p": {"guaranteed": 16, "max": 16}})
     doc["cluster"]["preemption"].update(preemption)
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {
-            "name": POLICY_CONFIGMAP,
-            "namespace": "gangops-system",
-            "resourceVersion": rv,
-        },
-        "data": {POLICY_KEY: json.dumps(doc)},
-    }
+    return policy_configmap(doc, "gangops-system", resourceVersion=rv)
 
 
 def _controller() -> tuple[FakeKube, GangController]:

@@ -6,7 +6,6 @@ retried with a delay that doubles: never a create per step."""
 from __future__ import annotations
 
 import datetime as dt
-import json
 import time
 from typing import Any
 
@@ -18,7 +17,7 @@ from controller.gang.record import format_time
 from controller.gang.view import job_views
 from controller.kube.client import ApiError
 from controller.kube.clock import FakeClock
-from controller.scheduler.policy import POLICY_CONFIGMAP, POLICY_KEY
+from controller.scheduler.policy import policy_configmap
 from tests.unit.kube.fakes import FakeKube
 from tests.unit.scheduler.builders import policy_doc
 
@@ -68,16 +67,9 @@ def test_refused_write(before: int, parts: dict[str, Any]) -> None:
 def _controller(api: FakeKube, clock: FakeClock) -> GangController:
     c = GangController(api, clock=clock)
     c.config.assume(
-        {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {
-                "name": POLICY_CONFIGMAP,
-                "namespace": c.settings.system_namespace,
-                "resourceVersion": "1",
-            },
-            "data": {POLICY_KEY: json.dumps(policy_doc(projects={"p": {}}))},
-        }
+        policy_configmap(
+            policy_doc(projects={"p": {}}), c.settings.system_namespace, resourceVersion="1"
+        )
     )
     c.nodes.assume(node("a"))
     j = job("j", 1)
