@@ -166,12 +166,16 @@ def protect_from_forecasts(
     return out
 
 
+IDLE_PERCENT = 5.0
+"""GPU utilisation (%, over the window) under which held GPUs count as idle."""
+
+
 def idle_gpus(
-    utilisation: Mapping[JobId, float], gpus: Mapping[JobId, int], *, below: float = 5.0
+    utilisation: Mapping[JobId, float], gpus: Mapping[JobId, int], *, below: float = IDLE_PERCENT
 ) -> dict[JobId, int]:
     """Milli-GPUs held by jobs whose GPUs were idle (under `below` percent) over the
     window: the waste shared clusters exist to end (metric and `explain`)."""
     return {j: gpus[j] for j, u in utilisation.items() if u < below and j in gpus}
 
 
-__all__ += ["MILLI", "NO_TELEMETRY", "idle_gpus"]
+__all__ += ["IDLE_PERCENT", "MILLI", "NO_TELEMETRY", "idle_gpus"]
