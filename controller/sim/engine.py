@@ -119,6 +119,10 @@ class RunResult:
     lost_gpu_seconds: float = 0.0
     """GPU-seconds of work lost: runs cut short by preemption, and runs on GPUs out
     of service."""
+    lost_busy_gpu_seconds: float | None = None
+    """Of the runs cut short by preemption, the GPU-seconds their replayed utilisation
+    was at or over 5 %: the work a victim really loses, which friendly reclamation
+    (idle victims first) keeps small (with a replay)."""
     forecast: dict[str, object] | None = None
     """The demand forecast's scores (`telemetry.Feed.score`), when the scheduler used one."""
 
@@ -281,8 +285,10 @@ def simulate(
             heapq.heappush(events, (start_at + c, 3, 0, "", 0))
         if truth.replay is not None:
             result.idle_gpu_seconds = 0.0
+            result.lost_busy_gpu_seconds = 0.0
     elif truth is not None and truth.replay is not None:
         result.idle_gpu_seconds = 0.0
+        result.lost_busy_gpu_seconds = 0.0
     pending: dict[JobId, _Job] = {}
     running: set[JobId] = set()
     used = 0
@@ -342,6 +348,18 @@ def simulate(
                     job.gang.id, i, 0.0, at - job.placed_at
                 )
 
+    def lost_busy(job: _Job, at: float) -> None:
+        """The busy part of a run cut short at `at`: the GPU-seconds of its current
+        placement (for an elastic job, since its last resize, whose checkpoint kept
+        what came before) less what its pods held idle then."""
+        if truth is None or truth.replay is None or result.lost_busy_gpu_seconds is None:
+            return
+        per_pod = job.gang.pod.gpu_total / MILLI
+        span = at - job.placed_at
+        for i in range(job.workers):
+            idle = truth.replay.idle_seconds(job.gang.id, i, 0.0, span)
+            result.lost_busy_gpu_seconds += per_pod * max(0.0, span - idle)
+
     def stop(job: _Job) -> None:
         nonlocal used
         running.discard(job.gang.id)
@@ -394,6 +412,7 @@ def simulate(
             result.preempted_gpu_seconds += held * (now - job.run_start) / MILLI
             if not job.on_bad_gpu:  # else counted as lost by unplace
                 result.lost_gpu_seconds += held * (now - job.run_start) / MILLI
+                lost_busy(job, now)
             unplace(job, now)
             stop(job)
             job.run += 1

@@ -65,6 +65,11 @@ def figures(run: SchedulerRun) -> dict[str, Any]:
             if first.idle_gpu_seconds is None
             else round(sum(r.idle_gpu_seconds or 0.0 for r in runs), 1)
         ),
+        "lost_busy_gpu_seconds": (
+            None
+            if first.lost_busy_gpu_seconds is None
+            else round(sum(r.lost_busy_gpu_seconds or 0.0 for r in runs), 1)
+        ),
         "forecast_p90_coverage": (first.forecast or {}).get("forecast_p90_coverage"),
         "forecast": first.forecast,
         "wall_seconds": round(run.wall_seconds, 2),
@@ -96,7 +101,8 @@ def format_table(results: Mapping[str, Mapping[str, Any]], *, arrivals_only: boo
             ("deadlock", "deadlocked"), ("frag", "fragmentation"),
             ("never started", "never_started"), ("rejected", "rejected"),
             ("on bad GPU", "jobs_on_unhealthy_gpus"), ("lost GPU-s", "lost_gpu_seconds"),
-            ("idle GPU-s", "idle_gpu_seconds"), ("fc p90 cov", "forecast_p90_coverage"),
+            ("lost busy GPU-s", "lost_busy_gpu_seconds"), ("idle GPU-s", "idle_gpu_seconds"),
+            ("fc p90 cov", "forecast_p90_coverage"),
             ("wall s", "wall_seconds"),
         ]  # fmt: skip
     rows = [[h for h, _ in cols]]

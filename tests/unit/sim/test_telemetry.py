@@ -178,15 +178,18 @@ def test_report_carries_the_telemetry_figures() -> None:
     r.on_unhealthy = {"a", "b"}
     r.idle_gpu_seconds = 120.0
     r.lost_gpu_seconds = 60.0
+    r.lost_busy_gpu_seconds = 25.0
     r.forecast = {"forecast_p90_coverage": 0.9}
     f = figures(SchedulerRun("gangops", [r]))
     assert f["jobs_on_unhealthy_gpus"] == 2
     assert f["idle_gpu_seconds"] == 120.0
     assert f["lost_gpu_seconds"] == 60.0
+    assert f["lost_busy_gpu_seconds"] == 25.0
     assert f["forecast_p90_coverage"] == 0.9
     plain = figures(SchedulerRun("bestfit", [RunResult("bestfit", 8000, 3)]))
     assert plain["jobs_on_unhealthy_gpus"] == 0
     assert plain["idle_gpu_seconds"] is None and plain["forecast_p90_coverage"] is None
+    assert plain["lost_busy_gpu_seconds"] is None
 
 
 # -- end to end
@@ -237,6 +240,33 @@ def test_with_telemetry_no_job_lands_on_a_bad_gpu_and_without_some_do(tmp_path: 
         "faults": str(tmp_path / "faults.yaml"),
         "used_by_gangops": True,
     }
+
+
+def test_friendly_reclamation_loses_less_busy_work(tmp_path: Path) -> None:
+    """docs/sim-workloads/reclaim.csv: research borrows the cluster with 1-GPU batch
+    jobs; every 3 hours vision, speech and nlp come back for their guarantees and
+    borrowed jobs are preempted. Replayed on half busy, half idle containers, the
+    same victims' count with telemetry on and off, but with it the victims are the
+    idle ones: busy work lost goes down."""
+    rec = str(_recording(tmp_path / "rec"))
+
+    def run(*extra: str) -> dict[str, object]:
+        out = tmp_path / f"r{len(extra)}"
+        code = main(
+            ["simulate", "--cluster", "clusters/local/cluster.yaml", "--policies", "policies",
+             "--trace", "docs/sim-workloads/reclaim.csv", "--scheduler", "gangops",
+             "--telemetry", rec, "--report", str(out), "--no-progress", *extra]
+        )  # fmt: skip
+        assert code == 0
+        figures: dict[str, object] = json.loads((out / "report.json").read_text())["gangops"]
+        return figures
+
+    on, off = run(), run("--no-telemetry")
+    assert on["preemptions"] == off["preemptions"] and isinstance(on["preemptions"], int)
+    assert on["preemptions"] >= 40
+    busy_on, busy_off = on["lost_busy_gpu_seconds"], off["lost_busy_gpu_seconds"]
+    assert isinstance(busy_on, float) and isinstance(busy_off, float)
+    assert busy_on < 0.2 * busy_off
 
 
 def test_a_bad_faults_file_is_one_line_on_stderr(
