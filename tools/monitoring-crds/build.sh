@@ -33,7 +33,14 @@ tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 (cd "$here" && GOFLAGS=-mod=readonly go build -p "$jobs" -trimpath -o "$tmp/controller-gen" \
     sigs.k8s.io/controller-tools/cmd/controller-gen)
+# `go list -m` names the module's directory only once it is in the module cache, and
+# building controller-gen does not fetch it: download it first (a no-op when cached)
+(cd "$here" && GOFLAGS=-mod=readonly go mod download "$module")
 src="$(cd "$here" && GOFLAGS=-mod=readonly go list -m -f '{{.Dir}}' "$module")"
+[[ -n "$src" && -d "$src" ]] || {
+  echo "build.sh: ${module} ${version} is not in the Go module cache after go mod download" >&2
+  exit 1
+}
 # controller-gen loads the package from its own module, in the read-only module cache
 (cd "$src" && GOFLAGS=-mod=mod "$tmp/controller-gen" crd:crdVersions=v1,allowDangerousTypes=true \
     paths=./v1/... output:crd:dir="$tmp/out")
