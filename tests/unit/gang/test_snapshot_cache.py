@@ -7,16 +7,21 @@ changed. After every step the two snapshots are the same (nodes with their free
 devices, running gangs with their devices, usage and free figures, domains), and
 the cycle's changes to the kept one (a gang forgotten, another assumed) never reach
 the next step's. The one from scratch is built over the same pod view, as the
-controller built it before, and over the pods themselves."""
+controller built it before, and over the pods themselves. Last, two controllers,
+one keeping its snapshot, decide the same on the same changes."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from controller.gang.controller import GangController
 from controller.gang.view import PodIndex, SnapshotCache, build_snapshot
+from controller.kube.clock import FakeClock
+from controller.scheduler.policy import POLICY_CONFIGMAP, POLICY_KEY
 from controller.scheduler.snapshot import Snapshot
 from controller.scheduler.types import (
     JobId,
@@ -26,7 +31,14 @@ from controller.scheduler.types import (
     PodPlacement,
     Running,
 )
-from tests.unit.scheduler.builders import job
+from tests.unit.kube.fakes import FakeKube
+from tests.unit.scheduler.builders import job, policy_doc
+
+from .builders import admission
+from .builders import foreign as gang_foreign
+from .builders import job as gang_job
+from .builders import node as gang_node
+from .builders import pod as gang_pod
 
 Obj = dict[str, Any]
 NODES = ("a", "b", "c", "d")
@@ -229,3 +241,66 @@ def test_running_gangs_in_another_order_take_other_devices() -> None:
         kept = cache.build([a], view, order, set(), **kw)
         assert dump(kept) == dump(build_snapshot([a], view, order, set(), **kw))
     assert kept.running[JobId("p/two")].placement.pods[0].devices == (0, 1)
+
+
+def _controller(*, kept: bool) -> GangController:
+    """A controller on nodes n0-n5 (8 GPUs, racks of 2) with gangs r0-r3 running
+    (8 GPUs on node n{i}) and gangs q0-q5 queued; its writes go nowhere."""
+    c = GangController(FakeKube(), clock=FakeClock())
+    c._submit = lambda w, assume=None: True  # type: ignore[method-assign]
+    if not kept:
+        c._snapshots = None  # type: ignore[assignment]
+    doc = policy_doc(projects={"p": {"guaranteed": 64, "max": 64}}, preemption=False)
+    c.config.assume(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": POLICY_CONFIGMAP, "namespace": c.settings.system_namespace,
+                         "resourceVersion": "1"},
+            "data": {POLICY_KEY: json.dumps(doc)},
+        }
+    )  # fmt: skip
+    for i in range(6):
+        n = gang_node(f"n{i}", 8, **{"topology.kubernetes.io/rack": f"r{i // 2}"})
+        n["metadata"].update(uid=f"n{i}", resourceVersion="1")
+        c.nodes.assume(n)
+    for i in range(4):
+        _admit(c, f"r{i}", f"n{i}", rv="1")
+    for i in range(6):
+        c.jobs.assume(gang_job(f"q{i}", 4))
+    return c
+
+
+def _admit(c: GangController, name: str, on: str, *, rv: str) -> None:
+    adm = admission(*[on] * 8)
+    c.jobs.assume(gang_job(name, 8, adm=adm, phase="Running"))
+    for rank in range(8):
+        p = gang_pod(name, rank, node=on)
+        p["metadata"]["resourceVersion"] = rv
+        c.pods.assume(p)
+
+
+def test_the_controller_decides_the_same_with_the_snapshot_kept() -> None:
+    """Two controllers, one keeping its snapshot and one building it anew, see the
+    same changes between steps (a gang finishes, another is admitted on its node, a
+    foreign pod comes and goes, a node is cordoned) and decide the same each step."""
+    kept, scratch = _controller(kept=True), _controller(kept=False)
+    for i in range(6):
+        decided = [c.step() for c in (kept, scratch)]
+        assert decided[0] is not None and decided[1] is not None
+        assert repr(decided[0].decisions) == repr(decided[1].decisions)
+        for c in (kept, scratch):
+            if i < 4:
+                c.jobs.forget(f"r{i}", "p")
+                for rank in range(8):
+                    c.pods.forget(f"r{i}-1-{rank}", "p")
+                _admit(c, f"q{i}", f"n{(i + 1) % 4}", rv="2")
+            if i % 2:
+                c.pods.forget("x", "other")
+            else:
+                c.pods.assume(gang_foreign("x", f"n{4 + i % 2}", 2))
+            n = c.nodes.get(f"n{i}")
+            assert n is not None
+            cordoned = {**n, "spec": {"unschedulable": True},
+                        "metadata": {**n["metadata"], "resourceVersion": "2"}}  # fmt: skip
+            c.nodes.assume(cordoned)
