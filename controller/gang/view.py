@@ -763,7 +763,7 @@ class PodIndex:
         meta = obj["metadata"]
         key = (meta.get("namespace", "") or "", meta["name"])
         self.remove(key)
-        self._log.append(key)
+        self._logged(key)
         job = (meta.get("labels") or {}).get(LABEL_JOB)
         node = (obj.get("spec") or {}).get("nodeName") or None
         held: _Held | None = None
@@ -784,7 +784,7 @@ class PodIndex:
         p = self._pods.pop(key, None)
         if p is None:
             return
-        self._log.append(key)
+        self._logged(key)
         if p.held is not None:
             if p.node is not None:
                 self._drop(self._nodes, p.node, p.held)
@@ -797,6 +797,14 @@ class PodIndex:
             else:
                 del self._jobs[p.job]
 
+    def _logged(self, key: tuple[str, str]) -> None:
+        """Log a change of pod `key`. The log starts again once it is longer than
+        there are pods (reading it would cost more than a walk over them), so it
+        stays bounded even while no step reads it."""
+        if len(self._log) > max(len(self._pods), 1024):
+            self._log = []
+        self._log.append(key)
+
     @staticmethod
     def _drop(totals: dict[str, _Held], name: str, held: _Held) -> None:
         left = _plus(totals[name], held, -1)
@@ -807,10 +815,7 @@ class PodIndex:
 
     def freeze(self) -> PodView:
         """The pods as they are now, immutable (shallow copies: every value is
-        replaced, never changed, on an update). The change log starts again once it
-        is longer than there are pods (reading it would cost more than a new walk)."""
-        if len(self._log) > max(len(self._pods), 1024):
-            self._log = []
+        replaced, never changed, on an update), with the change log so far."""
         return PodView(
             dict(self._pods), dict(self._jobs), dict(self._nodes), dict(self._namespaces),
             self._log, len(self._log),

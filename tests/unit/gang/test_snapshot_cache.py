@@ -304,3 +304,24 @@ def test_the_controller_decides_the_same_with_the_snapshot_kept() -> None:
             cordoned = {**n, "spec": {"unschedulable": True},
                         "metadata": {**n["metadata"], "resourceVersion": "2"}}  # fmt: skip
             c.nodes.assume(cordoned)
+
+
+def test_a_long_change_log_starts_again_and_the_snapshot_is_built_anew() -> None:
+    """The pod index's log of changes is bounded even while no step reads it: past
+    it, a view cannot say what changed since an older one, and what the foreign
+    pods hold is counted from every pod."""
+    index = PodIndex()
+    a = Node(name="a", gpus=8)
+    kw: dict[str, Any] = {"levels": (), "reserve_tiers": frozenset()}
+    cache = SnapshotCache()
+    first = index.freeze()
+    cache.build([a], first, [], set(), **kw)
+    index.put(gang_foreign("x", "a", 1))
+    assert index.freeze().changed_since(first) == {("other", "x")}
+    for gpus in range(1100):
+        index.put(gang_foreign("x", "a", 1 + gpus % 3))
+    last = index.freeze()
+    assert last.changed_since(first) is None
+    kept = cache.build([a], last, [], set(), **kw)
+    assert dump(kept) == dump(build_snapshot([a], last, [], set(), **kw))
+    assert kept.nodes[0].whole == 8 - 1 - 1099 % 3
