@@ -11,7 +11,9 @@ step, on an event or on the periodic tick:
    pods); `lifecycle.plan` says what each recorded decision needs next
    (launch, restart, rollback, evict, ...) and which gangs hold GPUs and
    which wait;
-2. the snapshot is built and `cycle.schedule` (the pure core) decides;
+2. the snapshot is built (again only where nodes, pods or running gangs
+   changed since the last step: `view.SnapshotCache`) and `cycle.schedule`
+   (the pure core) decides;
 3. `lifecycle` turns the actions and the decisions into `Write`s, and each
    is handed to the `binder` on a pool of writers, one job at a time.
 
@@ -46,6 +48,7 @@ from controller.gang.view import (
     JobView,
     Memo,
     PodIndex,
+    SnapshotCache,
     container_defaults,
     job_views,
     namespace_quotas,
@@ -168,6 +171,9 @@ class GangController:
         """Every pod, with per-node and per-namespace totals kept as the pod cache
         changes (`on_store`, on the informer's thread: each pod is read once per
         change, so it needs no `Memo`), so a step does not walk every pod."""
+        self._snapshots = SnapshotCache()
+        """The nodes as the last step's snapshot had them, so a step builds again only
+        those whose node, pods or running gangs changed."""
         self._worker: threading.Thread | None = None
         self.last_result: CycleResult | None = None
         s = self.settings
@@ -360,6 +366,7 @@ class GangController:
             telemetry=telemetry,
             forecasts=self._forecasts() if self.settings.forecast_horizon_s > 0 else None,
             quotas=namespace_quotas(self.quotas.items()),
+            snapshots=self._snapshots,
         )
         self._record_demand(now, snap.project_usage, snap.user_usage, todo.queue)
         t_write = self._clock.monotonic()

@@ -48,6 +48,7 @@ from controller.gang.view import (
     JobView,
     Memo,
     PodView,
+    SnapshotCache,
     build_snapshot,
     node_of,
     node_ready,
@@ -330,6 +331,7 @@ def decide(
     telemetry: Telemetry | None = None,
     forecasts: Mapping[str, Forecast] | None = None,
     quotas: Mapping[str, NamespaceQuota] | None = None,
+    snapshots: SnapshotCache | None = None,
 ) -> tuple[Agenda, Snapshot, CycleResult]:
     """One scheduling step's reading of the cluster and its decisions: `plan`,
     the snapshot (with the namespaces' ResourceQuota ceilings, `quotas`), then
@@ -338,7 +340,9 @@ def decide(
     `timer`, `result.phase_seconds` says how long plan, snapshot, schedule and
     grow took. `telemetry` adds its unhealthy GPUs to the nodes and the running
     gangs' utilisation to the cycle's hints; `forecasts` (per project, demand in
-    milli-GPUs) hold back the idle guarantee their owners will ask for."""
+    milli-GPUs) hold back the idle guarantee their owners will ask for. With
+    `snapshots` (kept across steps, `pods` a `PodView`) the snapshot is built from
+    what changed since the last step; it is the same snapshot."""
     t0 = timer() if timer else 0.0
     todo = plan(views, nodes, policy, now=now, busy=busy)
     t1 = timer() if timer else 0.0
@@ -346,16 +350,27 @@ def decide(
     parsed = [parse(o) for o in nodes.values()]
     if telemetry is not None:
         parsed = with_health(parsed, telemetry)
-    snap = build_snapshot(
-        parsed,
-        pods,
-        todo.running,
-        todo.owned,
-        levels=policy.topology_levels,
-        reserve_tiers=policy.reserve_tiers,
-        memo=memo,
-        quotas=quotas,
-    )
+    if snapshots is not None and isinstance(pods, PodView):
+        snap = snapshots.build(
+            parsed,
+            pods,
+            todo.running,
+            todo.owned,
+            levels=policy.topology_levels,
+            reserve_tiers=policy.reserve_tiers,
+            quotas=quotas,
+        )
+    else:
+        snap = build_snapshot(
+            parsed,
+            pods,
+            todo.running,
+            todo.owned,
+            levels=policy.topology_levels,
+            reserve_tiers=policy.reserve_tiers,
+            memo=memo,
+            quotas=quotas,
+        )
     t2 = timer() if timer else 0.0
     result = schedule(
         snap,

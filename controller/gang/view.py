@@ -30,7 +30,7 @@ from controller.jobs.spec import (
 from controller.nodehealth import unhealthy_gpus
 from controller.quantity import QuantityError, parse_quantity
 from controller.scheduler.policy import SchedulingPolicy
-from controller.scheduler.snapshot import Foreign, Snapshot, Usage
+from controller.scheduler.snapshot import Foreign, NodeBase, Snapshot, Usage, node_base
 from controller.scheduler.types import (
     MILLI,
     Gang,
@@ -39,6 +39,7 @@ from controller.scheduler.types import (
     Node,
     Placement,
     PodPlacement,
+    PodShape,
     Running,
     Taint,
 )
@@ -48,6 +49,7 @@ __all__ = [
     "Memo",
     "PodIndex",
     "PodView",
+    "SnapshotCache",
     "build_snapshot",
     "container_defaults",
     "job_views",
@@ -355,7 +357,7 @@ def build_snapshot(
     nodes: Sequence[Node],
     pods: Iterable[Obj] | PodView,
     running: Sequence[Running],
-    owned: set[tuple[str, str]],
+    owned: Iterable[tuple[str, str]],
     *,
     levels: Sequence[str],
     reserve_tiers: frozenset[str],
@@ -419,6 +421,237 @@ def _plus(a: _Held, b: _Held, sign: int) -> _Held:
     return (a[0] + sign * b[0], a[1] + sign * b[1], a[2] + sign * b[2], a[3] + sign * b[3])
 
 
+def _add(totals: dict[str, _Held], name: str, held: _Held, sign: int) -> None:
+    """`totals[name] += sign * held`, the entry dropped once it counts no pod."""
+    left = _plus(totals.get(name, _ZERO), held, sign)
+    if left[3]:
+        totals[name] = left
+    else:
+        totals.pop(name, None)
+
+
+def _same(a: Running, b: Running) -> bool:
+    return a is b or (
+        (a.gang is b.gang or a.gang == b.gang)
+        and (a.placement is b.placement or a.placement == b.placement)
+        and a.started == b.started
+    )
+
+
+class _NodeEntry(NamedTuple):
+    """One node as the last snapshot had it, and what that was built from."""
+
+    node: Node | None
+    """None: a node the running gangs name but the cluster does not list."""
+    foreign: _Held | None
+    """What the live pods outside the running gangs hold there."""
+    devices: Mapping[tuple[JobId, int], tuple[int, ...]]
+    """The devices of each running pod there: (gang, index in its placement)."""
+    base: NodeBase | None
+    """The node with all of that taken (schedulable nodes only)."""
+
+
+class SnapshotCache:
+    """`build_snapshot` across steps: the same snapshot, built from what changed.
+
+    Between two steps few nodes, pods and running gangs change, yet a snapshot
+    built anew takes every node, holds every foreign pod and places every running
+    pod on its devices again. This keeps, per node, what the last snapshot was
+    built from (the `Node`, what foreign pods hold there, the running pods there
+    in order) and the node as it came out (`snapshot.node_base`), and builds again
+    only the nodes where one of those changed: nodes whose object changed (a new
+    `Node`), whose pods changed (the pod index's change log, and the pods that
+    entered or left `owned`), and those of running gangs admitted, changed or
+    gone. What foreign pods hold is kept the same way, from the pod index's
+    changes. Each step's `Snapshot` starts from copies of the kept nodes
+    (`Snapshot.resumed`), so what the cycle assumes and forgets never reaches
+    them. Gangs that keep running must keep their order (which gives devices on
+    a shared node); when they do not, or a step fails half-way, it starts over.
+    Not thread-safe: one scheduling loop owns it."""
+
+    def __init__(self) -> None:
+        self._reset(())
+
+    def _reset(self, levels: Sequence[str]) -> None:
+        self._levels = tuple(levels)
+        self._view: PodView | None = None
+        self._owned: frozenset[tuple[str, str]] = frozenset()
+        self._by_node: dict[str, _Held] = {}
+        """What live pods outside `_owned` hold, per node (any node)."""
+        self._by_ns: dict[str, _Held] = {}
+        """The same per namespace (milli-GPUs)."""
+        self._entries: dict[str, _NodeEntry] = {}
+        self._gangs: dict[JobId, tuple[Running, Running]] = {}
+        """Each running gang as given and as placed (devices counted), in order."""
+        self._on: dict[str, dict[JobId, None]] = {}
+        """Per node, the running gangs with a pod there."""
+
+    def build(
+        self,
+        nodes: Sequence[Node],
+        pods: PodView,
+        running: Sequence[Running],
+        owned: Iterable[tuple[str, str]],
+        *,
+        levels: Sequence[str],
+        reserve_tiers: frozenset[str],
+        quotas: Mapping[str, NamespaceQuota] | None = None,
+    ) -> Snapshot:
+        """What `build_snapshot(nodes, pods, running, owned, ...)` returns."""
+        try:
+            return self._build(
+                nodes, pods, running, frozenset(owned),
+                levels=tuple(levels), reserve_tiers=reserve_tiers, quotas=quotas or {},
+            )  # fmt: skip
+        except BaseException:
+            self._reset(())
+            raise
+
+    def _build(
+        self,
+        nodes: Sequence[Node],
+        pods: PodView,
+        running: Sequence[Running],
+        owned: frozenset[tuple[str, str]],
+        *,
+        levels: tuple[str, ...],
+        reserve_tiers: frozenset[str],
+        quotas: Mapping[str, NamespaceQuota],
+    ) -> Snapshot:
+        by_name = {n.name: n for n in nodes}
+        now = {r.gang.id: r for r in running}
+        if len(by_name) != len(nodes) or len(now) != len(running):
+            self._reset(())  # a name twice: left to the plain build, which takes both
+            return build_snapshot(nodes, pods, running, owned, levels=levels,
+                                  reserve_tiers=reserve_tiers, quotas=quotas)  # fmt: skip
+        if levels != self._levels:
+            self._reset(levels)
+        self._hold(pods, owned)
+        old = self._gangs
+        changed = {g for g, r in now.items() if g not in old or not _same(old[g][0], r)}
+        order = list(now)
+        kept = [g for g in old if g in now and g not in changed]
+        if kept != [g for g in order if g in old and g not in changed]:
+            self._reset(levels)  # running gangs reordered: their devices may move
+            return self._build(nodes, pods, running, owned, levels=levels,
+                               reserve_tiers=reserve_tiers, quotas=quotas)  # fmt: skip
+        dirty: set[str] = set()
+        for g in changed | (old.keys() - now.keys()):
+            if g in old:
+                for w in old[g][0].placement.pods:
+                    dirty.add(w.node)
+                    self._on[w.node].pop(g, None)
+            if g in now:
+                for w in now[g].placement.pods:
+                    dirty.add(w.node)
+                    self._on.setdefault(w.node, {})[g] = None
+        entries, foreign = self._entries, self._by_node
+        for n in nodes:
+            e = entries.get(n.name)
+            if e is None or (e.node is not n and e.node != n) or e.foreign != foreign.get(n.name):
+                dirty.add(n.name)
+        dirty.update(name for name in entries.keys() - by_name.keys() if entries[name].node)
+        if dirty:
+            pos = {g: i for i, g in enumerate(order)}
+            for name in dirty:
+                self._node(name, by_name.get(name), now, pos, levels)
+        placed: dict[JobId, tuple[Running, Running]] = {}
+        again = changed.union(*(self._on.get(name, ()) for name in dirty))
+        for g, r in now.items():
+            if g not in again:
+                placed[g] = old[g]
+                continue
+            where = tuple(
+                PodPlacement(w.node, entries[w.node].devices[(g, i)])
+                for i, w in enumerate(r.placement.pods)
+            )
+            placed[g] = (r, Running(r.gang, Placement(where), r.started))
+        self._gangs = placed
+        other = {
+            ns: self._by_ns[ns] for ns in pods.namespaces if ns in quotas and ns in self._by_ns
+        }
+        bases = []
+        for n in nodes:
+            base = entries[n.name].base
+            if base is not None:
+                bases.append(base)
+        return Snapshot.resumed(
+            bases,
+            levels=levels,
+            running=[p for _, p in placed.values()],
+            reserve_tiers=reserve_tiers,
+            namespace_quota=quotas,
+            namespace_other=other,
+        )
+
+    def _node(
+        self,
+        name: str,
+        node: Node | None,
+        now: Mapping[JobId, Running],
+        pos: Mapping[JobId, int],
+        levels: Sequence[str],
+    ) -> None:
+        """Build node `name` again: foreign GPUs on the lowest devices, then the
+        running pods there in the gangs' order, as `build_snapshot` does."""
+        gangs = sorted(self._on.get(name, ()), key=pos.__getitem__)
+        if node is None and not gangs:
+            self._entries.pop(name, None)
+            self._on.pop(name, None)
+            return
+        keys: list[tuple[JobId, int]] = []
+        shapes: list[PodShape] = []
+        for g in gangs:
+            r = now[g]
+            for i, w in enumerate(r.placement.pods):
+                if w.node == name:
+                    keys.append((g, i))
+                    shapes.append(r.gang.pod)
+        held = self._by_node.get(name) if node is not None else None
+        hold = None
+        if node is not None and held is not None:
+            room = max(0, node.gpus - sum(s.gpus for s in shapes))
+            hold = Foreign(name, min(held[0], room), held[1], held[2])
+        start = hold.gpus if hold is not None else 0
+        devices: list[tuple[int, ...]] = []
+        for shape in shapes:
+            count = shape.gpus
+            top = (node.gpus if node else count) - 1
+            devices.append(tuple(min(start + i, max(top, 0)) for i in range(count)))
+            start += count
+        base = None
+        if node is not None and node.schedulable:
+            taken = zip(shapes, devices, strict=True)
+            base = node_base(node, levels=levels, foreign=hold, pods=taken)
+        self._entries[name] = _NodeEntry(node, held, dict(zip(keys, devices, strict=True)), base)
+
+    def _hold(self, view: PodView, owned: frozenset[tuple[str, str]]) -> None:
+        """Bring what the live pods outside `owned` hold up to `view`: from the pods
+        changed since the last view and those that entered or left `owned`, or, when
+        the index cannot say what changed, from every pod."""
+        last = self._view
+        changed = None if last is None else view.changed_since(last)
+        if last is None or changed is None:
+            self._by_node, self._by_ns = dict(view.nodes), dict(view.namespaces)
+            for key in owned:
+                self._count(key, view.pods.get(key), -1)
+        else:
+            for key in changed | (owned ^ self._owned):
+                if key not in self._owned:
+                    self._count(key, last.pods.get(key), -1)
+                if key not in owned:
+                    self._count(key, view.pods.get(key), +1)
+        self._view, self._owned = view, owned
+
+    def _count(self, key: tuple[str, str], p: _Pod | None, sign: int) -> None:
+        if p is None or p.held is None:
+            return
+        if p.node is not None:
+            _add(self._by_node, p.node, p.held, sign)
+        g, c, m, n = p.held
+        _add(self._by_ns, key[0], (g * MILLI, c, m, n), sign)
+
+
 class _Pod(NamedTuple):
     """What the snapshot needs of one pod, read once when it changes."""
 
@@ -440,6 +673,19 @@ class PodView:
     jobs: Mapping[tuple[str, str], Mapping[tuple[str, str], Obj]]
     nodes: Mapping[str, _Held]
     namespaces: Mapping[str, _Held]
+    log: Sequence[tuple[str, str]] = field(default=(), compare=False, repr=False)
+    """The index's log of changed pods (it only grows; a new one is started now
+    and then): `changed_since` reads it."""
+    seen: int = field(default=0, compare=False, repr=False)
+    """How much of `log` this view includes."""
+
+    def changed_since(self, older: PodView) -> set[tuple[str, str]] | None:
+        """The pods that may differ between `older` (a view of the same index, taken
+        before) and this one; None when the index cannot tell (a new log was started
+        in between, or another index)."""
+        if older.log is not self.log or older.seen > self.seen:
+            return None
+        return set(self.log[older.seen : self.seen])
 
     def of_job(self, namespace: str, name: str) -> list[Obj]:
         """The pods labelled with this job's name (any owner: `job_views` checks), by
@@ -489,6 +735,8 @@ class PodIndex:
         self._jobs: dict[tuple[str, str], dict[tuple[str, str], Obj]] = {}
         self._nodes: dict[str, _Held] = {}
         self._namespaces: dict[str, _Held] = {}
+        self._log: list[tuple[str, str]] = []
+        """Every pod put or removed since the log was started (`PodView.changed_since`)."""
 
     @classmethod
     def of(
@@ -515,6 +763,7 @@ class PodIndex:
         meta = obj["metadata"]
         key = (meta.get("namespace", "") or "", meta["name"])
         self.remove(key)
+        self._logged(key)
         job = (meta.get("labels") or {}).get(LABEL_JOB)
         node = (obj.get("spec") or {}).get("nodeName") or None
         held: _Held | None = None
@@ -535,6 +784,7 @@ class PodIndex:
         p = self._pods.pop(key, None)
         if p is None:
             return
+        self._logged(key)
         if p.held is not None:
             if p.node is not None:
                 self._drop(self._nodes, p.node, p.held)
@@ -547,6 +797,14 @@ class PodIndex:
             else:
                 del self._jobs[p.job]
 
+    def _logged(self, key: tuple[str, str]) -> None:
+        """Log a change of pod `key`. The log starts again once it is longer than
+        there are pods (reading it would cost more than a walk over them), so it
+        stays bounded even while no step reads it."""
+        if len(self._log) > max(len(self._pods), 1024):
+            self._log = []
+        self._log.append(key)
+
     @staticmethod
     def _drop(totals: dict[str, _Held], name: str, held: _Held) -> None:
         left = _plus(totals[name], held, -1)
@@ -557,7 +815,8 @@ class PodIndex:
 
     def freeze(self) -> PodView:
         """The pods as they are now, immutable (shallow copies: every value is
-        replaced, never changed, on an update)."""
+        replaced, never changed, on an update), with the change log so far."""
         return PodView(
-            dict(self._pods), dict(self._jobs), dict(self._nodes), dict(self._namespaces)
-        )
+            dict(self._pods), dict(self._jobs), dict(self._nodes), dict(self._namespaces),
+            self._log, len(self._log),
+        )  # fmt: skip

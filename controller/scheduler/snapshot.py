@@ -6,6 +6,12 @@ exact inverses. That is what makes preemption's what-if cheap: forget the
 candidate victims, try the placement, assume them back — no copy of the
 world. Derived figures are cached per node (`NodeState.stamp`) and caught
 up from the nodes `assume` and `forget` changed.
+
+A caller that keeps the cluster across cycles (the controller) need not build
+every node again: `node_base` is one node with its foreign pods and running
+gangs' pods taken, kept while none of those change, and `Snapshot.resumed`
+starts a cycle from copies of such bases, so the cycle's `assume` and `forget`
+never reach them.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from controller.scheduler.types import (
     namespace_of,
 )
 
-__all__ = ["Foreign", "NodeState", "Snapshot", "Usage", "gang_usage"]
+__all__ = ["Foreign", "NodeBase", "NodeState", "Snapshot", "Usage", "gang_usage", "node_base"]
 
 Usage = tuple[int, int, int, int]
 """What pods request of a namespace's quota: GPUs (milli), CPU (milli), memory, pods."""
@@ -67,6 +73,14 @@ class NodeState:
         self.domains = tuple(node.labels.get(level) for level in levels)
         self.stamp = 0
         """Bumped on every change (keys cached per-node scores)."""
+
+    def copy(self) -> NodeState:
+        """An independent copy (its own free list)."""
+        out = NodeState.__new__(NodeState)
+        out.node, out.name, out.free, out.whole = self.node, self.name, self.free[:], self.whole
+        out.bad, out.cpu, out.mem = self.bad, self.cpu, self.mem
+        out.domains, out.stamp = self.domains, self.stamp
+        return out
 
     @property
     def usable_whole(self) -> int:
@@ -159,10 +173,6 @@ class Snapshot:
         """The target workload's fragmentation model; None places single pods best-fit."""
         self.frag_scores: dict[tuple[object, ...], dict[str, tuple[int, object]]] = {}
         """Per pod shape, per node: (node stamp, placement score) (see `placement`)."""
-        self.nodes = [NodeState(n, self.levels) for n in nodes if n.schedulable]
-        self.by_name = {ns.name: ns for ns in self.nodes}
-        self.capacity = sum(ns.node.gpus - ns.bad for ns in self.nodes) * MILLI
-        """Milli-GPUs in service on schedulable nodes."""
         self.reserve_tiers = reserve_tiers
         self.running: dict[JobId, Running] = {}
         self.project_usage: dict[str, int] = {}
@@ -178,6 +188,24 @@ class Snapshot:
         """Per project, running gangs that could give workers back (elastic with
         room above their floor, or grown): lets the cycle skip looking for
         shrinks where there is nothing to find."""
+        self._candidates: dict[tuple[object, ...], list[NodeState]] = {}
+        self._candidate_names: dict[tuple[object, ...], frozenset[str]] = {}
+        self._open: dict[tuple[PodShape, Container[str]], _Open] = {}
+        self._changed: list[NodeState] = []
+        """Nodes changed by `assume` and `forget`, in order: open-slot lists
+        catch up by re-counting only these."""
+        self._index([NodeState(n, self.levels) for n in nodes if n.schedulable])
+        for f in foreign:
+            self._hold_foreign(f)
+        for r in running:
+            self.assume(r)
+
+    def _index(self, states: list[NodeState]) -> None:
+        """Take `states` as the snapshot's nodes, every GPU of them free."""
+        self.nodes = states
+        self.by_name = {ns.name: ns for ns in self.nodes}
+        self.capacity = sum(ns.node.gpus - ns.bad for ns in self.nodes) * MILLI
+        """Milli-GPUs in service on schedulable nodes."""
         self.free_milli = sum(len(ns.free) for ns in self.nodes) * MILLI
         """Free milli-GPUs on schedulable nodes."""
         self.free_by_model: dict[str, int] = {}
@@ -185,21 +213,41 @@ class Snapshot:
         for ns in self.nodes:
             model = ns.node.gpu_model
             self.free_by_model[model] = self.free_by_model.get(model, 0) + len(ns.free) * MILLI
-        self._candidates: dict[tuple[object, ...], list[NodeState]] = {}
-        self._candidate_names: dict[tuple[object, ...], frozenset[str]] = {}
-        self._open: dict[tuple[PodShape, Container[str]], _Open] = {}
-        self._changed: list[NodeState] = []
-        """Nodes changed by `assume` and `forget`, in order: open-slot lists
-        catch up by re-counting only these."""
         self._domains: list[dict[str, list[NodeState]]] = [{} for _ in self.levels]
         for ns in self.nodes:
             for i, d in enumerate(ns.domains):
                 if d is not None:
                     self._domains[i].setdefault(d, []).append(ns)
-        for f in foreign:
-            self._hold_foreign(f)
+
+    @classmethod
+    def resumed(
+        cls,
+        bases: Iterable[NodeBase],
+        *,
+        levels: Sequence[str],
+        running: Iterable[Running] = (),
+        reserve_tiers: frozenset[str] = frozenset(),
+        fragmentation: FragModel | None = None,
+        namespace_quota: Mapping[str, NamespaceQuota] | None = None,
+        namespace_other: Mapping[str, Usage] | None = None,
+    ) -> Snapshot:
+        """The snapshot `Snapshot(nodes, foreign=..., running=running, ...)` would
+        build, from each schedulable node's `node_base` (built with these `levels`,
+        the node's foreign hold and `running`'s pods on it, in `running`'s order):
+        the bases are copied, never changed, so a cycle on the result leaves them
+        as they were and the next cycle may start from them again."""
+        snap = cls((), levels=levels, reserve_tiers=reserve_tiers, fragmentation=fragmentation,
+                   namespace_quota=namespace_quota, namespace_other=namespace_other)  # fmt: skip
+        bases = list(bases)
+        snap._index([b.state.copy() for b in bases])
+        for b in bases:
+            snap.free_milli -= b.foreign_milli
+            snap.free_by_model[b.state.node.gpu_model] -= b.foreign_milli + b.pods_milli
         for r in running:
-            self.assume(r)
+            snap.running[r.gang.id] = r
+            snap.free_milli -= r.gang.gpu_total
+            snap._count(r.gang, +1)
+        return snap
 
     def _hold_foreign(self, f: Foreign) -> None:
         ns = self.by_name.get(f.node)
@@ -330,6 +378,39 @@ class Snapshot:
         floor = min(g.min_workers or g.workers, g.submitted_workers)
         if floor < g.workers:
             self.shrinkable[g.project] = self.shrinkable.get(g.project, 0) + sign
+
+
+@dataclass(frozen=True)
+class NodeBase:
+    """One schedulable node as a cycle starts with it (`node_base`): its state once
+    the foreign pods and the running gangs' pods on it are taken. Never changed:
+    `Snapshot.resumed` copies the state."""
+
+    state: NodeState
+    foreign_milli: int
+    """Milli-GPUs the foreign hold took (off `free_milli` and `free_by_model`)."""
+    pods_milli: int
+    """Milli-GPUs the running gangs' pods took (off `free_by_model`)."""
+
+
+def node_base(
+    node: Node,
+    *,
+    levels: Sequence[str],
+    foreign: Foreign | None,
+    pods: Iterable[tuple[PodShape, Sequence[int]]],
+) -> NodeBase:
+    """A schedulable `node` with `foreign` held and `pods` (each running pod's shape
+    and devices, in the order `Snapshot` assumes them) taken, exactly as
+    `Snapshot(...)` leaves it."""
+    snap = Snapshot((node,), levels=levels, foreign=() if foreign is None else (foreign,))
+    (state,) = snap.nodes
+    foreign_milli = len(state.free) * MILLI - snap.free_milli
+    pods_milli = 0
+    for shape, devices in pods:
+        state.take(shape, devices)
+        pods_milli += shape.gpu_total
+    return NodeBase(state, foreign_milli, pods_milli)
 
 
 def _statically_fits(node: Node, pod: PodShape) -> bool:

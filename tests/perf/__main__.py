@@ -2,7 +2,7 @@
 
 Usage: python -m tests.perf [NAME ...]
 (names: policy, scheduler, devcluster, reconciler, gang, sim, variants, agent,
-prometheus, telemetry, quota, alerts, scale; default: all)
+prometheus, telemetry, quota, alerts, scale, step; default: all)
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from tests.perf import (
     scale,
     scheduler,
     sim,
+    step,
     variants,
 )
 from tests.perf import telemetry as telemetry_bench
@@ -40,6 +41,7 @@ BENCHMARKS = {
     "quota": quota.run,
     "alerts": alerts.run,
     "scale": scale.run,
+    "step": step.run,
 }
 
 
