@@ -15,13 +15,6 @@ only as many of the request's GPUs as its CPU can feed, and the rest of its
 free GPU is a fragment for that request too. Where CPU is not the limit the
 two measures agree.
 
-Whole nodes: the requests for a whole 8-GPU node are too rare to be typical
-(under 1 % of openb's pods) yet ask for about 6 % of its GPUs, and no
-fragment measure over typical requests keeps an empty node for them. The
-model carries their share of the GPU demand (`block_share`, `FragModel.blocks`);
-placement keeps
-that share of the free GPUs in empty nodes of 8 or more GPUs (`placement`).
-
 Pure: the model is built from values and memoises node states, so the same
 state is scored once however many nodes are in it.
 """
@@ -34,7 +27,7 @@ from dataclasses import dataclass
 
 from controller.scheduler.types import MILLI, PodShape
 
-__all__ = ["BLOCK_GPUS", "FragModel", "TypicalPod", "block_share", "typical_pods"]
+__all__ = ["FragModel", "TypicalPod", "typical_pods"]
 
 
 @dataclass(frozen=True)
@@ -70,22 +63,6 @@ def typical_pods(pods: Iterable[PodShape], *, coverage: float = 0.95) -> list[Ty
     return [TypicalPod(g, m, c, models, n / weight) for (g, m, c, models), n in gpu]
 
 
-BLOCK_GPUS = 8
-"""A request for this many GPUs or more needs a node of at least as many with
-every GPU free: a whole block."""
-
-
-def block_share(pods: Iterable[PodShape]) -> float:
-    """The share of the pods' GPU demand (milli) in requests for a whole block
-    (`BLOCK_GPUS` or more GPUs in one pod); 0 when they ask for no GPU."""
-    total = blocks = 0
-    for p in pods:
-        total += p.gpu_total
-        if p.gpus >= BLOCK_GPUS:
-            blocks += p.gpu_total
-    return blocks / total if total else 0.0
-
-
 _Key = tuple[str, tuple[int, ...], int | None]
 
 MEMO_STATES = 1 << 18
@@ -96,17 +73,11 @@ controller's memory; a full openb arrivals replay sees about 90,000)."""
 class FragModel:
     """Scores node states by their expected fragmented milli-GPUs."""
 
-    def __init__(
-        self, typical: Sequence[TypicalPod], *, cpu_feeds: bool = True, blocks: float = 0.0
-    ) -> None:
+    def __init__(self, typical: Sequence[TypicalPod], *, cpu_feeds: bool = True) -> None:
         """`cpu_feeds=False`: FGD's own measure, where a node's CPU only has to fit
-        one more pod of a request (the simulator's `fgd` baseline). `blocks`: the
-        workload's `block_share`."""
+        one more pod of a request (the simulator's `fgd` baseline)."""
         self.typical = tuple(typical)
         self.cpu_feeds = cpu_feeds
-        self.blocks = blocks
-        """Share of the free GPUs placement keeps in empty nodes of `BLOCK_GPUS`
-        or more (the whole-block requests' share of the GPU demand)."""
         self._shapes = tuple(
             (t.gpus, min(t.gpu_milli, MILLI), t.cpu_milli, t.gpu_models, t.weight)
             for t in self.typical

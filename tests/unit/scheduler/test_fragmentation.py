@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from controller.scheduler.fragmentation import FragModel, TypicalPod, block_share
+from controller.scheduler.fragmentation import FragModel, TypicalPod
 from controller.scheduler.placement import place
 from controller.scheduler.snapshot import Snapshot
 from controller.scheduler.types import Gang, JobId, Node, Placement, PodPlacement, PodShape, Running
@@ -120,44 +120,6 @@ def test_a_large_pod_first_leaves_small_pods_every_node() -> None:
     assert [ns.name for ns in snap.candidates(PodShape(gpus=8))] == ["big"]
     assert [ns.name for ns in snap.candidates(PodShape(gpus=1))] == ["big", "small"]
     assert {ns.name for ns, _ in snap.open_slots(PodShape(gpus=1), frozenset())} == {"big", "small"}
-
-
-@pytest.mark.parametrize(
-    ("blocks", "chosen"),
-    [
-        (0.0, "block"),  # no whole-node requests: the tightest fit, the empty 8-GPU node
-        (0.3, "block"),  # its 8 free GPUs are above 30 % of the 20 free
-        (0.5, "big"),  # at or below half of them: kept for a whole-node request
-    ],
-)
-def test_a_small_pod_leaves_the_last_empty_blocks(blocks: float, chosen: str) -> None:
-    """An empty node of 8 or more GPUs (a whole block) is opened by a smaller pod
-    only while the free GPUs of such nodes are above the model's `blocks` share of
-    all free GPUs, else only when no other node fits."""
-    model = FragModel([TypicalPod(1, 1000, 0, frozenset(), 1.0)], blocks=blocks)
-    nodes = [Node("block", 8, cpu_milli=96000), Node("big", 16, cpu_milli=192000)]
-    used = [("big", PodShape(gpus=1), d) for d in range(4)]
-    snap = _snap(model, nodes, used)
-    assert (snap.empty_blocks, snap.free_milli) == (8000, 20000)
-    placement = place(snap, _gang("new", PodShape(gpus=1)))
-    assert placement is not None and placement.pods[0].node == chosen
-    eight = place(snap, _gang("eight", PodShape(gpus=8)))
-    assert eight is not None and eight.pods[0].node == "block"
-
-
-def test_empty_blocks_follow_assume_and_forget() -> None:
-    snap = _snap(WORKLOAD, [Node("block", 8), Node("small", 4)], [])
-    assert snap.empty_blocks == 8000
-    snap.assume(Running(_gang("a", PodShape(gpus=1)), Placement((PodPlacement("block", (0,)),)), 0))
-    assert snap.empty_blocks == 0
-    snap.forget(JobId("a"))
-    assert snap.empty_blocks == 8000
-
-
-def test_block_share_is_the_whole_node_requests_share_of_gpu_demand() -> None:
-    pods = [PodShape(gpus=8), PodShape(gpus=1), PodShape(gpus=1, gpu_milli=500), PodShape(gpus=0)]
-    assert block_share(pods) == pytest.approx(8000 / 9500)
-    assert block_share([PodShape(gpus=0)]) == 0.0
 
 
 def test_frag_weights_requests_by_frequency() -> None:
