@@ -17,7 +17,7 @@ import bisect
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 
-from controller.scheduler.fragmentation import FragModel, typical_pods
+from controller.scheduler.fragmentation import FragModel, block_cpu, block_share, typical_pods
 from controller.scheduler.placement import place
 from controller.scheduler.policy import SchedulingPolicy
 from controller.scheduler.snapshot import Snapshot
@@ -58,7 +58,8 @@ def main() -> None:
         jobs = make_variant(jobs, args.variant, seed=42, nodes=nodes)
     cap = sum(n.gpus for n in nodes) * MILLI
     policy = SchedulingPolicy.from_dict(open_policy_doc(cap // MILLI))
-    frag = FragModel(typical_pods(j.pod for j in jobs))
+    pods = [j.pod for j in jobs]
+    frag = FragModel(typical_pods(pods), blocks=block_share(pods), heavy_block_cpu=block_cpu(pods))
     snap = Snapshot(nodes, levels=policy.topology_levels, fragmentation=frag)
     arrived = used = 0
     dropped: Counter[tuple[int, int, int]] = Counter()

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from controller.scheduler.fragmentation import FragModel
+from controller.scheduler.fragmentation import BLOCK_GPUS, FragModel
 from controller.scheduler.types import (
     MILLI,
     Gang,
@@ -67,6 +67,13 @@ class NodeState:
         self.domains = tuple(node.labels.get(level) for level in levels)
         self.stamp = 0
         """Bumped on every change (keys cached per-node scores)."""
+
+    @property
+    def empty_block(self) -> int:
+        """Milli-GPUs of this node if it is a whole block: `BLOCK_GPUS` or more
+        GPUs, none of them allocated; else 0."""
+        n = len(self.free)
+        return n * MILLI if n >= BLOCK_GPUS and self.whole == n else 0
 
     @property
     def usable_whole(self) -> int:
@@ -182,9 +189,12 @@ class Snapshot:
         """Free milli-GPUs on schedulable nodes."""
         self.free_by_model: dict[str, int] = {}
         """The same per GPU model (fragmentation's `pressure`)."""
+        self.empty_blocks = 0
+        """Milli-GPUs of the nodes that are whole blocks (`NodeState.empty_block`)."""
         for ns in self.nodes:
             model = ns.node.gpu_model
             self.free_by_model[model] = self.free_by_model.get(model, 0) + len(ns.free) * MILLI
+            self.empty_blocks += ns.empty_block
         self._candidates: dict[tuple[object, ...], list[NodeState]] = {}
         self._candidate_names: dict[tuple[object, ...], frozenset[str]] = {}
         self._open: dict[tuple[PodShape, Container[str]], _Open] = {}
@@ -205,6 +215,7 @@ class Snapshot:
         ns = self.by_name.get(f.node)
         if ns is None:
             return
+        self.empty_blocks -= ns.empty_block
         for _ in range(min(f.gpus, ns.whole)):
             i = ns.free.index(MILLI)
             ns.free[i] = 0
@@ -217,6 +228,7 @@ class Snapshot:
         if ns.mem is not None:
             ns.mem -= f.memory
         ns.stamp += 1
+        self.empty_blocks += ns.empty_block
 
     def domain_members(self, level: int) -> dict[str, list[NodeState]]:
         """Nodes per domain value at topology level `level`."""
@@ -290,7 +302,9 @@ class Snapshot:
         for p in r.placement.pods:
             ns = self.by_name.get(p.node)
             if ns is not None:
+                self.empty_blocks -= ns.empty_block
                 ns.take(g.pod, p.devices)
+                self.empty_blocks += ns.empty_block
                 self._touch(ns)
                 self.free_by_model[ns.node.gpu_model] -= g.pod.gpu_total
         self.running[g.id] = r
@@ -303,7 +317,9 @@ class Snapshot:
         for p in r.placement.pods:
             ns = self.by_name.get(p.node)
             if ns is not None:
+                self.empty_blocks -= ns.empty_block
                 ns.give(r.gang.pod, p.devices)
+                self.empty_blocks += ns.empty_block
                 self._touch(ns)
                 self.free_by_model[ns.node.gpu_model] += r.gang.pod.gpu_total
         self.free_milli += r.gang.gpu_total
