@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from controller.scheduler.fragmentation import FragModel
+from controller.scheduler.fragmentation import BLOCK_GPUS, FragModel
 from controller.scheduler.types import (
     MILLI,
     Gang,
@@ -81,6 +81,13 @@ class NodeState:
         out.bad, out.cpu, out.mem = self.bad, self.cpu, self.mem
         out.domains, out.stamp = self.domains, self.stamp
         return out
+
+    @property
+    def empty_block(self) -> int:
+        """Milli-GPUs of this node if it is a whole block: `BLOCK_GPUS` or more
+        GPUs, none of them allocated; else 0."""
+        n = len(self.free)
+        return n * MILLI if n >= BLOCK_GPUS and self.whole == n else 0
 
     @property
     def usable_whole(self) -> int:
@@ -210,9 +217,12 @@ class Snapshot:
         """Free milli-GPUs on schedulable nodes."""
         self.free_by_model: dict[str, int] = {}
         """The same per GPU model (fragmentation's `pressure`)."""
+        self.empty_blocks = 0
+        """Milli-GPUs of the nodes that are whole blocks (`NodeState.empty_block`)."""
         for ns in self.nodes:
             model = ns.node.gpu_model
             self.free_by_model[model] = self.free_by_model.get(model, 0) + len(ns.free) * MILLI
+            self.empty_blocks += ns.empty_block
         self._domains: list[dict[str, list[NodeState]]] = [{} for _ in self.levels]
         for ns in self.nodes:
             for i, d in enumerate(ns.domains):
@@ -253,6 +263,7 @@ class Snapshot:
         ns = self.by_name.get(f.node)
         if ns is None:
             return
+        self.empty_blocks -= ns.empty_block
         for _ in range(min(f.gpus, ns.whole)):
             i = ns.free.index(MILLI)
             ns.free[i] = 0
@@ -265,6 +276,7 @@ class Snapshot:
         if ns.mem is not None:
             ns.mem -= f.memory
         ns.stamp += 1
+        self.empty_blocks += ns.empty_block
 
     def domain_members(self, level: int) -> dict[str, list[NodeState]]:
         """Nodes per domain value at topology level `level`."""
@@ -338,7 +350,9 @@ class Snapshot:
         for p in r.placement.pods:
             ns = self.by_name.get(p.node)
             if ns is not None:
+                self.empty_blocks -= ns.empty_block
                 ns.take(g.pod, p.devices)
+                self.empty_blocks += ns.empty_block
                 self._touch(ns)
                 self.free_by_model[ns.node.gpu_model] -= g.pod.gpu_total
         self.running[g.id] = r
@@ -351,7 +365,9 @@ class Snapshot:
         for p in r.placement.pods:
             ns = self.by_name.get(p.node)
             if ns is not None:
+                self.empty_blocks -= ns.empty_block
                 ns.give(r.gang.pod, p.devices)
+                self.empty_blocks += ns.empty_block
                 self._touch(ns)
                 self.free_by_model[ns.node.gpu_model] += r.gang.pod.gpu_total
         self.free_milli += r.gang.gpu_total

@@ -20,6 +20,9 @@ least FGD + 1 point (the issue's goal), against FGD as measured on the same
 workload, and on the default trace also against the published 95.23 %. Measured 2026-12-03 on the
 2-core development machine: see docs/simulator.md, "Variants", for the
 figures and the command; the rows are the issue's targets, not fitted.
+Why the default trace and `gpushare100` fall short (GPU left beside the
+810-milli shares; offline packings of the same pods) and what was tried:
+docs/simulator.md, "Where the default and gpushare100 traces stall".
 
 Run: `.venv/bin/python -m tests.perf variants`.
 """

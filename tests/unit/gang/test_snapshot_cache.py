@@ -153,6 +153,7 @@ def dump(s: Snapshot) -> object:
         list(s.shrinkable.items()),
         s.free_milli,
         list(s.free_by_model.items()),
+        s.empty_blocks,
         s.capacity,
         s.levels,
         [[(d, [m.name for m in ms]) for d, ms in level.items()] for level in s._domains],

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from controller.scheduler.fragmentation import FragModel, TypicalPod
+from controller.scheduler.fragmentation import FragModel, TypicalPod, block_cpu, block_share
 from controller.scheduler.placement import place
 from controller.scheduler.snapshot import Snapshot
 from controller.scheduler.types import Gang, JobId, Node, Placement, PodPlacement, PodShape, Running
@@ -120,6 +120,66 @@ def test_a_large_pod_first_leaves_small_pods_every_node() -> None:
     assert [ns.name for ns in snap.candidates(PodShape(gpus=8))] == ["big"]
     assert [ns.name for ns in snap.candidates(PodShape(gpus=1))] == ["big", "small"]
     assert {ns.name for ns, _ in snap.open_slots(PodShape(gpus=1), frozenset())} == {"big", "small"}
+
+
+@pytest.mark.parametrize(
+    ("blocks", "chosen"),
+    [
+        (0.0, "block"),  # no whole-node requests: the tightest fit, the empty 8-GPU node
+        (0.3, "block"),  # its 8 free GPUs are above 30 % of the 20 free
+        (0.5, "big"),  # at or below half of them: kept for a whole-node request
+    ],
+)
+def test_a_small_pod_leaves_the_last_empty_blocks(blocks: float, chosen: str) -> None:
+    """An empty node of 8 or more GPUs (a whole block) is opened by a smaller pod
+    only while the free GPUs of such nodes are above the model's `blocks` share of
+    all free GPUs, else only when no other node fits."""
+    model = FragModel([TypicalPod(1, 1000, 0, frozenset(), 1.0)], blocks=blocks)
+    nodes = [Node("block", 8, cpu_milli=96000), Node("big", 16, cpu_milli=192000)]
+    used = [("big", PodShape(gpus=1), d) for d in range(4)]
+    snap = _snap(model, nodes, used)
+    assert (snap.empty_blocks, snap.free_milli) == (8000, 20000)
+    placement = place(snap, _gang("new", PodShape(gpus=1)))
+    assert placement is not None and placement.pods[0].node == chosen
+    eight = place(snap, _gang("eight", PodShape(gpus=8)))
+    assert eight is not None and eight.pods[0].node == "block"
+
+
+@pytest.mark.parametrize(("heavy", "chosen"), [(0, "g3"), (120000, "big")])
+def test_a_small_pod_leaves_the_blocks_only_the_heaviest_request_fits(
+    heavy: int, chosen: str
+) -> None:
+    """An empty block with CPU enough for the CPU-heaviest whole-node request
+    (a 128-core node for a 120-core 8-GPU pod) is kept for it whatever the share:
+    a smaller pod takes the partly used node instead, though both raise the
+    fragmentation alike and the empty node is the tighter fit."""
+    model = FragModel(
+        [TypicalPod(1, 1000, 16000, frozenset(), 1.0)], blocks=0.01, heavy_block_cpu=heavy
+    )
+    nodes = [Node("g3", 8, cpu_milli=128000), Node("big", 16, cpu_milli=192000)]
+    snap = _snap(model, nodes, [("big", PodShape(gpus=1, cpu_milli=16000), 0)])
+    placement = place(snap, _gang("new", PodShape(gpus=1, cpu_milli=16000)))
+    assert placement is not None and placement.pods[0].node == chosen
+
+
+def test_empty_blocks_follow_assume_and_forget() -> None:
+    snap = _snap(WORKLOAD, [Node("block", 8), Node("small", 4)], [])
+    assert snap.empty_blocks == 8000
+    snap.assume(Running(_gang("a", PodShape(gpus=1)), Placement((PodPlacement("block", (0,)),)), 0))
+    assert snap.empty_blocks == 0
+    snap.forget(JobId("a"))
+    assert snap.empty_blocks == 8000
+
+
+def test_block_share_is_the_whole_node_requests_share_of_gpu_demand() -> None:
+    pods = [PodShape(gpus=8), PodShape(gpus=1), PodShape(gpus=1, gpu_milli=500), PodShape(gpus=0)]
+    assert block_share(pods) == pytest.approx(8000 / 9500)
+    assert block_share([PodShape(gpus=0)]) == 0.0
+    assert (
+        block_cpu([PodShape(gpus=8, cpu_milli=120000), PodShape(gpus=1, cpu_milli=200000)])
+        == 120000
+    )
+    assert block_cpu([PodShape(gpus=1)]) == 0
 
 
 def test_frag_weights_requests_by_frequency() -> None:
