@@ -351,11 +351,15 @@ def test_ten_thousand_deliveries_leave_one_effect_each(
             statuses.extend(_post(alerting.port, b, conn) for b in chunk)
             conn.close()
 
-        deliveries = late + [firing[i % 3] for i in range(10_000 - len(late))]
+        # GPU 7's two in that order, before the flood: sent from the pool, the
+        # firing could land first (then it acts, and is undone when the resolved
+        # comes: a fourth AlertAction Event, as a CI run saw)
+        send(late)
+        deliveries = [firing[i % 3] for i in range(10_000 - len(late))]
         with ThreadPoolExecutor(4) as pool:
             list(pool.map(send, [deliveries[i::4] for i in range(4)]))
         sent_s = time.monotonic() - t0
-        assert statuses.count(200) == len(deliveries), set(statuses)
+        assert statuses.count(200) == len(late) + len(deliveries), set(statuses)
         # and Alertmanager's own API, whose notification is one delivery of GPU 4
         for _ in range(50):
             alerting.am.post_alerts([am_alert(LEAK, node, 4, starts=starts)])
