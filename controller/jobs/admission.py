@@ -68,6 +68,38 @@ _LABEL = f"'{LABEL_USER}'"
 _POD = "object.spec.template.spec"
 _POD_SA = f"{_POD}.?serviceAccountName.orValue({_POD}.?serviceAccount.orValue('default'))"
 
+
+def _user_label_fixed(names: str) -> dict[str, Any]:
+    """The rule that an UPDATE keeps label `LABEL_USER`, which names `names`."""
+    return {
+        "expression": (
+            f"request.operation != 'UPDATE' || ({_LABELS}[?{_LABEL}] == {_OLD_LABELS}[?{_LABEL}])"
+        ),
+        "message": f"label {LABEL_USER} cannot be changed: it names {names}",
+        "reason": "Forbidden",
+    }
+
+
+def _only_owner_changes_spec(owner: str, what: str) -> dict[str, Any]:
+    """The rule that only the user in label `LABEL_USER` (the `owner`) or a member of
+    `ADMIN_GROUP` may change the object's spec (`what`, in the message)."""
+    return {
+        "expression": (
+            "request.operation != 'UPDATE' || "
+            "object.?spec.orValue({}) == oldObject.?spec.orValue({}) || "
+            f"{_OLD_LABELS}[?{_LABEL}] == optional.of(request.userInfo.username) || "
+            f"'{ADMIN_GROUP}' in request.userInfo.groups"
+        ),
+        "messageExpression": (
+            f"'only the {owner} (' + "
+            f"{_OLD_LABELS}[?{_LABEL}].orValue('nobody') + "
+            f"') or a member of group {ADMIN_GROUP} may change {what}; you are ' + "
+            "request.userInfo.username"
+        ),
+        "reason": "Forbidden",
+    }
+
+
 _VALIDATIONS: list[dict[str, Any]] = [
     {
         "expression": (
@@ -81,28 +113,8 @@ _VALIDATIONS: list[dict[str, Any]] = [
         ),
         "reason": "Forbidden",
     },
-    {
-        "expression": (
-            f"request.operation != 'UPDATE' || ({_LABELS}[?{_LABEL}] == {_OLD_LABELS}[?{_LABEL}])"
-        ),
-        "message": f"label {LABEL_USER} cannot be changed: it names the user the job is charged to",
-        "reason": "Forbidden",
-    },
-    {
-        "expression": (
-            "request.operation != 'UPDATE' || "
-            "object.?spec.orValue({}) == oldObject.?spec.orValue({}) || "
-            f"{_OLD_LABELS}[?{_LABEL}] == optional.of(request.userInfo.username) || "
-            f"'{ADMIN_GROUP}' in request.userInfo.groups"
-        ),
-        "messageExpression": (
-            "'only the owner of the job (' + "
-            f"{_OLD_LABELS}[?{_LABEL}].orValue('nobody') + "
-            f"') or a member of group {ADMIN_GROUP} may change its spec; you are ' + "
-            "request.userInfo.username"
-        ),
-        "reason": "Forbidden",
-    },
+    _user_label_fixed("the user the job is charged to"),
+    _only_owner_changes_spec("owner of the job", "its spec"),
     {
         # The controller creates the workers, so a job could otherwise run pods under
         # a service account its submitter could never have used: only someone who
@@ -142,13 +154,7 @@ _QUOTA_VALIDATIONS: list[dict[str, Any]] = [
         ),
         "reason": "Forbidden",
     },
-    {
-        "expression": (
-            f"request.operation != 'UPDATE' || ({_LABELS}[?{_LABEL}] == {_OLD_LABELS}[?{_LABEL}])"
-        ),
-        "message": f"label {LABEL_USER} cannot be changed: it names who asked for the quota",
-        "reason": "Forbidden",
-    },
+    _user_label_fixed("who asked for the quota"),
     {
         "expression": (
             "request.operation != 'CREATE' || !has(object.spec.user) || "
@@ -161,21 +167,7 @@ _QUOTA_VALIDATIONS: list[dict[str, Any]] = [
         ),
         "reason": "Forbidden",
     },
-    {
-        "expression": (
-            "request.operation != 'UPDATE' || "
-            "object.?spec.orValue({}) == oldObject.?spec.orValue({}) || "
-            f"{_OLD_LABELS}[?{_LABEL}] == optional.of(request.userInfo.username) || "
-            f"'{ADMIN_GROUP}' in request.userInfo.groups"
-        ),
-        "messageExpression": (
-            "'only the requester (' + "
-            f"{_OLD_LABELS}[?{_LABEL}].orValue('nobody') + "
-            f"') or a member of group {ADMIN_GROUP} may change the request; you are ' + "
-            "request.userInfo.username"
-        ),
-        "reason": "Forbidden",
-    },
+    _only_owner_changes_spec("requester", "the request"),
 ]
 
 
