@@ -10,7 +10,7 @@ never one half cleared.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
@@ -41,6 +41,30 @@ class _WholeGauge:
         family = GaugeMetricFamily(self._name, self._documentation, labels=self._labels)
         for labels, value in self._samples:
             family.add_metric(labels, value)
+        yield family
+
+
+class _CacheSizes:
+    """`gangops_cached_objects{resource}`: how many objects each watch cache holds,
+    read when scraped from `source` (set by the controller that owns the caches)."""
+
+    NAME = "gangops_cached_objects"
+    DOC = (
+        "Objects in the scheduler's watch caches, by resource (what its memory grows"
+        " with: nodes, pods, TrainingJobs)."
+    )
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.source: Callable[[], Mapping[str, int]] = dict
+        registry.register(self)
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        yield GaugeMetricFamily(self.NAME, self.DOC, labels=["resource"])
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(self.NAME, self.DOC, labels=["resource"])
+        for resource, count in sorted(self.source().items()):
+            family.add_metric([resource], float(count))
         yield family
 
 
@@ -138,6 +162,7 @@ class GangMetrics:
             ["kind"],
             registry=r,
         )
+        self.cached = _CacheSizes(r)
 
     def set_queue(self, depth: Mapping[tuple[str, str], int]) -> None:
         """Replace the queue depth with `depth` ((project, tier) -> jobs)."""

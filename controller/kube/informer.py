@@ -92,6 +92,11 @@ class Informer:
         with self._lock:
             return self._store.get((namespace, name))
 
+    def __len__(self) -> int:
+        """How many objects are cached."""
+        with self._lock:
+            return len(self._store)
+
     def items(self) -> list[Obj]:
         """Every cached object."""
         with self._lock:

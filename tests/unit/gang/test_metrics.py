@@ -309,3 +309,21 @@ def test_demand_forecasts_per_project_and_per_user() -> None:
         assert ("q", "bob", "point") not in got and ("p", "alice", "point") in got
     finally:
         c.stop()
+
+
+def test_cached_objects_count_each_watch_cache() -> None:
+    """What the controller's memory grows with, per resource: read from its caches
+    when scraped, so a pod that goes is no longer counted."""
+    m = GangMetrics()
+    objs = [
+        *held("r1", 3, on="a", first=0, borrowed=0, user="alice"),
+        waiting("w1", 16, tier="batch"),
+    ]
+    c = _run(objs, m)
+    assert _samples(m.registry, "gangops_cached_objects") == {
+        ("configmaps",): 1, ("limitranges",): 0, ("nodes",): 2, ("pods",): 3,
+        ("resourcequotas",): 0, ("trainingjobs",): 2,
+    }  # fmt: skip
+    name = c.pods.items()[0]["metadata"]["name"]
+    c.pods.forget(name, "p")
+    assert _samples(m.registry, "gangops_cached_objects")[("pods",)] == 2
