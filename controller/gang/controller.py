@@ -506,6 +506,8 @@ class GangController:
     def _submit(self, write: Write, *, assume: Admission | None = None) -> bool:
         """Hand `write` to the binder unless its job already has a write in flight;
         `assume` is the decision the next steps count until it lands."""
+        if write.empty:
+            return False
         job = write.job.id
         with self._lock:
             if job in self._busy:

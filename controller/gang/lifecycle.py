@@ -477,6 +477,12 @@ class Write:
     delete: tuple[Obj, ...] = ()
     """Pods deleted once the status is written."""
 
+    @property
+    def empty(self) -> bool:
+        """Nothing to carry out (a `pending` whose status already says so): not handed
+        to the binder, whose finished writes wake the loop for another step."""
+        return self.phase is None and not (self.launch or self.delete or self.preemption)
+
 
 def attempts(v: JobView) -> int:
     """The job's last attempt number (its status, or its record if that is later)."""

@@ -119,3 +119,32 @@ def test_a_refused_launch_is_reported_and_retried_with_a_doubling_delay_not_per_
         assert tries() == 2
     finally:
         c.stop()
+
+
+def test_a_waiting_job_whose_status_already_says_why_does_not_wake_the_loop() -> None:
+    """Each finished write wakes the loop for another step. A pending reason already
+    written is no write at all: handed to the binder anyway, it woke the loop after
+    every step, so a cluster with queued jobs and nothing changing stepped about 16
+    times a second (tests/perf/scale.py, 200 queued jobs) instead of once a tick."""
+    api = FakeKube()
+    c = GangController(api, clock=FakeClock(T0))
+    doc = policy_doc(projects={"p": {}})
+    c.config.assume(policy_configmap(doc, c.settings.system_namespace, resourceVersion="1"))
+    c.nodes.assume(node("a"))
+    big = job("big", 16)  # node "a" has 8 GPUs: it waits
+    c.jobs.assume(big)
+    api.objects[("TrainingJob", "p", "big")] = big
+    try:
+        c.step()
+        deadline = time.monotonic() + 10
+        while not (api.objects[("TrainingJob", "p", "big")].get("status") or {}).get("phase"):
+            assert time.monotonic() < deadline, "the pending reason was not written in 10 s"
+            time.sleep(0.01)
+        c.jobs.assume(api.objects[("TrainingJob", "p", "big")])
+        c._pool.shutdown(wait=True)  # every write of the first step done
+        c._wake.clear()
+        c.step()
+        assert not c._busy, "a write was handed to the binder for a reason already written"
+        assert not c._wake.is_set()
+    finally:
+        c.stop()
