@@ -190,9 +190,9 @@ class GangController:
         self.limits = informer("LimitRange")
         """Their defaults are the requests a job's pods get when created (and counted
         against the ResourceQuotas and the nodes with)."""
-        self.metrics.cached.source = lambda: {
-            inf.resource.plural: len(inf) for inf in self._informers()
-        }
+        self.metrics.cached.source = lambda: [
+            ((inf.resource.plural,), len(inf)) for inf in self._informers()
+        ]
         self._binder = Binder(
             kube,
             jobs=self.jobs,

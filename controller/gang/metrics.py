@@ -37,35 +37,28 @@ class _WholeGauge:
     def describe(self) -> Iterator[GaugeMetricFamily]:
         yield GaugeMetricFamily(self._name, self._documentation, labels=self._labels)
 
+    def _current(self) -> Iterable[tuple[Sequence[str], float]]:
+        return self._samples
+
     def collect(self) -> Iterator[GaugeMetricFamily]:
         family = GaugeMetricFamily(self._name, self._documentation, labels=self._labels)
-        for labels, value in self._samples:
-            family.add_metric(labels, value)
+        for labels, value in self._current():
+            family.add_metric(list(labels), float(value))
         yield family
 
 
-class _CacheSizes:
-    """`gangops_cached_objects{resource}`: how many objects each watch cache holds,
-    read when scraped from `source` (set by the controller that owns the caches)."""
+class _ScrapedGauge(_WholeGauge):
+    """A labelled gauge read from `source` ((label values, value) pairs) each time
+    it is scraped, set by whoever owns what it counts."""
 
-    NAME = "gangops_cached_objects"
-    DOC = (
-        "Objects in the scheduler's watch caches, by resource (what its memory grows"
-        " with: nodes, pods, TrainingJobs)."
-    )
+    def __init__(
+        self, name: str, documentation: str, labels: Sequence[str], registry: CollectorRegistry
+    ) -> None:
+        self.source: Callable[[], Iterable[tuple[Sequence[str], float]]] = tuple
+        super().__init__(name, documentation, labels, registry)
 
-    def __init__(self, registry: CollectorRegistry) -> None:
-        self.source: Callable[[], Mapping[str, int]] = dict
-        registry.register(self)
-
-    def describe(self) -> Iterator[GaugeMetricFamily]:
-        yield GaugeMetricFamily(self.NAME, self.DOC, labels=["resource"])
-
-    def collect(self) -> Iterator[GaugeMetricFamily]:
-        family = GaugeMetricFamily(self.NAME, self.DOC, labels=["resource"])
-        for resource, count in sorted(self.source().items()):
-            family.add_metric([resource], float(count))
-        yield family
+    def _current(self) -> Iterable[tuple[Sequence[str], float]]:
+        return self.source()
 
 
 class GangMetrics:
@@ -162,7 +155,13 @@ class GangMetrics:
             ["kind"],
             registry=r,
         )
-        self.cached = _CacheSizes(r)
+        self.cached = _ScrapedGauge(
+            "gangops_cached_objects",
+            "Objects in the scheduler's watch caches, by resource (what its memory grows"
+            " with: nodes, pods, TrainingJobs).",
+            ["resource"],
+            r,
+        )
 
     def set_queue(self, depth: Mapping[tuple[str, str], int]) -> None:
         """Replace the queue depth with `depth` ((project, tier) -> jobs)."""

@@ -62,7 +62,9 @@ REGISTER_MAX_S = 800.0
 IDLE_CPU_MAX = 0.15
 """Cores used by an idle `gangops run` on 5,000 nodes (guard; measured 0.042)."""
 SETTLE_S = 5.0
+"""A memory reading is the largest resident size over this many seconds."""
 CACHE_WAIT_S = 600.0
+"""The longest wait for the controller's caches to hold what was created."""
 STEP_MAX_S = 1.5
 """Mean step with 5,000 queued gangs on 5,000 nodes (guard; measured 0.41 s)."""
 
