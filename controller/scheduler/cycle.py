@@ -592,24 +592,25 @@ def _grow(
 
 def _reserve(snap: Snapshot, state: _State, g: Gang) -> None:
     """Hold the nodes the top blocked gang will need once they free up."""
-    empty = Snapshot(
-        (ns.node for ns in snap.candidates(g.pod) if ns.name not in state.held),
-        levels=snap.levels,
-    )
-    plan = place(empty, g)
-    if plan is None:
+    key = (g.pod, g.workers, frozenset(state.held))
+    if key not in snap.plans:
+        empty = Snapshot(
+            (ns.node for ns in snap.candidates(g.pod) if ns.name not in state.held),
+            levels=snap.levels,
+        )
+        plan = place(empty, g)
+        snap.plans[key] = None if plan is None else frozenset(plan.nodes())
+    nodes = snap.plans[key]
+    if nodes is None:
         return
-    nodes = set(plan.nodes())
-    ends = [
-        r.started + r.gang.expected_duration
-        for r in snap.running.values()
-        if r.gang.expected_duration is not None and set(r.placement.nodes()) & nodes
-    ]
-    complete = all(
-        r.gang.expected_duration is not None
-        for r in snap.running.values()
-        if set(r.placement.nodes()) & nodes
-    )
+    ends: list[float] = []
+    complete = True
+    for r in snap.running.values():
+        if any(p.node in nodes for p in r.placement.pods):
+            if r.gang.expected_duration is None:
+                complete = False
+            else:
+                ends.append(r.started + r.gang.expected_duration)
     state.reserved_for = g
     state.reserved_start = max(ends, default=0.0) if complete else None
     for n in nodes:

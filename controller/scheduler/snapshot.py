@@ -195,6 +195,10 @@ class Snapshot:
         """Per project, running gangs that could give workers back (elastic with
         room above their floor, or grown): lets the cycle skip looking for
         shrinks where there is nothing to find."""
+        self.plans: dict[tuple[object, ...], frozenset[str] | None] = {}
+        """Per pod shape, workers and nodes held for others: the nodes a gang would
+        take on the empty candidate nodes (`cycle._reserve`), or None; kept while
+        the nodes stay as they are (a health change clears it)."""
         self._candidates: dict[tuple[object, ...], list[NodeState]] = {}
         self._candidate_names: dict[tuple[object, ...], frozenset[str]] = {}
         self._open: dict[tuple[PodShape, Container[str]], _Open] = {}
@@ -333,6 +337,7 @@ class Snapshot:
         if ns is None or ns.node.unhealthy == unhealthy:
             return
         ns.node = replace(ns.node, unhealthy=unhealthy)
+        self.plans.clear()
         self.capacity += (ns.bad - ns.node.bad_gpus) * MILLI
         ns.bad = ns.node.bad_gpus
         ns.stamp += 1
