@@ -38,7 +38,9 @@ figures a user can act on. Nothing here changes the snapshot.
 
 from __future__ import annotations
 
-from collections.abc import Container, Sequence
+import heapq
+from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 
 from controller.scheduler.fragmentation import BLOCK_GPUS, FragModel
 from controller.scheduler.snapshot import NodeState, Snapshot
@@ -92,7 +94,7 @@ def _shared_waste(ns: NodeState, milli: int) -> tuple[int, int]:
     return (1, ns.whole)
 
 
-def _choose(snap: Snapshot, gang: Gang, exclude: Container[str]) -> list[tuple[NodeState, int]]:
+def _choose(snap: Snapshot, gang: Gang, exclude: AbstractSet[str]) -> list[tuple[NodeState, int]]:
     if gang.gpu_total > snap.free_milli:
         return []
     open_nodes = snap.open_slots(gang.pod, exclude)
@@ -147,32 +149,164 @@ def frag_score(model: FragModel, ns: NodeState, pod: PodShape) -> _Score:
     return (delta, total - pod.gpus * MILLI, cpu_left, ns.name, devices)
 
 
+def _score(
+    cache: dict[str, tuple[int, object]], model: FragModel, ns: NodeState, pod: PodShape
+) -> _Score:
+    """`frag_score`, cached per node until the node changes (its stamp)."""
+    hit = cache.get(ns.name)
+    if hit is not None and hit[0] == ns.stamp:
+        return hit[1]  # type: ignore[return-value]
+    score = frag_score(model, ns, pod)
+    cache[ns.name] = (ns.stamp, score)
+    return score
+
+
+_Entry = tuple[_Score, int, NodeState]
+
+
+class _Ranking:
+    """The open nodes for one single-pod shape by placement score,
+    kept across placements on one snapshot: three heaps of (score, node stamp, node)
+    for the nodes that are not whole blocks, the whole blocks held while blocks are
+    short, and the whole blocks always held (CPU enough for the heaviest whole-node
+    request). Each placement first pushes the nodes changed since the last one (with
+    their new scores) and drops the entries whose node has changed since it was
+    pushed, so it costs what changed, not a pass over every open node: the same
+    choice as `_place_one`'s pass (the least (held, score), and a score ends with
+    the node's name, so there are no ties). Excluded nodes (held for another gang)
+    are set aside while the tops are read and pushed back after."""
+
+    __slots__ = ("entries", "heaps", "seen")
+
+    def __init__(self) -> None:
+        self.heaps: tuple[list[_Entry], list[_Entry], list[_Entry]] | None = None
+        self.seen = 0
+        self.entries = 0
+
+    def best(
+        self,
+        snap: Snapshot,
+        model: FragModel,
+        pod: PodShape,
+        slots: Mapping[str, tuple[NodeState, int]],
+        cache: dict[str, tuple[int, object]],
+        *,
+        hold: bool,
+        exclude: AbstractSet[str],
+    ) -> _Score | None:
+        """The score of the node (and devices) `pod` goes on, or None when every open
+        node (`slots`) is in `exclude`."""
+        small = pod.gpus < BLOCK_GPUS
+        heavy = model.heavy_block_cpu
+        if self.heaps is None or self.entries > 3 * len(slots) + 64:
+            self.heaps = ([], [], [])
+            for ns, _ in slots.values():
+                self.heaps[_category(ns, small, heavy)].append(
+                    (_score(cache, model, ns, pod), ns.stamp, ns)
+                )
+            for h in self.heaps:
+                heapq.heapify(h)
+            self.entries = len(slots)
+        else:
+            for ns in snap.changes(self.seen):
+                if ns.name in slots:
+                    entry = (_score(cache, model, ns, pod), ns.stamp, ns)
+                    heapq.heappush(self.heaps[_category(ns, small, heavy)], entry)
+                    self.entries += 1
+        self.seen = snap.changed
+        aside: list[tuple[list[_Entry], _Entry]] = []
+        free, blocks, heavy_blocks = (self._top(h, exclude, aside) for h in self.heaps)
+        for heap, entry in aside:
+            heapq.heappush(heap, entry)
+        if hold:  # every whole block is held
+            picks = [free] if free is not None else [blocks, heavy_blocks]
+        else:  # only the CPU-heavy ones
+            picks = [free, blocks] if free is not None or blocks is not None else [heavy_blocks]
+        best = min((p for p in picks if p is not None), default=None)
+        return None if best is None else best[0]
+
+    def _top(
+        self,
+        heap: list[_Entry],
+        exclude: AbstractSet[str],
+        aside: list[tuple[list[_Entry], _Entry]],
+    ) -> _Entry | None:
+        """The heap's least entry that is current and not excluded; stale entries are
+        dropped, excluded ones added to `aside`."""
+        while heap:
+            _, stamp, ns = heap[0]
+            if ns.stamp != stamp:
+                heapq.heappop(heap)
+                self.entries -= 1
+            elif ns.name in exclude:
+                aside.append((heap, heapq.heappop(heap)))
+            else:
+                return heap[0]
+        return None
+
+
+def _category(ns: NodeState, small: bool, heavy: int) -> int:
+    """0: not a whole block (for this pod); 1: a whole block; 2: a whole block with CPU
+    for the heaviest whole-node request (`FragModel.heavy_block_cpu`)."""
+    if not small or ns.empty_block <= 0:
+        return 0
+    return 2 if heavy > 0 and (ns.cpu or 0) >= heavy else 1
+
+
 def _place_one(
-    snap: Snapshot, model: FragModel, gang: Gang, exclude: Container[str]
+    snap: Snapshot, model: FragModel, gang: Gang, exclude: AbstractSet[str]
 ) -> Placement | None:
     """A one-pod gang on the node and device that fragment the cluster least."""
     pod = gang.pod
     if gang.gpu_total > snap.free_milli:
         return None
-    open_nodes = snap.open_slots(pod, exclude)
-    if not open_nodes:
+    slots = snap.open_map(pod)
+    if not slots:
         return None
     key = (pod.gpus, pod.gpu_milli, pod.cpu_milli, pod.memory, pod.constraint_key())
     cache = snap.frag_scores.setdefault(key, {})
     pressure = model.pressure(snap.free_by_model) if model.restricted else None
-    taken = pod.gpu_total
     small = pod.gpus < BLOCK_GPUS
     hold = small and model.blocks > 0 and snap.empty_blocks <= model.blocks * snap.free_milli
+    best: _Score | None
+    if pressure:  # a per-model cost on top of the score: every node is looked at
+        best = _scan(model, pod, slots, cache, exclude=exclude, hold=hold, pressure=pressure)
+    else:
+        # The first placement of a shape on this snapshot passes over the open
+        # nodes; the next ones keep a ranking (a snapshot that lives for one
+        # step and places one pod of a shape would pay for heaps it never uses).
+        ranking = snap.rankings.get(key)
+        if ranking is None:
+            snap.rankings[key] = _Ranking()
+            best = _scan(model, pod, slots, cache, exclude=exclude, hold=hold)
+        else:
+            assert isinstance(ranking, _Ranking)
+            best = ranking.best(snap, model, pod, slots, cache, hold=hold, exclude=exclude)
+    return None if best is None else Placement((PodPlacement(best[3], best[4]),))
+
+
+def _scan(
+    model: FragModel,
+    pod: PodShape,
+    slots: Mapping[str, tuple[NodeState, int]],
+    cache: dict[str, tuple[int, object]],
+    *,
+    exclude: AbstractSet[str],
+    hold: bool,
+    pressure: Mapping[str, float] | None = None,
+) -> _Score | None:
+    """The least (held, fragmentation increase plus the GPU model's `pressure`,
+    score) over the open nodes (`slots`) not in `exclude`, by a pass over them all;
+    None when there is none."""
+    taken = pod.gpu_total
+    small = pod.gpus < BLOCK_GPUS
     heavy = model.heavy_block_cpu
     best: _Score | None = None
     best_cost = (False, 0.0)
-    for ns, _ in open_nodes:
-        hit = cache.get(ns.name)
-        if hit is not None and hit[0] == ns.stamp:
-            score: _Score = hit[1]  # type: ignore[assignment]
-        else:
-            score = frag_score(model, ns, pod)
-            cache[ns.name] = (ns.stamp, score)
+    for ns, _ in slots.values():
+        if ns.name in exclude:
+            continue
+        score = _score(cache, model, ns, pod)
         frag = score[0]
         if pressure:
             frag += pressure.get(ns.node.gpu_model, 0.0) * taken
@@ -180,11 +314,10 @@ def _place_one(
         cost = (held, frag)
         if best is None or cost < best_cost or (cost == best_cost and score[1:] < best[1:]):
             best, best_cost = score, cost
-    assert best is not None
-    return Placement((PodPlacement(best[3], best[4]),))
+    return best
 
 
-def place(snap: Snapshot, gang: Gang, *, exclude: Container[str] = _NONE) -> Placement | None:
+def place(snap: Snapshot, gang: Gang, *, exclude: AbstractSet[str] = _NONE) -> Placement | None:
     """Where the whole gang would go now, or None if it does not fit.
 
     `exclude` names nodes the gang may not use (GPUs reserved for another gang).
@@ -196,6 +329,10 @@ def place(snap: Snapshot, gang: Gang, *, exclude: Container[str] = _NONE) -> Pla
         return None
     pods: list[PodPlacement] = []
     for ns, count in chosen:
+        # Pick each worker's devices as if the earlier ones were there, then give
+        # them all back: the node is as it was, stamp included, so nothing cached
+        # against the stamp (scores, `_Ranking`'s entries) goes stale.
+        stamp = ns.stamp
         taken: list[tuple[int, ...]] = []
         for _ in range(count):
             devices = ns.pick_devices(gang.pod)
@@ -204,22 +341,21 @@ def place(snap: Snapshot, gang: Gang, *, exclude: Container[str] = _NONE) -> Pla
         for devices in taken:
             ns.give(gang.pod, devices)
             pods.append(PodPlacement(ns.name, devices))
+        ns.stamp = stamp
     return Placement(tuple(pods))
 
 
-def fits(snap: Snapshot, gang: Gang, *, exclude: Container[str] = _NONE) -> bool:
+def fits(snap: Snapshot, gang: Gang, *, exclude: AbstractSet[str] = _NONE) -> bool:
     """Whether `place` would find a placement, without choosing one (no scoring):
     `place` finds one exactly when the free GPUs are enough and the nodes the gang
     may use have room for all its workers (for a one-pod gang with a fragmentation
     model: room for it on some node)."""
     if gang.gpu_total > snap.free_milli:
         return False
-    open_nodes = snap.open_slots(gang.pod, exclude)
-    if gang.workers == 1 and snap.fragmentation is not None:
-        return bool(open_nodes)
+    room = snap.open_total(gang.pod, exclude)
     if gang.workers <= 0:  # an empty placement, if any node has room for one pod
-        return bool(open_nodes)
-    return sum(k for _, k in open_nodes) >= gang.workers
+        return room > 0
+    return room >= gang.workers
 
 
 def _gpus(milli: int) -> str:
@@ -228,7 +364,7 @@ def _gpus(milli: int) -> str:
     return f"{text} GPU" if text == "1" else f"{text} GPUs"
 
 
-def shortfall(snap: Snapshot, gang: Gang, *, exclude: Container[str] = _NONE) -> str:
+def shortfall(snap: Snapshot, gang: Gang, *, exclude: AbstractSet[str] = _NONE) -> str:
     """Why `gang` does not fit: its need against the largest free blocks."""
     pod = gang.pod
     per = _gpus(pod.gpu_total)

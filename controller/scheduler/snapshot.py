@@ -16,7 +16,8 @@ never reach them.
 
 from __future__ import annotations
 
-from collections.abc import Container, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
 
 from controller.scheduler.fragmentation import BLOCK_GPUS, FragModel
@@ -150,14 +151,21 @@ class NodeState:
 
 
 class _Open:
-    """Nodes with room for a pod shape, as of `seen` changes."""
+    """Nodes with room for a pod shape, as of `seen` changes, and the pods of that
+    shape they hold in all (`total`)."""
 
-    __slots__ = ("items", "seen", "slots")
+    __slots__ = ("items", "seen", "slots", "total")
 
     def __init__(self, seen: int, slots: dict[str, tuple[NodeState, int]]) -> None:
         self.seen = seen
         self.slots = slots
+        self.total = sum(k for _, k in slots.values())
         self.items: list[tuple[NodeState, int]] | None = None
+
+
+_EXCLUDED_KEPT = 256
+"""Open-node lists kept for exclusion sets (a cycle's held nodes): beyond this many
+they are dropped, as a cycle that ends takes its held nodes with it."""
 
 
 class Snapshot:
@@ -180,6 +188,9 @@ class Snapshot:
         """The target workload's fragmentation model; None places single pods best-fit."""
         self.frag_scores: dict[tuple[object, ...], dict[str, tuple[int, object]]] = {}
         """Per pod shape, per node: (node stamp, placement score) (see `placement`)."""
+        self.rankings: dict[tuple[object, ...], object] = {}
+        """Per single-pod shape: the open nodes ordered by placement score, kept up
+        to date from `changes` (`placement._Ranking`); dropped with the change log."""
         self.reserve_tiers = reserve_tiers
         self.running: dict[JobId, Running] = {}
         self.project_usage: dict[str, int] = {}
@@ -201,7 +212,10 @@ class Snapshot:
         the nodes stay as they are (a health change clears it)."""
         self._candidates: dict[tuple[object, ...], list[NodeState]] = {}
         self._candidate_names: dict[tuple[object, ...], frozenset[str]] = {}
-        self._open: dict[tuple[PodShape, Container[str]], _Open] = {}
+        self._open: dict[PodShape, _Open] = {}
+        self._open_excluding: dict[
+            tuple[PodShape, AbstractSet[str]], tuple[int, list[tuple[NodeState, int]]]
+        ] = {}
         self._changed: list[NodeState] = []
         """Nodes changed by `assume` and `forget`, in order: open-slot lists
         catch up by re-counting only these."""
@@ -296,37 +310,79 @@ class Snapshot:
             self._candidate_names[key] = frozenset(ns.name for ns in found)
         return found
 
-    def open_slots(self, pod: PodShape, exclude: Container[str]) -> list[tuple[NodeState, int]]:
-        """Candidate nodes not in `exclude` with room for at least one `pod`,
-        and how many fit on each (cached; after a change only the changed
-        nodes are counted again)."""
-        key = (pod, exclude)
-        entry = self._open.get(key)
+    def _opened(self, pod: PodShape) -> _Open:
+        """The candidate nodes with room for `pod`, caught up with the change log."""
+        entry = self._open.get(pod)
         if entry is None:
             slots: dict[str, tuple[NodeState, int]] = {}
             for ns in self.candidates(pod):
-                if ns.name in exclude:
-                    continue
                 k = ns.slots(pod)
                 if k > 0:
                     slots[ns.name] = (ns, k)
             entry = _Open(len(self._changed), slots)
-            self._open[key] = entry
+            self._open[pod] = entry
         elif entry.seen != len(self._changed):
             allowed = self._candidate_names[pod.constraint_key()]
             for ns in dict.fromkeys(self._changed[entry.seen :]):
-                if ns.name in exclude or ns.name not in allowed:
+                if ns.name not in allowed:
                     continue
+                old = entry.slots.get(ns.name)
+                if old is not None:
+                    entry.total -= old[1]
                 k = ns.slots(pod)
                 if k > 0:
                     entry.slots[ns.name] = (ns, k)
-                else:
-                    entry.slots.pop(ns.name, None)
+                    entry.total += k
+                elif old is not None:
+                    del entry.slots[ns.name]
             entry.seen = len(self._changed)
             entry.items = None
-        if entry.items is None:
-            entry.items = list(entry.slots.values())
-        return entry.items
+        return entry
+
+    def open_slots(self, pod: PodShape, exclude: AbstractSet[str]) -> list[tuple[NodeState, int]]:
+        """Candidate nodes not in `exclude` with room for at least one `pod`,
+        and how many fit on each (cached; after a change only the changed
+        nodes are counted again, and an exclusion set filters that list)."""
+        entry = self._opened(pod)
+        if not exclude:
+            if entry.items is None:
+                entry.items = list(entry.slots.values())
+            return entry.items
+        key = (pod, exclude)
+        hit = self._open_excluding.get(key)
+        if hit is not None and hit[0] == entry.seen:
+            return hit[1]
+        items = [v for name, v in entry.slots.items() if name not in exclude]
+        if len(self._open_excluding) >= _EXCLUDED_KEPT:
+            self._open_excluding.clear()
+        self._open_excluding[key] = (entry.seen, items)
+        return items
+
+    def open_map(self, pod: PodShape) -> Mapping[str, tuple[NodeState, int]]:
+        """The candidate nodes with room for `pod` (none excluded) by name, and how
+        many fit on each."""
+        return self._opened(pod).slots
+
+    def open_total(self, pod: PodShape, exclude: AbstractSet[str]) -> int:
+        """How many `pod`s the candidate nodes not in `exclude` hold in all."""
+        entry = self._opened(pod)
+        total = entry.total
+        for name in exclude:
+            hit = entry.slots.get(name)
+            if hit is not None:
+                total -= hit[1]
+        return total
+
+    def changes(self, seen: int) -> list[NodeState]:
+        """The nodes changed since the change log held `seen` entries, each once, in
+        the order of their first change (the log and everything read from it is
+        dropped together when it grows long: see `rankings`)."""
+        return list(dict.fromkeys(self._changed[seen:]))
+
+    @property
+    def changed(self) -> int:
+        """Entries in the change log: `changes` from here on are new."""
+        return len(self._changed)
 
     def set_unhealthy(self, name: str, unhealthy: frozenset[int]) -> None:
         """Node `name`'s GPUs out of service are now `unhealthy`. The controller builds
@@ -348,6 +404,8 @@ class Snapshot:
         if len(self._changed) > 4 * len(self.nodes) + 1024:
             self._changed.clear()
             self._open.clear()
+            self._open_excluding.clear()
+            self.rankings.clear()
 
     def assume(self, r: Running) -> None:
         """Put a running (or just admitted) gang into the snapshot."""
