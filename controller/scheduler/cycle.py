@@ -734,7 +734,8 @@ def _decide(
         if lent is not None:
             return _shrink_for(snap, state, g, lent, now)
         return Pending(g, blocked, "Quota")
-    placement = _fit(snap, policy, g, exclude)
+    over_reserve = _outside_reserve(snap, policy, g)
+    placement = place(snap, g, exclude=exclude) if over_reserve is None else None
     if placement is not None:
         return _admit(snap, policy, state, g, placement, now)
     if state.nominated.get(g.id):
@@ -765,7 +766,8 @@ def _decide(
             placement,
             f"preempting {names} to free {format_gpus(g.gpu_total)} GPUs",
         )
-    reason = _outside_reserve(snap, policy, g) or shortfall(snap, g, exclude=exclude)
+    # Nothing since `over_reserve` freed GPUs: a failed search gives back all it took.
+    reason = over_reserve or shortfall(snap, g, exclude=exclude)
     held_here = exclude and fits(snap, g)
     if held_here:
         return Pending(g, f"{reason}; the free GPUs are held for a gang ahead of it", "Reserved")

@@ -113,10 +113,19 @@ class GangopsScheduler:
         self._health: Mapping[str, frozenset[int]] = {}
         self._empty: Snapshot | None = None
         self._ever_fits: dict[tuple[PodShape, int, bool], bool] = {}
+        self._ever_fits_gang: dict[JobId, tuple[Gang, bool]] = {}
 
     def ever_fits(self, g: Gang) -> bool:
         """Whether the gang fits these nodes when they are all free (and
         outside the reserve unless its tier may use it), and its user's max."""
+        seen = self._ever_fits_gang.get(g.id)
+        if seen is not None and seen[0] is g:  # asked again each cycle it waits
+            return seen[1]
+        fits = self._ever_fits_shape(g)
+        self._ever_fits_gang[g.id] = (g, fits)
+        return fits
+
+    def _ever_fits_shape(self, g: Gang) -> bool:
         project = self.policy.projects.get(g.project)
         user_max = project.user(g.user).max if project is not None else None
         if user_max is not None and g.gpu_total > user_max:
@@ -162,10 +171,12 @@ class GangopsScheduler:
         for d in result.decisions:
             if isinstance(d, Admit):
                 out.started.append(d.gang.id)
+                self._ever_fits_gang.pop(d.gang.id, None)
             elif isinstance(d, Preempt):
                 out.preempted.extend(d.victims)
                 out.resized.extend(d.shrinks)
                 out.started.append(d.gang.id)
+                self._ever_fits_gang.pop(d.gang.id, None)
             elif isinstance(d, Pending) and d.code == "Refused":
                 out.rejected.append(d.gang.id)
         out.resized.extend((rz.gang.id, rz.gang.workers) for rz in result.resizes)
