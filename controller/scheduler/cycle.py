@@ -605,12 +605,11 @@ def _reserve(snap: Snapshot, state: _State, g: Gang) -> None:
         return
     ends: list[float] = []
     complete = True
-    for r in snap.running.values():
-        if any(p.node in nodes for p in r.placement.pods):
-            if r.gang.expected_duration is None:
-                complete = False
-            else:
-                ends.append(r.started + r.gang.expected_duration)
+    for r in snap.running_on(nodes):
+        if r.gang.expected_duration is None:
+            complete = False
+        else:
+            ends.append(r.started + r.gang.expected_duration)
     state.reserved_for = g
     state.reserved_start = max(ends, default=0.0) if complete else None
     for n in nodes:

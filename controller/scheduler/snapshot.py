@@ -206,6 +206,9 @@ class Snapshot:
         """Per project, running gangs that could give workers back (elastic with
         room above their floor, or grown): lets the cycle skip looking for
         shrinks where there is nothing to find."""
+        self._on_node: dict[str, dict[JobId, None]] | None = None
+        """Node -> the running gangs with pods there, once `running_on` was asked
+        (then kept by `assume` and `forget`)."""
         self.plans: dict[tuple[object, ...], frozenset[str] | None] = {}
         """Per pod shape, workers and nodes held for others: the nodes a gang would
         take on the empty candidate nodes (`cycle._reserve`), or None; kept while
@@ -373,6 +376,19 @@ class Snapshot:
                 total -= hit[1]
         return total
 
+    def running_on(self, nodes: Iterable[str]) -> list[Running]:
+        """The running gangs with a pod on any of `nodes`, each once (an index of
+        the running gangs by node is built on the first call and kept after)."""
+        if self._on_node is None:
+            self._on_node = {}
+            for job, r in self.running.items():
+                for p in r.placement.pods:
+                    self._on_node.setdefault(p.node, {})[job] = None
+        jobs: dict[JobId, None] = {}
+        for n in nodes:
+            jobs.update(self._on_node.get(n, {}))
+        return [self.running[j] for j in jobs]
+
     def changes(self, seen: int) -> list[NodeState]:
         """The nodes changed since the change log held `seen` entries, each once, in
         the order of their first change (the log and everything read from it is
@@ -419,12 +435,18 @@ class Snapshot:
                 self._touch(ns)
                 self.free_by_model[ns.node.gpu_model] -= g.pod.gpu_total
         self.running[g.id] = r
+        if self._on_node is not None:
+            for p in r.placement.pods:
+                self._on_node.setdefault(p.node, {})[g.id] = None
         self.free_milli -= g.gpu_total
         self._count(g, +1)
 
     def forget(self, job: JobId) -> Running:
         """Take a gang out of the snapshot (the inverse of `assume`)."""
         r = self.running.pop(job)
+        if self._on_node is not None:
+            for p in r.placement.pods:
+                self._on_node[p.node].pop(job, None)
         for p in r.placement.pods:
             ns = self.by_name.get(p.node)
             if ns is not None:

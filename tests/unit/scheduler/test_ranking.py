@@ -4,7 +4,8 @@ pods placed and assumed, gangs forgotten, multi-worker gangs placed (which try t
 devices on the nodes and give them back), GPUs going out of service and coming back,
 and nodes held for another gang. Every single-pod placement must pick the node and
 devices the pass picks; a ranking that missed a change would pick a node that no
-longer scores best, or one that is full."""
+longer scores best, or one that is full. Along the way the index of running gangs
+by node (`Snapshot.running_on`) must agree with a look at every running gang."""
 
 from __future__ import annotations
 
@@ -93,6 +94,13 @@ def _replay(seed: int, events: int, nodes: int) -> int:
             n = rng.choice(all_nodes)
             bad = frozenset(rng.sample(range(n.gpus), rng.choice([0, 0, 1, 2])))
             snap.set_unhealthy(n.name, bad)
+        # The index of running gangs by node (`Snapshot.running_on`, built on the
+        # first call, then kept by assume and forget) against a look at every gang.
+        names = {n.name for n in rng.sample(all_nodes, min(nodes, 2))}
+        on = {r.gang.id for r in snap.running_on(sorted(names))}
+        assert on == {
+            j for j, r in snap.running.items() if any(p.node in names for p in r.placement.pods)
+        }, f"event {i}: running on {sorted(names)}"
     return compared
 
 
