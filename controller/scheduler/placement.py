@@ -121,7 +121,9 @@ _Score = tuple[float, int, int, str, tuple[int, ...]]
 
 def frag_score(model: FragModel, ns: NodeState, pod: PodShape) -> _Score:
     """(fragmentation increase, GPU and CPU left after, name, devices) for one
-    more `pod` on `ns`; the caller has checked that it fits."""
+    more `pod` on `ns`; the caller has checked that it fits. Only the pod's GPUs
+    and CPU count (not its memory or which nodes it may use), so shapes that differ
+    in those share scores (`Snapshot.frag_scores`)."""
     free = ns.free
     before_free = tuple(sorted(free))
     gpu_model = ns.node.gpu_model
@@ -264,7 +266,7 @@ def _place_one(
     if not slots:
         return None
     key = (pod.gpus, pod.gpu_milli, pod.cpu_milli, pod.memory, pod.constraint_key())
-    cache = snap.frag_scores.setdefault(key, {})
+    cache = snap.frag_scores.setdefault((pod.gpus, pod.gpu_milli, pod.cpu_milli), {})
     pressure = model.pressure(snap.free_by_model) if model.restricted else None
     small = pod.gpus < BLOCK_GPUS
     hold = small and model.blocks > 0 and snap.empty_blocks <= model.blocks * snap.free_milli

@@ -187,7 +187,8 @@ class Snapshot:
         self.fragmentation = fragmentation
         """The target workload's fragmentation model; None places single pods best-fit."""
         self.frag_scores: dict[tuple[object, ...], dict[str, tuple[int, object]]] = {}
-        """Per pod shape, per node: (node stamp, placement score) (see `placement`)."""
+        """Per (GPUs, milli-GPUs, milli-CPU) of a pod, per node: (node stamp, placement
+        score) (`placement.frag_score`)."""
         self.rankings: dict[tuple[object, ...], object] = {}
         """Per single-pod shape: the open nodes ordered by placement score, kept up
         to date from `changes` (`placement._Ranking`); dropped with the change log."""
