@@ -640,12 +640,15 @@ def schedule(
     chosen again.
     """
     result = CycleResult(hints=hints or Hints())
+    budget = max(0, policy.max_preemptions_per_hour - preemptions_last_hour)
     state = _State(
-        budget=max(0, policy.max_preemptions_per_hour - preemptions_last_hour),
+        budget=budget,
         nominated=nominated or {},
         protected=protected,
         hints=hints or Hints(),
-        victims=_Victims(snap, policy, now),
+        # With no preemption left this cycle (the budget only goes down) no victim
+        # is ever looked for: the shortlist is not built.
+        victims=_Victims(snap, policy, now) if policy.preemption_enabled and budget > 0 else None,
     )
     for job, placement in state.nominated.items():
         for n in placement.nodes():
