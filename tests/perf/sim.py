@@ -3,9 +3,11 @@
 1. Speed: the full openb default trace (8,152 pods, 1,213 nodes) with
    departures, every scheduler; the gangops run must take under 10 s of CPU
    (issue 16; issue 6 asked for 60 s). Measured on the 2-core development
-   machine: gangops about 7-10 s CPU, the baselines 2-6 s each. Then the
-   sweep's overloaded row (`OVERLOADED`), gangops alone: under 600 s of CPU
-   (issue 16; it took 1,301 s before the victim search was shortlisted).
+   machine: gangops about 7-10 s CPU, the baselines 2-6 s each; 3.3 s since
+   placement keeps a ranking of the open nodes (2026-12-04, quiet machine,
+   docs/performance.md). Then the sweep's overloaded row (`OVERLOADED`),
+   gangops alone: under 600 s of CPU (issue 16; it took 1,301 s before the
+   victim search was shortlisted; 24.8 s CPU on 2026-12-04).
 2. FGD's fragmentation experiment (arrivals only; the trace inflated to
    1.3 x capacity by resampling and shuffled per seed, as FGD's artifact
    does; allocation when arrived demand reaches 100 %), mean over
@@ -52,7 +54,8 @@ OVERLOADED = {"load": 2.0, "repeat": 3, "max_duration": 3600.0, "session_mean": 
 cluster's capacity, thousands of gangs queued for hours of simulated time."""
 OVERLOADED_MAX_S = 600.0
 """Issue 16: the overloaded sweep in minutes, not the 1,301 s it took; gangops alone,
-CPU seconds. Measured 178 s of wall time at load 7-8 (docs/performance.md)."""
+CPU seconds. Measured 178 s of wall time at load 7-8, then 24.8 s CPU on a quiet
+machine once placement cost what changed (2026-12-04, docs/performance.md)."""
 PUBLISHED = {"random": 86.30, "bestfit": 92.86, "gangops": 95.23}
 """FGD paper, openb default trace, allocation at 100 % arrived (gangops: FGD's)."""
 MULTI_TENANT_RATIO_MIN = 1.4
