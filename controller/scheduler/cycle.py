@@ -302,6 +302,18 @@ class _State:
     hints: Hints = field(default_factory=Hints)
     victims: _Victims | None = None
     """Who a preemption may pick this cycle (None: look at every running gang)."""
+    waiting: dict[tuple[object, ...], tuple[tuple[object, ...], Pending]] = field(
+        default_factory=dict
+    )
+    """Per kind of gang (`_kind`): the last one left waiting, and the snapshot's and
+    this state's `token` when it was decided (`_decide`)."""
+
+    def token(self) -> tuple[object, ...]:
+        """Changes whenever a field a decision reads changes: the budget, the held
+        nodes (only ever added by a reservation, or removed with their holder), the
+        reservation and when it starts."""
+        holder = None if self.reserved_for is None else self.reserved_for.id
+        return (self.budget, len(self.held), holder, self.reserved_start)
 
 
 def _excluded(state: _State, g: Gang, now: float) -> frozenset[str]:
@@ -715,7 +727,45 @@ def _admit(
     return Admit(g, placement, borrowed)
 
 
+def _kind(state: _State, g: Gang, now: float) -> tuple[object, ...]:
+    """Everything of `g` a decision reads but its name, age and runtime: two gangs
+    of one kind get the same decision from the same snapshot and state (the runtime
+    only says whether it may use the reservation's nodes, which is in the kind)."""
+    backfill = g.preemptible or (
+        state.reserved_start is not None
+        and g.expected_duration is not None
+        and now + g.expected_duration <= state.reserved_start
+    )
+    return (
+        namespace_of(g.id), g.project, g.user, g.tier, g.priority, g.workers, g.pod,
+        g.preemptible, g.may_preempt, g.min_workers, g.max_workers, g.base_workers, backfill,
+    )  # fmt: skip
+
+
 def _decide(
+    snap: Snapshot, policy: SchedulingPolicy, state: _State, g: Gang, now: float
+) -> Decision:
+    """`_decided`, or, when a gang of the same kind was left waiting and since then
+    nothing it read has changed (the snapshot's `version`, the state's `token`),
+    that gang's reason: a long queue of gangs alike behind a full cluster or a
+    spent quota costs a lookup each, not the checks again. A gang that holds
+    nodes (a nomination, the reservation) is always decided afresh."""
+    if g.id in state.nominated or (
+        state.reserved_for is not None and state.reserved_for.id == g.id
+    ):
+        return _decided(snap, policy, state, g, now)
+    kind = _kind(state, g, now)
+    before = (snap.version, *state.token())
+    seen = state.waiting.get(kind)
+    if seen is not None and seen[0] == before:
+        return Pending(g, seen[1].reason, seen[1].code)
+    decision = _decided(snap, policy, state, g, now)
+    if isinstance(decision, Pending) and (snap.version, *state.token()) == before:
+        state.waiting[kind] = (before, decision)
+    return decision
+
+
+def _decided(
     snap: Snapshot, policy: SchedulingPolicy, state: _State, g: Gang, now: float
 ) -> Decision:
     refused = _refused(snap, policy, g)

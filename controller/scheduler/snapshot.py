@@ -203,6 +203,9 @@ class Snapshot:
         self.namespace_usage: dict[str, Usage] = dict(namespace_other or {})
         """Per namespace, what its pods request: those gangops does not schedule
         (`namespace_other`, whether on a node or not) and the gangs."""
+        self.version = 0
+        """Bumped by every `assume`, `forget` and health change: while it stands, every
+        figure a decision reads is as it was (`cycle`'s memo of waiting gangs)."""
         self.shrinkable: dict[str, int] = {}
         """Per project, running gangs that could give workers back (elastic with
         room above their floor, or grown): lets the cycle skip looking for
@@ -411,6 +414,7 @@ class Snapshot:
             return
         ns.node = replace(ns.node, unhealthy=unhealthy)
         self.plans.clear()
+        self.version += 1
         self.capacity += (ns.bad - ns.node.bad_gpus) * MILLI
         ns.bad = ns.node.bad_gpus
         ns.stamp += 1
@@ -436,6 +440,7 @@ class Snapshot:
                 self._touch(ns)
                 self.free_by_model[ns.node.gpu_model] -= g.pod.gpu_total
         self.running[g.id] = r
+        self.version += 1
         if self._on_node is not None:
             for p in r.placement.pods:
                 self._on_node.setdefault(p.node, {})[g.id] = None
@@ -445,6 +450,7 @@ class Snapshot:
     def forget(self, job: JobId) -> Running:
         """Take a gang out of the snapshot (the inverse of `assume`)."""
         r = self.running.pop(job)
+        self.version += 1
         if self._on_node is not None:
             for p in r.placement.pods:
                 self._on_node[p.node].pop(job, None)
