@@ -14,7 +14,7 @@ from controller.scheduler.cycle import schedule
 from controller.scheduler.placement import place
 from controller.scheduler.snapshot import Snapshot
 from controller.scheduler.types import MILLI, Admit, Gang, Pending, Preempt
-from tests.unit.scheduler.builders import TIERS, job, node, policy, running
+from tests.unit.scheduler.builders import TIERS, JobBuilder, job, node, policy, running
 
 LEVELS = ("nvidia.com/gpu.clique", "topology.kubernetes.io/rack", "topology.kubernetes.io/zone")
 PROJECTS = ("a", "b", "c")
@@ -55,19 +55,21 @@ def scenarios(draw: st.DrawFn) -> tuple[Snapshot, list[Gang], object]:
     schedule(snap, warm, pol, now=-10_000)
     # Grow the elastic ones onto what is left, as a later cycle would.
     schedule(snap, [], pol, now=-5_000)
-    queue = []
-    for i in range(draw(st.integers(1, 8))):
-        per = draw(st.sampled_from([1, 2, 4]))
-        queue.append(
-            job(f"q{i}")
-            .project(draw(st.sampled_from(PROJECTS)))
-            .user(draw(st.sampled_from(["u1", "u2"])))
-            .tier(draw(st.sampled_from(list(TIERS))))
-            .gang(per * draw(st.integers(1, 4)), per_worker=per)
-            .at(float(i))
-            .build()
-        )
+    queue = [queued(draw, f"q{i}").at(float(i)).build() for i in range(draw(st.integers(1, 8)))]
     return snap, queue, pol
+
+
+def queued(draw: st.DrawFn, name: str, *, most: int = 4) -> JobBuilder:
+    """A waiting gang: a drawn project, user and tier, workers of 1, 2 or 4 GPUs,
+    up to `most` of them."""
+    per = draw(st.sampled_from([1, 2, 4]))
+    return (
+        job(name)
+        .project(draw(st.sampled_from(PROJECTS)))
+        .user(draw(st.sampled_from(["u1", "u2"])))
+        .tier(draw(st.sampled_from(list(TIERS))))
+        .gang(per * draw(st.integers(1, most)), per_worker=per)
+    )
 
 
 @settings(max_examples=300, deadline=None)

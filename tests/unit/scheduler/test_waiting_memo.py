@@ -18,24 +18,15 @@ from hypothesis import strategies as st
 from controller.scheduler import cycle
 from controller.scheduler.snapshot import Snapshot
 from controller.scheduler.types import Gang, JobId, Pending, Placement, PodPlacement
-from tests.unit.scheduler.builders import TIERS, job, node, policy
+from tests.unit.scheduler.builders import job, node, policy
 from tests.unit.scheduler.builders import running as running_gang
-from tests.unit.scheduler.test_properties import PROJECTS, scenarios
+from tests.unit.scheduler.test_properties import queued, scenarios
 
 
 @st.composite
 def alike_queues(draw: st.DrawFn) -> tuple[Snapshot, list[Gang], Any, dict[JobId, Placement]]:
     snap, _, pol = draw(scenarios())
-    kinds = []
-    for k in range(draw(st.integers(1, 4))):
-        per = draw(st.sampled_from([1, 2, 4]))
-        kinds.append(
-            job(f"k{k}")
-            .project(draw(st.sampled_from(PROJECTS)))
-            .user(draw(st.sampled_from(["u1", "u2"])))
-            .tier(draw(st.sampled_from(list(TIERS))))
-            .gang(per * draw(st.integers(1, 3)), per_worker=per)
-        )
+    kinds = [queued(draw, f"k{k}", most=3) for k in range(draw(st.integers(1, 4)))]
     queue = []
     for i in range(draw(st.integers(2, 14))):
         b = copy.deepcopy(draw(st.sampled_from(kinds)))
