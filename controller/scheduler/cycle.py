@@ -301,7 +301,8 @@ class _State:
     reserved_start: float | None = None
     hints: Hints = field(default_factory=Hints)
     victims: _Victims | None = None
-    """Who a preemption may pick this cycle (None: look at every running gang)."""
+    """Who a preemption may pick this cycle; None when no preemption is possible this
+    cycle (`schedule` builds none), so `_preempt` returns before it would look."""
     waiting: dict[tuple[object, ...], tuple[tuple[object, ...], Pending]] = field(
         default_factory=dict
     )

@@ -330,7 +330,7 @@ class Snapshot:
             self._open[pod] = entry
         elif entry.seen != len(self._changed):
             allowed = self._candidate_names[pod.constraint_key()]
-            for ns in dict.fromkeys(self._changed[entry.seen :]):
+            for ns in self.changes(entry.seen):
                 if ns.name not in allowed:
                     continue
                 old = entry.slots.get(ns.name)
