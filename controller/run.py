@@ -50,6 +50,7 @@ from controller.alerts.metrics import AlertMetrics
 from controller.alerts.receiver import PATH as ALERTMANAGER_PATH
 from controller.alerts.receiver import Credentials, Inbox, Receiver
 from controller.gang.controller import GangController, GangSettings
+from controller.gang.lifecycle import MESSAGE_REFRESH_S
 from controller.gang.metrics import GangMetrics
 from controller.gang.telemetry import PrometheusTelemetry, TelemetryMetrics
 from controller.gang.view import node_of, node_ready
@@ -67,6 +68,18 @@ from controller.scheduler.policy import DEFAULT_SYSTEM_NAMESPACE, POLICY_CONFIGM
 from controller.sim.whatif import quota_what_if, recent_workload
 
 __all__ = ["add_subcommand"]
+
+
+def _non_negative(raw: str) -> float:
+    """A number of seconds, 0 or more (an argparse type)."""
+    try:
+        value = float(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {raw!r}") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {raw!r}")
+    return value
+
 
 log = logging.getLogger("gangops.run")
 
@@ -163,6 +176,7 @@ def _run(args: argparse.Namespace) -> int:
         job_selector=args.job_selector,
         node_selector=args.node_selector,
         grow_interval_s=args.grow_interval,
+        message_refresh_s=args.message_refresh,
         forecast_horizon_s=args.forecast_horizon,
     )
     gang_metrics = GangMetrics(metrics.registry)
@@ -510,6 +524,17 @@ def add_subcommand(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
         metavar="SECONDS",
         help="least time between two growths of one elastic job; each restarts it "
         "from its checkpoint (default %(default)g)",
+    )
+    p.add_argument(
+        "--message-refresh",
+        type=_non_negative,
+        default=MESSAGE_REFRESH_S,
+        metavar="SECONDS",
+        help="least time between two writes of a waiting job's message that differ only "
+        "in its figures (GPUs in use, free, left outside the reserve): those change with "
+        "every admission and release, and each rewrite is a status write per waiting "
+        "job; a new phase, reason, wording or spec is written at once "
+        "(default %(default)g; 0: every change)",
     )
     p.add_argument(
         "--leader-elect",

@@ -35,6 +35,7 @@ from typing import Any
 
 from controller.gang.binder import FIELD_MANAGER, Binder, LaunchRefused
 from controller.gang.lifecycle import (
+    MESSAGE_REFRESH_S,
     Agenda,
     Write,
     action_write,
@@ -113,6 +114,11 @@ class GangSettings:
     """Requeue delay after the first gang timeout; doubled for each later one."""
     backoff_max_s: float = 300.0
     """The longest requeue delay after a gang timeout."""
+    message_refresh_s: float = MESSAGE_REFRESH_S
+    """Least time between two writes of a waiting job's message that differ only in
+    its figures (GPUs in use, free, left outside the reserve): those move with every
+    admission and release, and each rewrite is a status write per waiting job. A new
+    phase, reason, wording or spec is written at once."""
     quota_retry_s: float = 10.0
     """How long a pod creation refused by the ResourceQuota is retried (the quota
     controller releases an evicted gang's usage a little after its pods go)."""
@@ -383,7 +389,10 @@ class GangController:
             )  # fmt: skip
             if w is not None:
                 self._submit(w)
-        for w in cycle_writes(result, views, now=now, note=_telemetry_note(telemetry, now)):
+        for w in cycle_writes(
+            result, views, now=now, note=_telemetry_note(telemetry, now),
+            refresh_s=s.message_refresh_s,
+        ):  # fmt: skip
             self._submit(w, assume=w.record)
         self._observe_phases(result, self._clock.monotonic() - t_write)
         self._record_metrics(todo, views, result)

@@ -39,6 +39,7 @@ borrowed share, what counts as a preemption. Pure.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
@@ -81,6 +82,7 @@ from controller.scheduler.types import (
 )
 
 __all__ = [
+    "MESSAGE_REFRESH_S",
     "Action",
     "ActionKind",
     "Agenda",
@@ -657,21 +659,44 @@ def refused_write(
     return replace(w, conditional=False)
 
 
-def _pending(v: JobView, d: Pending, note: str = "") -> Write:
-    """The reason a gang waits, written unless its status already says so."""
+MESSAGE_REFRESH_S = 300.0
+"""Default least time between two writes of a waiting job's message that differs from
+the one written only in its figures (`_pending`)."""
+_FIGURE = re.compile(r"\d+(?:\.\d+)?")
+"""A figure in a message: what `_pending` holds back for up to the refresh."""
+
+
+def _pending(v: JobView, d: Pending, note: str, now: float, refresh_s: float) -> Write:
+    """The reason a gang waits, written unless its status already says so. A new
+    phase, reason (`Quota`, `Capacity`, ...), spec or wording (a note added, another
+    cause) is written at once; a message that differs only in its figures (GPUs in
+    use, free, left outside the reserve, a node's number) at most once per
+    `refresh_s` (`status.messageAt`): those move with every admission and release
+    anywhere in the cluster, and writing them each step is a status write per
+    waiting job per step."""
     status = v.status
     phase = waiting_phase(v)
     message = f"{d.reason} ({note})" if note and d.code != "Refused" else d.reason
     if phase == "Preempted" and status.get("preemptedBy"):
         message = f"preempted by {status['preemptedBy']}; requeued: {d.reason}"
-    said = (status.get("phase"), status.get("reason"), status.get("message"))
-    if said == (phase, d.code, message) and status.get("observedGeneration") == v.obj[
-        "metadata"
-    ].get("generation"):
-        return Write("pending", v)
+    if (status.get("phase"), status.get("reason")) == (phase, d.code) and status.get(
+        "observedGeneration"
+    ) == v.obj["metadata"].get("generation"):
+        said = status.get("message")
+        if said == message:
+            return Write("pending", v)
+        said_at = parse_time(status.get("messageAt"))
+        if (
+            said_at is not None
+            and 0 <= now - said_at < refresh_s
+            and isinstance(said, str)
+            and _FIGURE.sub("#", said) == _FIGURE.sub("#", message)
+        ):
+            return Write("pending", v)
     return Write(
-        "pending", v, phase, d.code, message, conditional=False, stalled=d.code == "Refused"
-    )
+        "pending", v, phase, d.code, message, conditional=False, stalled=d.code == "Refused",
+        fields={"messageAt": format_time(now)},
+    )  # fmt: skip
 
 
 def _admit(v: JobView, d: Admit, now: float) -> Write:
@@ -712,12 +737,19 @@ def _nominate(v: JobView, d: Preempt, by_id: Mapping[JobId, JobView], now: float
 
 
 def cycle_writes(
-    result: CycleResult, views: Sequence[JobView], *, now: float, note: str = ""
+    result: CycleResult,
+    views: Sequence[JobView],
+    *,
+    now: float,
+    note: str = "",
+    refresh_s: float = MESSAGE_REFRESH_S,
 ) -> list[Write]:
     """The cycle's decisions and growths as writes, in its order: admissions,
     nominations and pending reasons, then growths. A write with a `record` is
     the decision the next steps count until it lands. `note` is added to every
-    pending reason (the scheduler's own state, such as telemetry it lacks)."""
+    pending reason (the scheduler's own state, such as telemetry it lacks); a
+    waiting job's message whose phase and reason are unchanged is rewritten at
+    most once per `refresh_s` (`_pending`)."""
     by_id = {v.id: v for v in views}
     out: list[Write] = []
     for d in result.decisions:
@@ -727,7 +759,7 @@ def cycle_writes(
         elif isinstance(d, Preempt):
             out.append(_nominate(v, d, by_id, now))
         else:
-            out.append(_pending(v, d, note))
+            out.append(_pending(v, d, note, now, refresh_s))
     for rz in result.resizes:
         v = by_id[rz.gang.id]
         adm = Admission("Admitted", attempts(v) + 1, rz.placement, now, rz.borrowed_milli)

@@ -481,6 +481,61 @@ def test_a_pending_reason_is_written_once() -> None:
     assert (again.kind, again.phase) == ("pending", None)
 
 
+def _waiting(message: str, at: float | None, **fields: Any) -> JobView:
+    extra = {} if at is None else {"messageAt": format_time(at)}
+    said = job("j", phase="Queued", reason="Capacity", message=message, observedGeneration=1,
+               **extra, **fields)  # fmt: skip
+    (v,) = _views(said)
+    return v
+
+
+def _pending_write(v: JobView, reason: str, code: str = "Capacity", *, now: float) -> Write:
+    assert v.gang is not None
+    (w,) = cycle_writes(CycleResult(decisions=[Pending(v.gang, reason, code)]), [v], now=now,
+                        refresh_s=300.0)  # fmt: skip
+    return w
+
+
+def test_a_waiting_message_whose_figures_move_is_rewritten_at_most_once_per_refresh() -> None:
+    """The figures of a waiting job's message (here the GPUs left outside the
+    reserve) change with every admission and release anywhere in the cluster: in the
+    documented overloaded simulation 375,144 of 406,873 waiting decisions changed
+    the message of the cycle before. Written each time, that is a status write per
+    waiting job per step; held to one per refresh, the status says when it was
+    written (`messageAt`)."""
+    first = _pending_write(_views(job("j"))[0], "needs 1 GPUs; 0.09 are left", now=T0)
+    assert (first.phase, first.message) == ("Queued", "needs 1 GPUs; 0.09 are left")
+    assert first.fields["messageAt"] == format_time(T0)
+    v = _waiting("needs 1 GPUs; 0.09 are left", T0)
+    soon = _pending_write(v, "needs 1 GPUs; 0.15 are left", now=T0 + 299)
+    assert (soon.phase, soon.empty) == (None, True)
+    later = _pending_write(v, "needs 1 GPUs; 0.15 are left", now=T0 + 300)
+    assert (later.phase, later.reason, later.message) == (
+        "Queued", "Capacity", "needs 1 GPUs; 0.15 are left",
+    )  # fmt: skip
+    assert later.fields["messageAt"] == format_time(T0 + 300)
+
+
+def test_a_new_reason_or_spec_is_written_at_once_whatever_the_refresh() -> None:
+    v = _waiting("needs 1 GPUs; 0.09 are left", T0)
+    quota = _pending_write(v, "project p at max", "Quota", now=T0 + 1)
+    assert (quota.reason, quota.message) == ("Quota", "project p at max")
+    edited = _waiting("needs 1 GPUs; 0.09 are left", T0)
+    edited.obj["metadata"]["generation"] = 2
+    again = _pending_write(edited, "needs 1 GPUs; 0.15 are left", now=T0 + 1)
+    assert again.message == "needs 1 GPUs; 0.15 are left"
+    # Other words, not only other figures: a note (telemetry lost), another cause.
+    noted = _pending_write(v, "needs 1 GPUs; 0.09 are left (telemetry unavailable)", now=T0 + 1)
+    assert noted.message == "needs 1 GPUs; 0.09 are left (telemetry unavailable)"
+    # No `messageAt` (written before it existed, or by another phase), or one in the
+    # future (another replica's clock): the message is written.
+    for at in (None, T0 + 60):
+        w = _pending_write(
+            _waiting("needs 1 GPUs; 0.09 are left", at), "needs 1 GPUs; 2 are left", now=T0
+        )
+        assert w.message == "needs 1 GPUs; 2 are left"
+
+
 def test_a_preempted_job_says_who_preempted_it_while_it_waits() -> None:
     (v,) = _views(job("j", phase="Preempted", preemptedBy="p/hi"))
     assert v.gang is not None
