@@ -91,6 +91,7 @@ __all__ = [
     "action_write",
     "cycle_writes",
     "decide",
+    "message_due",
     "plan",
     "refused_write",
     "rollback_delay",
@@ -666,6 +667,20 @@ _FIGURE = re.compile(r"\d+(?:\.\d+)?")
 """A figure in a message: what `_pending` holds back for up to the refresh."""
 
 
+def message_due(
+    said: object, said_at: float | None, message: str, *, now: float, refresh_s: float
+) -> bool:
+    """Whether a waiting job whose status says `said` (written at `said_at`, epoch
+    seconds; None: unknown), under the same phase and reason, gets `message` written
+    now: when the words differ, or only the figures and `refresh_s` has passed (or
+    `said_at` is unknown, or ahead of `now`: another replica's clock)."""
+    if said == message:
+        return False
+    if said_at is None or not 0 <= now - said_at < refresh_s or not isinstance(said, str):
+        return True
+    return _FIGURE.sub("#", said) != _FIGURE.sub("#", message)
+
+
 def _pending(v: JobView, d: Pending, note: str, now: float, refresh_s: float) -> Write:
     """The reason a gang waits, written unless its status already says so. A new
     phase, reason (`Quota`, `Capacity`, ...), spec or wording (a note added, another
@@ -682,16 +697,8 @@ def _pending(v: JobView, d: Pending, note: str, now: float, refresh_s: float) ->
     if (status.get("phase"), status.get("reason")) == (phase, d.code) and status.get(
         "observedGeneration"
     ) == v.obj["metadata"].get("generation"):
-        said = status.get("message")
-        if said == message:
-            return Write("pending", v)
         said_at = parse_time(status.get("messageAt"))
-        if (
-            said_at is not None
-            and 0 <= now - said_at < refresh_s
-            and isinstance(said, str)
-            and _FIGURE.sub("#", said) == _FIGURE.sub("#", message)
-        ):
+        if not message_due(status.get("message"), said_at, message, now=now, refresh_s=refresh_s):
             return Write("pending", v)
     return Write(
         "pending", v, phase, d.code, message, conditional=False, stalled=d.code == "Refused",

@@ -2,7 +2,7 @@
 
 Usage: python -m tests.perf [NAME ...]
 (names: policy, scheduler, devcluster, reconciler, gang, sim, variants, agent,
-prometheus, telemetry, quota, alerts, scale, step; default: all)
+prometheus, telemetry, quota, alerts, scale, step, messages; default: all)
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from tests.perf import (
     alerts,
     devcluster,
     gang,
+    messages,
     policy,
     prometheus,
     quota,
@@ -42,6 +43,7 @@ BENCHMARKS = {
     "alerts": alerts.run,
     "scale": scale.run,
     "step": step.run,
+    "messages": messages.run,
 }
 
 
