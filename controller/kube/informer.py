@@ -66,9 +66,14 @@ class Informer:
         clock: Clock | None = None,
         watch_timeout_s: int = 300,
         on_store: StoreListener | None = None,
+        transform: Callable[[Obj], Obj] | None = None,
     ) -> None:
+        """`transform` is applied to every object before it is cached or handed to
+        `handler` (listed, watched or assumed): a cache that needs a few fields of
+        a large object keeps only those (client-go's `SetTransform`)."""
         self.resource = resource
         self._on_store = on_store
+        self._transform = transform
         self._kube = kube
         self._namespace = namespace
         self._selector = label_selector
@@ -104,6 +109,8 @@ class Informer:
 
     def assume(self, obj: Obj) -> None:
         """Put the result of a write into the cache, unless the cache already holds newer."""
+        if self._transform is not None:
+            obj = self._transform(obj)
         key = key_of(obj)
         with self._lock:
             old = self._store.get(key)
@@ -179,10 +186,17 @@ class Informer:
                 self._clock.wait(self._stop, backoff)
                 backoff = min(backoff * 2, 30.0)
 
+    def relist(self) -> None:
+        """List now, on the caller's thread, as the loop does before it watches: fills
+        (or refreshes) a cache that is not started, and marks it synced."""
+        self._list()
+
     def _list(self) -> None:
         items, rv = self._kube.list(
             self.resource, namespace=self._namespace, label_selector=self._selector
         )
+        if self._transform is not None:
+            items = [self._transform(o) for o in items]
         fresh = {key_of(o): o for o in items}
         with self._lock:
             old = self._store
@@ -237,6 +251,8 @@ class Informer:
                 )
                 if kind == "BOOKMARK":
                     continue
+                if self._transform is not None:
+                    obj = self._transform(obj)
                 key = key_of(obj)
                 with self._lock:
                     if kind == "DELETED":

@@ -31,11 +31,16 @@ Obj = dict[str, Any]
 
 
 class Kube(FakeKube):
-    """FakeKube whose list reads what it stores."""
+    """FakeKube whose list reads what it stores, and counts the lists of each kind."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.listed: dict[str, int] = {}
 
     def list(
         self, res: Resource, *, namespace: str | None = None, label_selector: str | None = None
     ) -> tuple[list[Obj], str]:
+        self.listed[res.kind] = self.listed.get(res.kind, 0) + 1
         return [o for (k, _, _), o in sorted(self.objects.items()) if k == res.kind], str(self.rv)
 
 
@@ -86,6 +91,7 @@ def setup(kube: Kube) -> tuple[AlertActor, Inbox, FakeClock, AlertMetrics]:
     actor = AlertActor(
         kube, inbox=inbox, clock=clock, metrics=metrics, settings=ActorSettings(NS, tick_s=5)
     )
+    actor.nodes.relist()  # what `start` has its watch do first
     return actor, inbox, clock, metrics
 
 
@@ -246,3 +252,45 @@ def test_an_alert_without_a_node_or_for_an_unknown_node_is_counted_and_dropped()
     deliver(actor, inbox, clock, nameless, alert(LEAK, node="gone", fp="g"))
     assert metrics.actions.labels("GangopsControllerDown", "no_node")._value.get() == 1
     assert metrics.actions.labels(LEAK, "no_node")._value.get() == 1
+
+
+def test_the_ticks_read_the_node_cache_not_a_list_each() -> None:
+    """At 5,000 nodes a list of every Node each tick (5 s) was 62 % of an idle
+    `gangops run`'s CPU (docs/performance.md). The ticks read the cache a watch
+    keeps, which holds the fields they read and the actor's own writes."""
+    kube = world()
+    actor, inbox, clock, _ = setup(kube)
+    assert kube.listed == {"Node": 1}
+    deliver(actor, inbox, clock, alert(XID, node="n1", gpu=None, fp="X"))
+    cached = actor.nodes.get("n1")
+    assert cached is not None and STATE_ANNOTATION in cached["metadata"]["annotations"]
+    assert cached["spec"]["unschedulable"] is True  # its own write, in the cache at once
+    assert set(cached) == {"metadata", "spec"}  # not the Node's status
+    for _ in range(20):
+        clock.advance(5)
+        actor.run_once()
+    assert kube.listed == {"Node": 1}
+    deliver(
+        actor, inbox, clock, replace(alert(XID, node="n1", gpu=None, fp="X"), status="resolved")
+    )
+    clock.advance(301)
+    actor.run_once()  # the undo after the cool-down: found by a tick over the cache
+    assert not node(kube)["spec"].get("unschedulable")
+    assert kube.listed == {"Node": 1}
+
+
+def test_alerts_wait_in_the_inbox_until_the_nodes_are_known() -> None:
+    """The breaker counts the episodes the Nodes record: before the cache has
+    listed them an alert is not acted on (it would count against one node)."""
+    kube = world()
+    clock = FakeClock(dt.datetime(2027, 1, 15, 8, 0, tzinfo=dt.UTC))
+    inbox, metrics = Inbox(), AlertMetrics()
+    actor = AlertActor(
+        kube, inbox=inbox, clock=clock, metrics=metrics, settings=ActorSettings(NS, tick_s=5)
+    )
+    inbox.put([alert(XID, node="n1", gpu=None, fp="X")], clock.monotonic())
+    assert actor.run_once() == 0 and not actor.ready()
+    assert not node(kube)["spec"].get("unschedulable")
+    actor.nodes.relist()
+    assert actor.run_once() == 1 and actor.ready()
+    assert node(kube)["spec"]["unschedulable"] is True

@@ -54,6 +54,28 @@ def test_list_then_watch_bookmarks_and_relist_on_410() -> None:
     assert inf.relists == 2
 
 
+def test_a_transform_shapes_what_is_listed_watched_assumed_and_handed_on() -> None:
+    kube = FakeKube()
+    big = {**cm("a", "1"), "data": {"blob": "x" * 1000}}
+    kube.lists = [([big], "10")]
+    kube.watches = [[{"type": "MODIFIED", "object": {**cm("a", "11"), "data": {"k": "v"}}}]]
+    seen: list[dict[str, Any]] = []
+
+    def slim(o: dict[str, Any]) -> dict[str, Any]:
+        return {"metadata": o["metadata"], "keys": sorted(o.get("data") or {})}
+
+    inf = Informer(
+        kube, RESOURCES["ConfigMap"], transform=slim, handler=lambda t, o: seen.append(o)
+    )
+    inf.relist()
+    assert inf.synced and inf.get("a", "ns") == {"metadata": big["metadata"], "keys": ["blob"]}
+    inf._watch()
+    assert inf.get("a", "ns") == {"metadata": cm("a", "11")["metadata"], "keys": ["k"]}
+    inf.assume({**cm("a", "12"), "data": {"z": "1"}})
+    assert inf.get("a", "ns") == {"metadata": cm("a", "12")["metadata"], "keys": ["z"]}
+    assert [o["keys"] for o in seen] == [["blob"], ["k"]]
+
+
 def test_assume_keeps_the_newer_object() -> None:
     inf = Informer(FakeKube(), RESOURCES["ConfigMap"])
     inf.assume(cm("a", "7"))
