@@ -376,6 +376,7 @@ class GangController:
             forecasts=self._forecasts() if self.settings.forecast_horizon_s > 0 else None,
             quotas=namespace_quotas(self.quotas.items()),
             snapshots=self._snapshots,
+            skip_idle=True,
         )
         self._record_demand(now, snap.project_usage, snap.user_usage, todo.queue)
         t_write = self._clock.monotonic()

@@ -24,6 +24,7 @@ from controller.kube.clock import FakeClock
 from controller.scheduler.policy import POLICY_CONFIGMAP, POLICY_KEY
 from controller.scheduler.snapshot import Snapshot
 from controller.scheduler.types import (
+    Admit,
     JobId,
     NamespaceQuota,
     Node,
@@ -326,3 +327,40 @@ def test_a_long_change_log_starts_again_and_the_snapshot_is_built_anew() -> None
     kept = cache.build([a], last, [], set(), **kw)
     assert dump(kept) == dump(build_snapshot([a], last, [], set(), **kw))
     assert kept.nodes[0].whole == 8 - 1 - 1099 % 3
+
+
+def test_steps_with_nothing_to_decide_build_no_snapshot_and_the_next_one_catches_up() -> None:
+    """With nothing queued or nominated and no elastic gang that may grow, a step
+    decides nothing whatever the snapshot: it builds none (at 5,000 nodes that was
+    most of an idle controller's CPU, docs/performance.md). The first step with a
+    gang queued again builds from everything that changed meanwhile, and decides as a
+    controller building its snapshot anew does."""
+    kept, scratch = _controller(kept=True), _controller(kept=False)
+    builds: list[int] = []
+    real = kept._snapshots.build
+
+    def counted(*args: Any, **kwargs: Any) -> Snapshot:
+        builds.append(1)
+        return real(*args, **kwargs)
+
+    kept._snapshots.build = counted  # type: ignore[method-assign]
+    for c in (kept, scratch):
+        for i in range(6):
+            c.jobs.forget(f"q{i}", "p")
+    for i in range(4):
+        for c in (kept, scratch):
+            result = c.step()
+            assert result is not None and not result.decisions
+            c.jobs.forget(f"r{i}", "p")
+            for rank in range(8):
+                c.pods.forget(f"r{i}-1-{rank}", "p")
+            c.pods.assume(gang_foreign(f"x{i}", f"n{4 + i % 2}", 2))
+    assert builds == []
+    for c in (kept, scratch):
+        for i in range(6):
+            c.jobs.assume(gang_job(f"q{i}", 4))
+    decided = [c.step() for c in (kept, scratch)]
+    assert builds == [1]
+    assert decided[0] is not None and decided[1] is not None
+    assert sum(isinstance(d, Admit) for d in decided[0].decisions) == 6
+    assert repr(decided[0].decisions) == repr(decided[1].decisions)
