@@ -59,8 +59,11 @@ IDLE_S = 20.0
 WINDOW_S = 20.0
 REGISTER_MAX_S = 800.0
 """5,000 nodes Ready after the API server (guard; measured 258 s at load 7-8)."""
-IDLE_CPU_MAX = 0.15
-"""Cores used by an idle `gangops run` on 5,000 nodes (guard; measured 0.042)."""
+IDLE_CPU_MAX = 0.05
+"""Cores used by an idle `gangops run` on 5,000 nodes (guard; measured 0.042 at load
+7-8, 0.138 on a quiet machine, then 0.008 once the alert actor stopped listing every
+Node each tick and a step with nothing to decide stopped copying every node:
+docs/performance.md, "Where an idle controller's CPU went")."""
 SETTLE_S = 5.0
 """A memory reading is the largest resident size over this many seconds."""
 CACHE_WAIT_S = 600.0
