@@ -1,6 +1,7 @@
 """The quota-request loop: QuotaRequests in, pull requests and status out.
 
-Each pass (`step`) lists the QuotaRequests and, in this order:
+Each pass (`step`) lists the QuotaRequests (the TrainingJobs, for proposals, come
+from a cache a watch keeps: `jobs`) and, in this order:
 
 1. reads the pull request of each request that has one: merged -> wait for
    the reconciler to apply it (the PolicySource's lastAppliedRevision contains
@@ -35,6 +36,7 @@ from typing import Any
 from controller.gitauth import GitError, auth_from_secret
 from controller.kube.client import FIELD_MANAGER, RESOURCES, ApiError, KubeApi
 from controller.kube.clock import Clock, SystemClock
+from controller.kube.informer import Informer
 from controller.quota.approval import approval
 from controller.quota.body import check_tree, pr_body, pr_title
 from controller.quota.branch import GitUnavailable, PolicyRepo
@@ -118,6 +120,22 @@ class _Retry(Exception):
     pass
 
 
+def _job_summary(job: Obj) -> Obj:
+    """What the proposals read of a TrainingJob (`propose.shortfall`,
+    `propose.proposal`): its name, namespace and labels, and the waiting part of its
+    status; the job cache keeps this, not the whole job."""
+    meta = job.get("metadata") or {}
+    status = job.get("status") or {}
+    return {
+        "metadata": {
+            k: meta[k] for k in ("name", "namespace", "labels", "resourceVersion") if k in meta
+        },
+        "status": {
+            k: status[k] for k in ("phase", "reason", "message", "quotaRequest") if k in status
+        },
+    }
+
+
 @dataclass
 class QuotaController:
     kube: KubeApi
@@ -139,6 +157,13 @@ class QuotaController:
     _approval_checked: dict[tuple[str, int], float] = field(default_factory=dict)
     _not_applied: dict[tuple[str, str], str] = field(default_factory=dict)
     """(source, merge commit) -> the applied revision found not to contain it yet."""
+    jobs: Informer = field(init=False)
+    """The TrainingJobs as the proposals read them (name, owner, the waiting reason),
+    kept by a watch once `start`ed (or filled by `jobs.relist()`): a pass reads them
+    here, not from a list of every job each second."""
+
+    def __post_init__(self) -> None:
+        self.jobs = Informer(self.kube, _JOB, clock=self.clock, transform=_job_summary)
 
     # --- the loop -------------------------------------------------------------
 
@@ -161,13 +186,15 @@ class QuotaController:
             self.clock.wait(self._stop, wait)
 
     def start(self) -> threading.Thread:
-        """`run` on a thread of its own."""
+        """`run` on a thread of its own (and the job cache's watch)."""
+        self.jobs.start()
         t = threading.Thread(target=self.run, name="quota-requests", daemon=True)
         t.start()
         return t
 
     def stop(self) -> None:
         self._stop.set()
+        self.jobs.stop()
 
     def step(self) -> None:
         objs, _ = self.kube.list(_QR)
@@ -202,8 +229,11 @@ class QuotaController:
 
     def _propose_for_blocked_jobs(self, requests: list[Obj]) -> list[Obj]:
         """Create a QuotaRequest for each job blocked only by a max, in projects that
-        opted in; returns those created."""
-        jobs, _ = self.kube.list(_JOB)
+        opted in; returns those created. Nothing until the job cache has listed the
+        jobs."""
+        if not self.jobs.synced:
+            return []
+        jobs = self.jobs.items()
         have = {(o["metadata"]["namespace"], o["metadata"]["name"]) for o in requests}
         created = []
         t = self.clock.monotonic()
