@@ -95,6 +95,12 @@ class GangSettings:
     """Place only on nodes matching this label selector."""
     tick_s: float = 1.0
     """Longest time between two steps when nothing happens (timeouts, backoffs)."""
+    idle_cpu: float = 0.1
+    """The most of a core that steps nothing prompted (the tick) may take: once a step
+    takes more than about this share of `tick_s`, the tick stretches to keep to it (a
+    step over 5,000 queued gangs at 5,000 nodes, about 0.3 s, comes every 3 s when
+    nothing changes, not every second); an event still starts a step at once. 0: the
+    tick never stretches."""
     batch_s: float = 0.05
     """Pause after a wake-up, so a burst of events makes one step; at least as long
     as the last step took, so under a stream of events the loop uses at most half
@@ -255,11 +261,18 @@ class GangController:
             except Exception:
                 log.exception("scheduling step crashed")
             took = self._clock.monotonic() - started
-            self._clock.wait(self._wake, self.settings.tick_s)
+            self._clock.wait(self._wake, self._tick(took))
             self._wake.clear()
             pause = max(self.settings.batch_s, took) if self.settings.batch_s else 0.0
             if pause:
                 self._clock.wait(self._stop, pause)
+
+    def _tick(self, took: float) -> float:
+        """How long to wait for an event after a step that took `took` seconds."""
+        share = self.settings.idle_cpu
+        if share <= 0:
+            return self.settings.tick_s
+        return max(self.settings.tick_s, took * (1 / share - 1))
 
     # -- one step
 

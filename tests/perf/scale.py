@@ -64,6 +64,10 @@ IDLE_CPU_MAX = 0.05
 7-8, 0.138 on a quiet machine, then 0.008 once the alert actor stopped listing every
 Node each tick and a step with nothing to decide stopped copying every node:
 docs/performance.md, "Where an idle controller's CPU went")."""
+QUEUED_CPU_MAX = 0.2
+"""Cores used by `gangops run` with the 5,000 jobs queued and nothing changing (guard;
+steps nothing prompts take at most about a tenth of a core, `GangSettings.idle_cpu`;
+measured in docs/performance.md, "Steps nothing prompts")."""
 SETTLE_S = 5.0
 """A memory reading is the largest resident size over this many seconds."""
 CACHE_WAIT_S = 600.0
@@ -194,7 +198,9 @@ def run(nodes: int = 5000, jobs: int = 5000, pods: int = 10000) -> list[Result]:
             create_s = time.monotonic() - created
             time.sleep(5.0)  # the watch has delivered them
             s0, n0 = _cycles(port)
+            c0, t0 = _cpu_s(proc.pid), time.monotonic()
             time.sleep(WINDOW_S)
+            queued_cpu = (_cpu_s(proc.pid) - c0) / (time.monotonic() - t0)
             s1, n1 = _cycles(port)
             step_s = (s1 - s0) / (n1 - n0) if n1 > n0 else float("inf")
             jobs_rss = _settled_rss(proc.pid)
@@ -222,7 +228,8 @@ def run(nodes: int = 5000, jobs: int = 5000, pods: int = 10000) -> list[Result]:
         f"gangops run: {base_rss:.0f} MiB with no nodes, {nodes_rss:.0f} MiB with them "
         f"({per_node_kib:.1f} KiB per node), idle {idle_cpu * 100:.1f} % of a core over "
         f"{IDLE_S:.0f} s; {jobs} TrainingJobs created in {create_s:.1f} s, one admitted, "
-        f"the rest queued: mean step {step_s:.3f} s over {n1 - n0:.0f} steps, "
+        f"the rest queued: mean step {step_s:.3f} s over {n1 - n0:.0f} steps in "
+        f"{WINDOW_S:.0f} s, {queued_cpu * 100:.1f} % of a core, "
         f"{jobs_rss:.0f} MiB ({per_job_kib:.1f} KiB per queued job); {pods} pods created "
         f"bound in {pods_create_s:.1f} s: {pods_rss:.0f} MiB ({per_pod_kib:.1f} KiB per pod); "
         f"load {load:.1f} at the "
@@ -232,6 +239,12 @@ def run(nodes: int = 5000, jobs: int = 5000, pods: int = 10000) -> list[Result]:
         Result(f"scale: {nodes} nodes Ready", register_s, "s", REGISTER_MAX_S),
         Result("scale: gangops run idle CPU (cores)", idle_cpu, "", IDLE_CPU_MAX),
         Result(f"scale: step with {jobs} queued gangs", step_s, "s", STEP_MAX_S),
+        Result(
+            f"scale: CPU with {jobs} queued, nothing changing (cores)",
+            queued_cpu,
+            "",
+            QUEUED_CPU_MAX,
+        ),
         Result("scale: memory per node", per_node_kib, "KiB", float("inf")),
         Result("scale: memory per queued job", per_job_kib, "KiB", float("inf")),
         Result("scale: memory per pod", per_pod_kib, "KiB", float("inf")),
