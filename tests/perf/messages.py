@@ -1,7 +1,7 @@
 """Benchmark of the status writes a long queue costs: waiting jobs' messages in the
 overloaded simulation, written at every change against held to `--message-refresh`.
 
-The simulator runs the sweep's overloaded row (`sim.OVERLOADED`: three passes of
+The simulator runs the sweep's overloaded row (`sim.overloaded`: three passes of
 openb at twice the cluster's capacity, thousands of gangs queued for hours of
 simulated time) through the real core; every waiting decision of every cycle is
 fed to two writers that apply the controller's rule (`lifecycle.message_due`, the
@@ -27,17 +27,15 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import controller.sim.schedulers as schedulers
 from controller.gang.lifecycle import MESSAGE_REFRESH_S, message_due
 from controller.scheduler.cycle import CycleResult
 from controller.scheduler.types import JobId, Pending
-from controller.sim.run import Experiment
 from controller.sim.run import run as simulate
 from tests.perf.harness import Result
-from tests.perf.sim import OVERLOADED, inputs
+from tests.perf.sim import inputs, overloaded
 
 __all__ = ["Writer", "run"]
 
@@ -93,18 +91,7 @@ def run() -> list[Result]:
     nodes, pods = found
     every, held = Writer(0.0), Writer(MESSAGE_REFRESH_S)
     with _watching([every, held]):
-        simulate(
-            Experiment(
-                nodes,
-                pods,
-                policies=Path("policies"),
-                schedulers=("gangops",),
-                load=OVERLOADED["load"],
-                repeat=int(OVERLOADED["repeat"]),
-                max_duration=OVERLOADED["max_duration"],
-                session_mean=OVERLOADED["session_mean"],
-            )
-        )
+        simulate(overloaded(nodes, pods))
     ratio = every.writes / max(held.writes, 1)
     print(
         f"messages: overloaded row, waiting jobs' status writes: {every.writes:,} at every "

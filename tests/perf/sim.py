@@ -43,7 +43,7 @@ from controller.sim.schedulers import SCHEDULERS
 from controller.sim.traces import TRACES_ENV, trace_path, traces_dir
 from tests.perf.harness import Result
 
-__all__ = ["inputs", "run", "run_benchmarks", "verdict"]
+__all__ = ["inputs", "overloaded", "run", "run_benchmarks", "verdict"]
 
 GANGOPS_FULL_TRACE_MAX_S = 10.0
 """Issue 16's target for the full openb trace with departures, gangops alone, in CPU
@@ -181,21 +181,24 @@ def run_benchmarks() -> list[Result]:
     return results
 
 
+def overloaded(nodes: Path, pods: Path) -> Experiment:
+    """The overloaded multi-tenant row (`OVERLOADED`), gangops alone."""
+    return Experiment(
+        nodes,
+        pods,
+        policies=Path("policies"),
+        schedulers=("gangops",),
+        load=OVERLOADED["load"],
+        repeat=int(OVERLOADED["repeat"]),
+        max_duration=OVERLOADED["max_duration"],
+        session_mean=OVERLOADED["session_mean"],
+    )
+
+
 def _overloaded(nodes: Path, pods: Path) -> Result:
     """The overloaded multi-tenant row, gangops alone, in CPU seconds."""
     t0 = time.process_time()
-    runs, _ = simulate(
-        Experiment(
-            nodes,
-            pods,
-            policies=Path("policies"),
-            schedulers=("gangops",),
-            load=OVERLOADED["load"],
-            repeat=int(OVERLOADED["repeat"]),
-            max_duration=OVERLOADED["max_duration"],
-            session_mean=OVERLOADED["session_mean"],
-        )
-    )
+    runs, _ = simulate(overloaded(nodes, pods))
     cpu = time.process_time() - t0
     f = figures(runs[0])
     print(

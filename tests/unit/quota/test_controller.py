@@ -344,10 +344,8 @@ def _opt_in(w: World) -> None:
     )
 
 
-def test_a_job_blocked_by_its_projects_max_gets_a_proposal_where_the_project_opted_in(
-    world: World,
-) -> None:
-    w = world
+def _blocked_job(w: World) -> None:
+    """Job nlp/bert of bob, waiting for its project's max (4 GPUs short)."""
     w.kube.create(
         {
             "apiVersion": "ai.operator/v1",
@@ -361,6 +359,13 @@ def test_a_job_blocked_by_its_projects_max_gets_a_proposal_where_the_project_opt
         },
         field_manager="test",
     )
+
+
+def test_a_job_blocked_by_its_projects_max_gets_a_proposal_where_the_project_opted_in(
+    world: World,
+) -> None:
+    w = world
+    _blocked_job(w)
     w.step()
     assert w.kube.get(_QR, "bert-quota", "nlp") is None  # nlp has not opted in
     _opt_in(w)
@@ -419,19 +424,7 @@ def test_passes_read_the_watched_job_cache_not_a_list_of_every_job_each_second(
     keeps; until it has listed them no proposal is made."""
     w = world
     _opt_in(w)
-    w.kube.create(
-        {
-            "apiVersion": "ai.operator/v1",
-            "kind": "TrainingJob",
-            "metadata": {"name": "bert", "namespace": "nlp", "labels": {"ai.operator/user": "bob"}},
-            "status": {
-                "phase": "Queued",
-                "reason": "Quota",
-                "message": "project nlp at max: 60 of 64 GPUs in use, this job needs 8",
-            },
-        },
-        field_manager="test",
-    )
+    _blocked_job(w)
     w.ctl.step()
     assert w.kube.get(_QR, "bert-quota", "nlp") is None  # the cache has not listed yet
     w.ctl.jobs.relist()
