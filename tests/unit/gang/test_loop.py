@@ -1,4 +1,5 @@
-"""The controller's loop: when a step runs with nothing prompting it."""
+"""The controller's loop: when a step runs with nothing prompting it, and what a step
+writes for a queue whose reasons only change their figures."""
 
 from __future__ import annotations
 
@@ -6,9 +7,14 @@ import itertools
 import threading
 
 from controller.gang.controller import GangController, GangSettings
+from controller.gang.lifecycle import Write
 from controller.kube.clock import FakeClock
 from controller.scheduler.cycle import CycleResult
+from controller.scheduler.policy import policy_configmap
 from tests.unit.kube.fakes import FakeKube
+from tests.unit.scheduler.builders import policy_doc
+
+from .builders import foreign, job, node
 
 
 def _starts(step_s: float, settings: GangSettings, steps: int = 4) -> list[float]:
@@ -49,3 +55,44 @@ def test_steps_nothing_prompted_take_at_most_a_tenth_of_a_core() -> None:
     assert all(abs(b - a - (0.01 + 1.0 + 0.05)) < 1e-6 for a, b in itertools.pairwise(fast))
     fixed = _starts(0.3, GangSettings(idle_cpu=0))
     assert all(abs(b - a - (0.3 + 1.0 + 0.3)) < 1e-6 for a, b in itertools.pairwise(fixed))
+
+
+def _second_step_writes(settings: GangSettings) -> tuple[Write, list[Write]]:
+    """A job of 16 one-GPU workers waits on a node of 8 GPUs; its first reason is
+    written, then another scheduler's pod takes 2 of the GPUs and a second step runs
+    5 s later. Returns the first write and what the second step hands out."""
+    c = GangController(FakeKube(), clock=FakeClock(), settings=settings)
+    writes: list[Write] = []
+
+    def submit(w: Write, *, assume: object = None) -> bool:
+        if not w.empty:
+            writes.append(w)
+        return True
+
+    c._submit = submit  # type: ignore[method-assign]
+    c.config.assume(
+        policy_configmap(policy_doc(projects={"p": {}}), c.settings.system_namespace,
+                         resourceVersion="1")
+    )  # fmt: skip
+    c.nodes.assume(node("a"))
+    c.jobs.assume(job("big", 16))
+    c.step()
+    (first,) = writes
+    said = job("big", 16, phase=first.phase, reason=first.reason, message=first.message,
+               observedGeneration=1, **first.fields)  # fmt: skip
+    said["metadata"]["resourceVersion"] = "2"
+    c.jobs.assume(said)  # as the binder wrote it
+    c.pods.assume(foreign("x", "a", 2))
+    writes.clear()
+    c._clock.advance(5)  # type: ignore[attr-defined]
+    c.step()
+    return first, writes
+
+
+def test_a_step_holds_back_a_waiting_message_whose_figures_moved_until_the_refresh() -> None:
+    first, again = _second_step_writes(GangSettings())
+    assert "hold 8 of 16" in first.message and "messageAt" in first.fields
+    assert again == []  # "hold 6 of 16" waits for the refresh
+    first, again = _second_step_writes(GangSettings(message_refresh_s=0))
+    (w,) = again
+    assert w.reason == first.reason and "hold 6 of 16" in w.message
