@@ -531,9 +531,10 @@ def add_subcommand(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
         default=MESSAGE_REFRESH_S,
         metavar="SECONDS",
         help="least time between two writes of a waiting job's message that differ only "
-        "in its figures (GPUs in use, free, left outside the reserve): those change with "
-        "every admission and release, and each rewrite is a status write per waiting "
-        "job; a new phase, reason, wording or spec is written at once "
+        "in its figures (GPUs free, left outside the reserve): those change with every "
+        "admission and release, and each rewrite is a status write per waiting job; a "
+        "new phase, reason, wording or spec is written at once, and so are a Quota "
+        "reason's figures "
         "(default %(default)g; 0: every change)",
     )
     p.add_argument(

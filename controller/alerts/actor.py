@@ -186,6 +186,7 @@ class AlertActor:
         node cache has listed the Nodes (the breaker counts their episodes), alerts
         wait in the inbox."""
         if not self.nodes.synced and not self.nodes.wait_synced(timeout_s):
+            self._metrics.queued.set(len(self._inbox))
             return 0
         if self._clock.monotonic() >= self._next_tick:
             self.tick()

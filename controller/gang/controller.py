@@ -122,12 +122,17 @@ class GangSettings:
     """The longest requeue delay after a gang timeout."""
     message_refresh_s: float = MESSAGE_REFRESH_S
     """Least time between two writes of a waiting job's message that differ only in
-    its figures (GPUs in use, free, left outside the reserve): those move with every
-    admission and release, and each rewrite is a status write per waiting job. A new
-    phase, reason, wording or spec is written at once."""
+    its figures (GPUs free, left outside the reserve): those move with every admission
+    and release, and each rewrite is a status write per waiting job. A new phase,
+    reason, wording or spec is written at once, and so are a `Quota` reason's
+    figures (the quota loop's proposals read them)."""
     quota_retry_s: float = 10.0
     """How long a pod creation refused by the ResourceQuota is retried (the quota
     controller releases an evicted gang's usage a little after its pods go)."""
+
+
+IDLE_TICKS_MAX = 10
+"""The longest a stretched tick (`GangSettings.idle_cpu`) may be, in ticks."""
 
 
 def _telemetry_note(t: Telemetry | None, now: float) -> str:
@@ -268,11 +273,15 @@ class GangController:
                 self._clock.wait(self._stop, pause)
 
     def _tick(self, took: float) -> float:
-        """How long to wait for an event after a step that took `took` seconds."""
+        """How long to wait for an event after a step that took `took` seconds: the
+        tick, stretched for a slow step, at most `IDLE_TICKS_MAX` ticks (the step's
+        wall time may be a slow API call or a busy machine, and what only time brings,
+        a backoff's end or a refresh, must not wait for long)."""
         share = self.settings.idle_cpu
+        tick = self.settings.tick_s
         if share <= 0:
-            return self.settings.tick_s
-        return max(self.settings.tick_s, took * (1 / share - 1))
+            return tick
+        return max(tick, min(took * (1 / share - 1), IDLE_TICKS_MAX * tick))
 
     # -- one step
 

@@ -362,7 +362,9 @@ def decide(
         hints = _hints(views, todo, snap, policy, now, telemetry, forecasts)
         result = CycleResult(hints=hints or Hints())
         if timer:
-            result.phase_seconds = {"plan": t1 - t0, "snapshot": timer() - t1}
+            result.phase_seconds = {"plan": t1 - t0}
+        if memo is not None:
+            memo.carry()  # the nodes and pods this step did not read stay parsed
         return todo, snap, result
     parse = node_of if memo is None else memo.node
     parsed = [parse(o) for o in nodes.values()]
@@ -688,15 +690,20 @@ _FIGURE = re.compile(r"\d+(?:\.\d+)?")
 
 
 def message_due(
-    said: object, said_at: float | None, message: str, *, now: float, refresh_s: float
+    code: str, said: object, said_at: float | None, message: str, *, now: float, refresh_s: float
 ) -> bool:
     """Whether a waiting job whose status says `said` (written at `said_at`, epoch
-    seconds; None: unknown), under the same phase and reason, gets `message` written
-    now: when the words differ, or only the figures and `refresh_s` has passed (or
-    `said_at` is unknown, or ahead of `now`: another replica's clock)."""
+    seconds; None: unknown), under the same phase and reason `code`, gets `message`
+    written now: when the words differ, or only the figures and `refresh_s` has
+    passed (or `said_at` is unknown, or ahead of `now`: another replica's clock). A
+    `Quota` reason's figures are written at once: the quota loop reads them to
+    propose how much the max must rise (`quota.propose.shortfall`), and they move
+    only with the project's or user's own admissions and releases."""
     if said == message:
         return False
-    if said_at is None or not 0 <= now - said_at < refresh_s or not isinstance(said, str):
+    if code == "Quota" or said_at is None or not isinstance(said, str):
+        return True
+    if not 0 <= now - said_at < refresh_s:
         return True
     return _FIGURE.sub("#", said) != _FIGURE.sub("#", message)
 
@@ -704,11 +711,11 @@ def message_due(
 def _pending(v: JobView, d: Pending, note: str, now: float, refresh_s: float) -> Write:
     """The reason a gang waits, written unless its status already says so. A new
     phase, reason (`Quota`, `Capacity`, ...), spec or wording (a note added, another
-    cause) is written at once; a message that differs only in its figures (GPUs in
-    use, free, left outside the reserve, a node's number) at most once per
-    `refresh_s` (`status.messageAt`): those move with every admission and release
-    anywhere in the cluster, and writing them each step is a status write per
-    waiting job per step."""
+    cause) is written at once; a message that differs only in its figures (GPUs
+    free, left outside the reserve, a node's number) at most once per `refresh_s`
+    (`status.messageAt`): those move with every admission and release anywhere in
+    the cluster, and writing them each step is a status write per waiting job per
+    step (`message_due`; a `Quota` reason's figures are written at once)."""
     status = v.status
     phase = waiting_phase(v)
     message = f"{d.reason} ({note})" if note and d.code != "Refused" else d.reason
@@ -718,7 +725,8 @@ def _pending(v: JobView, d: Pending, note: str, now: float, refresh_s: float) ->
         "observedGeneration"
     ) == v.obj["metadata"].get("generation"):
         said_at = parse_time(status.get("messageAt"))
-        if not message_due(status.get("message"), said_at, message, now=now, refresh_s=refresh_s):
+        said = status.get("message")
+        if not message_due(d.code, said, said_at, message, now=now, refresh_s=refresh_s):
             return Write("pending", v)
     return Write(
         "pending", v, phase, d.code, message, conditional=False, stalled=d.code == "Refused",

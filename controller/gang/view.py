@@ -220,6 +220,13 @@ class Memo:
         """Start a step: forget what the last-but-one step used and this one did not."""
         self._old, self._new = self._new, {}
 
+    def carry(self) -> None:
+        """Keep every entry of the last step for the next, used or not: for a step that
+        read only some objects (a step with nothing to decide reads no node or pod),
+        so that the next full step does not parse them all again."""
+        for key, hit in self._old.items():
+            self._new.setdefault(key, hit)
+
     def _memo(self, kind: str, obj: Mapping[str, Any], extra: object, fn: Callable[[], _T]) -> _T:
         meta = obj.get("metadata") or {}
         uid, rv = meta.get("uid"), meta.get("resourceVersion")

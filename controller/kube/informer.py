@@ -188,7 +188,9 @@ class Informer:
 
     def relist(self) -> None:
         """List now, on the caller's thread, as the loop does before it watches: fills
-        (or refreshes) a cache that is not started, and marks it synced."""
+        (or refreshes) a cache that is not started, and marks it synced. Not for a
+        started informer (its loop keeps the resourceVersion this sets)."""
+        assert self._thread is None, "relist() on a started informer"
         self._list()
 
     def _list(self) -> None:

@@ -58,7 +58,9 @@ class Writer:
                 continue
             before = self.said.get(d.gang.id)
             if before is not None and before[0] == d.code:
-                due = message_due(before[1], before[2], d.reason, now=now, refresh_s=self.refresh_s)
+                due = message_due(
+                    d.code, before[1], before[2], d.reason, now=now, refresh_s=self.refresh_s
+                )
                 if not due:
                     continue
             self.writes += 1

@@ -524,6 +524,15 @@ def test_a_new_reason_or_spec_is_written_at_once_whatever_the_refresh() -> None:
     edited.obj["metadata"]["generation"] = 2
     again = _pending_write(edited, "needs 1 GPUs; 0.15 are left", now=T0 + 1)
     assert again.message == "needs 1 GPUs; 0.15 are left"
+    # A Quota reason's figures are written at once: the quota loop reads them to
+    # propose how much the max must rise.
+    at_max = job("j", phase="Queued", reason="Quota", observedGeneration=1,
+                 message="project p at max: 6 of 8 GPUs in use, this job needs 4",
+                 messageAt=format_time(T0))  # fmt: skip
+    (q,) = _views(at_max)
+    fresh = _pending_write(q, "project p at max: 5 of 8 GPUs in use, this job needs 4", "Quota",
+                           now=T0 + 1)  # fmt: skip
+    assert fresh.message == "project p at max: 5 of 8 GPUs in use, this job needs 4"
     # Other words, not only other figures: a note (telemetry lost), another cause.
     noted = _pending_write(v, "needs 1 GPUs; 0.09 are left (telemetry unavailable)", now=T0 + 1)
     assert noted.message == "needs 1 GPUs; 0.09 are left (telemetry unavailable)"

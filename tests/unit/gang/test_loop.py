@@ -53,6 +53,10 @@ def test_steps_nothing_prompted_take_at_most_a_tenth_of_a_core() -> None:
     assert 0.3 / gaps[0] < 0.1
     fast = _starts(0.01, GangSettings())
     assert all(abs(b - a - (0.01 + 1.0 + 0.05)) < 1e-6 for a, b in itertools.pairwise(fast))
+    # A step slowed by a slow API call or a busy machine stretches the tick at most
+    # ten times: what only time brings (a backoff's end) does not wait a minute.
+    stuck = _starts(6.0, GangSettings())
+    assert all(abs(b - a - (6.0 + 10.0 + 6.0)) < 1e-6 for a, b in itertools.pairwise(stuck))
     fixed = _starts(0.3, GangSettings(idle_cpu=0))
     assert all(abs(b - a - (0.3 + 1.0 + 0.3)) < 1e-6 for a, b in itertools.pairwise(fixed))
 

@@ -154,6 +154,23 @@ def test_the_memo_reparses_a_job_under_a_new_policy_and_forgets_what_a_cycle_did
     assert memo.job(j, other)[0] is not spec
 
 
+def test_a_step_that_read_no_node_carries_their_parses_to_the_next() -> None:
+    """A step with nothing to decide reads no node (`decide(skip_idle=True)`): it
+    carries the memo's entries, so the next full step does not parse every node."""
+    memo = Memo()
+    n = node("a")
+    n["metadata"].update(uid="u-a", resourceVersion="1")
+    parsed = memo.node(n)
+    for _ in range(3):
+        memo.next_step()
+        memo.carry()
+    memo.next_step()
+    assert memo.node(n) is parsed
+    memo.next_step()
+    memo.next_step()  # two steps that neither read it nor carried it
+    assert memo.node(n) is not parsed
+
+
 def test_views_and_snapshot_are_the_same_with_and_without_the_memo() -> None:
     nodes = [node("a"), node("b")]
     for n in nodes:
