@@ -49,6 +49,7 @@ from controller.alerts.actor import ActorSettings, AlertActor
 from controller.alerts.metrics import AlertMetrics
 from controller.alerts.receiver import PATH as ALERTMANAGER_PATH
 from controller.alerts.receiver import Credentials, Inbox, Receiver
+from controller.cliargs import non_negative_seconds
 from controller.gang.controller import GangController, GangSettings
 from controller.gang.lifecycle import MESSAGE_REFRESH_S
 from controller.gang.metrics import GangMetrics
@@ -68,17 +69,6 @@ from controller.scheduler.policy import DEFAULT_SYSTEM_NAMESPACE, POLICY_CONFIGM
 from controller.sim.whatif import quota_what_if, recent_workload
 
 __all__ = ["add_subcommand"]
-
-
-def _non_negative(raw: str) -> float:
-    """A number of seconds, 0 or more (an argparse type)."""
-    try:
-        value = float(raw)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {raw!r}") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {raw!r}")
-    return value
 
 
 log = logging.getLogger("gangops.run")
@@ -527,7 +517,7 @@ def add_subcommand(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
     )
     p.add_argument(
         "--message-refresh",
-        type=_non_negative,
+        type=non_negative_seconds,
         default=MESSAGE_REFRESH_S,
         metavar="SECONDS",
         help="least time between two writes of a waiting job's message that differ only "

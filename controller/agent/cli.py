@@ -19,6 +19,7 @@ from controller.agent import health
 from controller.agent.agent import Agent, AgentConfig, Owner, OwnersReader, Snapshot
 from controller.agent.exposition import CONTENT_TYPE, render
 from controller.agent.nvml import Nvml, PynvmlBackend
+from controller.cliargs import positive_seconds
 from controller.httpserver import (
     HttpServer,
     Limits,
@@ -72,16 +73,6 @@ def _addr(v: str) -> str:
     return v
 
 
-def _positive(v: str) -> float:
-    try:
-        f = float(v)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {v!r}") from None
-    if f <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {v!r}")
-    return f
-
-
 def _xid_class(v: str) -> tuple[int, health.XidClass]:
     try:
         return health.parse_xid_class(v)
@@ -110,11 +101,14 @@ def add_subcommand(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
         "(default: $NODE_NAME, else the host name)",
     )
     p.add_argument(
-        "--interval", type=_positive, default=1.0, help="seconds between readings (default 1)"
+        "--interval",
+        type=positive_seconds,
+        default=1.0,
+        help="seconds between readings (default 1)",
     )
     p.add_argument(
         "--deadline",
-        type=_positive,
+        type=positive_seconds,
         default=2.0,
         help="seconds one NVML call may take before its GPU counts as hung (default 2)",
     )
@@ -167,7 +161,7 @@ def add_subcommand(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
     )
     r.add_argument(
         "--speed",
-        type=_positive,
+        type=positive_seconds,
         default=1.0,
         help="play the recording this many times faster (default 1)",
     )

@@ -73,7 +73,7 @@ class ActorSettings:
     """Where the compiled policy's ConfigMap lives."""
     tick_s: float = 5.0
     """How often due work is looked for (restarts after their grace, undo after the
-    cool-down) and the Nodes are listed for the breaker's count."""
+    cool-down) and the Nodes are read (from the node cache) for the breaker's count."""
 
 
 def _summary(node: Obj) -> Obj:
@@ -150,7 +150,7 @@ class AlertActor:
         """The Nodes as the tick reads them, kept by a watch once `start`ed (or filled
         by `nodes.relist()`); the actor puts its own writes in at once."""
         self._acted: dict[str, float | None] = {}
-        """Every Node's episode start, from the last list and the actor's own writes."""
+        """Every Node's episode start, from the last tick and the actor's own writes."""
         self._listed = False
         self._next_tick = 0.0
         self._stop = threading.Event()

@@ -1,0 +1,31 @@
+"""argparse types the commands share: a number of seconds, with the error argparse
+prints for a value that is not one."""
+
+from __future__ import annotations
+
+import argparse
+
+__all__ = ["non_negative_seconds", "positive_seconds"]
+
+
+def _seconds(raw: str) -> float:
+    try:
+        return float(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {raw!r}") from None
+
+
+def positive_seconds(raw: str) -> float:
+    """A number of seconds, more than 0."""
+    value = _seconds(raw)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {raw!r}")
+    return value
+
+
+def non_negative_seconds(raw: str) -> float:
+    """A number of seconds, 0 or more."""
+    value = _seconds(raw)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {raw!r}")
+    return value
