@@ -30,6 +30,14 @@ unused. By default the phases hold at most 3,480 of the 4,000 GPUs at once,
 so capacity is free throughout (a larger burst is refused when the phases
 would not fit).
 
+Every timed phase is also measured in CPU (`tests.perf.cpu.CpuMeter`: each
+process's user+system time from /proc, and the whole machine's busy time):
+the core-seconds the API server, etcd, the controller manager, the fake
+kubelet, the controller, kube-scheduler and this process spent, and what the
+rest of the machine did meanwhile. When every core is busy in both phases, the
+burst's rate over the ceiling's is about the ceiling's CPU per pod over the
+burst's; that share, with and without the controller's own CPU, is printed.
+
 Client QPS (stated with the figures): gangops' client has no client-side rate
 limit (32 pooled connections, 16 job writers, 32 pod writers); kube-scheduler
 runs once at its defaults (qps 50, burst 100) and once at qps 5,000 / burst
@@ -60,6 +68,7 @@ from controller.kube.client import RESOURCES, ApiError, Kube, connect
 from controller.kube.crds import generate_crds, install
 from controller.policy.validate import check_scheduling_policy, schema_dir
 from controller.scheduler.policy import policy_configmap
+from tests.perf.cpu import CpuMeter
 from tests.perf.devcluster import thousand_node_cluster
 from tests.perf.harness import Result, print_table
 
@@ -206,6 +215,10 @@ def _create_all(
     return sent
 
 
+def _per_thousand(seconds: float, pods: int) -> float:
+    return seconds * 1000 / pods
+
+
 def _p99(values: list[float]) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
@@ -296,16 +309,25 @@ def _delete_all(kube: Kube, namespace: str, timeout_s: float = 120.0) -> None:
 
 
 def _kube_scheduler(
-    cluster: DevCluster, kube: Kube, namespace: str, pods: int, *, qps: float, burst: int
+    cluster: DevCluster,
+    kube: Kube,
+    namespace: str,
+    pods: int,
+    *,
+    qps: float,
+    burst: int,
+    meter: CpuMeter,
 ) -> tuple[float, float]:
     """Start a kube-scheduler at these client limits, measure it on `pods` plain pods
-    created at once in `namespace`, stop it."""
+    created at once in `namespace` (its CPU and the cluster's as a phase of `meter`),
+    stop it."""
     ks = cluster.start_kube_scheduler(qps=qps, burst=burst)
     try:
         time.sleep(2.0)  # informers listed
-        return _measure(
-            kube, namespace, [_plain(i, namespace) for i in range(pods)], pods, lambda n, _: n
-        )
+        with meter.phase(f"kube-scheduler {qps:g}/{burst}", {"kube-scheduler": ks.pid}):
+            return _measure(
+                kube, namespace, [_plain(i, namespace) for i in range(pods)], pods, lambda n, _: n
+            )
     finally:
         cluster.stop_component(ks)
 
@@ -347,19 +369,23 @@ def run(
             while "leading" not in log.read_text() and time.monotonic() < deadline:
                 time.sleep(0.1)
             time.sleep(2.0)  # informers listed
+            meter = CpuMeter({c.name: c.pid for c in cluster.components})
+            meter.pids["gangops run"] = proc.pid
             names = sorted(o["metadata"]["name"] for o in kube.list(RESOURCES["Node"])[0])
             kept = names[-aside:]
-            ceiling_rate, _ = _measure(
-                kube,
-                "ceiling",
-                [_plain(i, "ceiling", node=kept[i // 8]) for i in range(pods)],
-                pods,
-                lambda name, _: name,
-            )
+            with meter.phase("ceiling"):
+                ceiling_rate, _ = _measure(
+                    kube,
+                    "ceiling",
+                    [_plain(i, "ceiling", node=kept[i // 8]) for i in range(pods)],
+                    pods,
+                    lambda name, _: name,
+                )
             job_of = lambda name, labels: labels["ai.operator/job-name"]  # noqa: E731
-            gang_rate, gang_p99 = _measure(
-                kube, "gangs", [_job(i, gang) for i in range(jobs)], pods, job_of
-            )
+            with meter.phase("gangops burst"):
+                gang_rate, gang_p99 = _measure(
+                    kube, "gangs", [_job(i, gang) for i in range(jobs)], pods, job_of
+                )
             pace = pace or gang_rate / 2
             paced_p99 = float("nan")
             if paced_jobs:
@@ -371,11 +397,14 @@ def run(
                     job_of,
                     interval_s=gang / pace,
                 )
-            ks_rate, ks_p99 = _kube_scheduler(cluster, kube, "plain", pods, qps=50.0, burst=100)
+            ks_rate, ks_p99 = _kube_scheduler(
+                cluster, kube, "plain", pods, qps=50.0, burst=100, meter=meter
+            )
             _delete_all(kube, "plain")
             raised_rate, raised_p99 = _kube_scheduler(
-                cluster, kube, "plain-raised", pods, qps=RAISED_QPS, burst=RAISED_BURST
-            )
+                cluster, kube, "plain-raised", pods, qps=RAISED_QPS, burst=RAISED_BURST,
+                meter=meter,
+            )  # fmt: skip
         except RuntimeError:
             print((Path(work) / "gangops-run.log").read_text()[-3000:], file=sys.stderr)
             raise
@@ -397,6 +426,22 @@ def run(
         f"{raised_rate / ceiling_rate:.0%} (raised). Client QPS: gangops unlimited "
         "(32 connections, 16 job writers, 32 pod writers)."
     )
+    print("Where the CPU went (user+system core-seconds from /proc, per phase):")
+    for phase in meter.phases:
+        print(f"  {phase.line()}")
+    ceiling_cpu = _per_thousand(meter.phases[0].ours_s, pods)
+    burst = meter.phases[1]
+    burst_cpu = _per_thousand(burst.ours_s, pods)
+    controller_cpu = _per_thousand(burst.cpu_s.get("gangops run", 0.0), pods)
+    print(
+        f"Per 1,000 pods: the ceiling {ceiling_cpu:.2f} core-s, gangops' burst "
+        f"{burst_cpu:.2f} ({controller_cpu:.2f} of it gangops run's own). Where both "
+        f"phases keep every core busy, rate follows CPU per pod: gangops could reach at "
+        f"most {ceiling_cpu / burst_cpu:.0%} of the ceiling as it is, and "
+        f"{ceiling_cpu / max(burst_cpu - controller_cpu, 1e-9):.0%} with a controller "
+        "that used no CPU at all (the API server's, etcd's and the kubelet's work for "
+        "the burst's writes stays)."
+    )
     paced = [Result("gang e2e: p99 creation to bound (paced)", paced_p99, "s", P99_MAX_S)]
     return [
         Result("gang e2e: pods bound per second (burst)", gang_rate, "/s", PODS_PER_S_MIN, True),
@@ -417,6 +462,11 @@ def run(
             True,
         ),
         Result("control plane ceiling: pre-bound pods/s", ceiling_rate, "/s", 0.0, True),
+        Result("control plane ceiling: core-s per 1,000 pods", ceiling_cpu, "s", float("inf")),
+        Result("gang e2e burst: core-s per 1,000 pods", burst_cpu, "s", float("inf")),
+        Result(
+            "gang e2e burst: gangops run core-s per 1,000 pods", controller_cpu, "s", float("inf")
+        ),
         Result(
             "gangops / control plane ceiling",
             gang_rate / ceiling_rate,
