@@ -42,6 +42,7 @@ from controller.gang.lifecycle import (
     cycle_writes,
     decide,
     refused_write,
+    wants_capacity,
 )
 from controller.gang.metrics import GangMetrics
 from controller.gang.record import Admission
@@ -54,6 +55,7 @@ from controller.gang.view import (
     job_views,
     namespace_quotas,
 )
+from controller.jobs.pods import LABEL_JOB
 from controller.kube.client import RESOURCES, ApiError, KubeApi, NotLeaderError
 from controller.kube.clock import Clock, SystemClock
 from controller.kube.events import EventRecorder
@@ -195,11 +197,16 @@ class GangController:
         self.last_result: CycleResult | None = None
         s = self.settings
 
+        self._capacity_wanted = True
+        """Whether the last step had a gang that could use GPUs (`wants_capacity`):
+        until it has, another scheduler's pods may change a decision (`_on_pod`)."""
+
         def informer(kind: str, **kw: Any) -> Informer:
-            return Informer(kube, RESOURCES[kind], handler=self._on_event, clock=self._clock, **kw)
+            kw.setdefault("handler", self._on_event)
+            return Informer(kube, RESOURCES[kind], clock=self._clock, **kw)
 
         self.nodes = informer("Node", label_selector=s.node_selector)
-        self.pods = informer("Pod", on_store=self._pod_index.update)
+        self.pods = informer("Pod", on_store=self._pod_index.update, handler=self._on_pod)
         self.jobs = informer("TrainingJob", label_selector=s.job_selector)
         self.config = informer("ConfigMap", namespace=s.system_namespace)
         self.quotas = informer("ResourceQuota")
@@ -251,6 +258,16 @@ class GangController:
 
     def _on_event(self, kind: EventType, obj: Obj) -> None:
         self._wake.set()
+
+    def _on_pod(self, kind: EventType, obj: Obj) -> None:
+        """A pod of a job wakes the loop; a pod another scheduler placed only while
+        the last step had a gang that could use GPUs (`wants_capacity`): otherwise no
+        step could decide anything else for it, and the next one (an event of a job,
+        a node or a pod of a job, or the tick) reads it from the cache. Beside
+        kube-scheduler binding a thousand pods, each of their events woke a step
+        that decided nothing, about a quarter of a core (docs/performance.md)."""
+        if self._capacity_wanted or LABEL_JOB in (obj["metadata"].get("labels") or {}):
+            self._wake.set()
 
     def _work(self) -> None:
         while not self._stop.is_set() and not all(
@@ -400,6 +417,7 @@ class GangController:
             snapshots=self._snapshots,
             skip_idle=True,
         )
+        self._capacity_wanted = wants_capacity(todo)
         self._record_demand(now, snap.project_usage, snap.user_usage, todo.queue)
         t_write = self._clock.monotonic()
         self.metrics.cycle.observe(t_write - t0)

@@ -354,7 +354,7 @@ def decide(
     t0 = timer() if timer else 0.0
     todo = plan(views, nodes, policy, now=now, busy=busy)
     t1 = timer() if timer else 0.0
-    if skip_idle and not (todo.queue or todo.nominated or any(_may_grow(r) for r in todo.running)):
+    if skip_idle and not wants_capacity(todo):
         snap = Snapshot(
             (), levels=policy.topology_levels, running=todo.running,
             reserve_tiers=policy.reserve_tiers,
@@ -407,6 +407,14 @@ def decide(
     if timer:
         result.phase_seconds = {"plan": t1 - t0, "snapshot": t2 - t1, **result.phase_seconds}
     return todo, snap, result
+
+
+def wants_capacity(todo: Agenda) -> bool:
+    """Whether a gang could use GPUs that free up or be kept from GPUs taken: one
+    queued or nominated, or a running elastic gang that may grow. When none can, a
+    cycle decides nothing whatever the nodes hold (`decide`'s `skip_idle`), so a
+    change to pods another scheduler placed cannot change a step's decisions."""
+    return bool(todo.queue or todo.nominated or any(_may_grow(r) for r in todo.running))
 
 
 def _may_grow(r: Running) -> bool:

@@ -8,6 +8,7 @@ import threading
 
 from controller.gang.controller import GangController, GangSettings
 from controller.gang.lifecycle import Write
+from controller.jobs.pods import LABEL_JOB
 from controller.kube.clock import FakeClock
 from controller.scheduler.cycle import CycleResult
 from controller.scheduler.policy import policy_configmap
@@ -100,3 +101,38 @@ def test_a_step_holds_back_a_waiting_message_whose_figures_moved_until_the_refre
     first, again = _second_step_writes(GangSettings(message_refresh_s=0))
     (w,) = again
     assert w.reason == first.reason and "hold 6 of 16" in w.message
+
+
+def test_another_schedulers_pod_wakes_the_loop_only_while_a_gang_could_use_gpus() -> None:
+    """Beside kube-scheduler binding a thousand pods, each of their events woke a
+    step that could decide nothing (no gang waiting), about a quarter of a core."""
+    api = FakeKube()
+    c = GangController(api, clock=FakeClock())
+    c.config.assume(
+        policy_configmap(policy_doc(projects={"p": {}}), c.settings.system_namespace,
+                         resourceVersion="1")
+    )  # fmt: skip
+    c.nodes.assume(node("a"))
+
+    def watched(pod: dict[str, object]) -> bool:
+        """The pod cache's watch delivers `pod`: did it wake the loop?"""
+        c._wake.clear()
+        c.pods.assume(pod)
+        c.pods._emit("ADDED", pod)  # what its watch hands the handler
+        return c._wake.is_set()
+
+    ours = foreign("w0", "a", 1)
+    ours["metadata"]["labels"] = {LABEL_JOB: "big"}
+    try:
+        assert watched(foreign("x", "a", 2)), "before any step, every pod wakes the loop"
+        c.step()  # nothing queued
+        assert not watched(foreign("y", "a", 2)), "woken for a pod no gang could use"
+        assert watched(ours), "a pod of a job must wake the loop"
+        big = job("big", 16)  # node "a" has 8 GPUs: it waits
+        c.jobs.assume(big)
+        api.objects[("TrainingJob", "p", "big")] = big
+        c.step()
+        c._pool.shutdown(wait=True)  # its reason written
+        assert watched(foreign("z", "a", 1)), "GPUs another scheduler takes matter to a gang"
+    finally:
+        c.stop()
