@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, NamedTuple, TypeVar, cast
 
 from controller.gang.record import Admission
@@ -247,6 +248,17 @@ class Memo:
         """`pod_requests(pod)`, memoised."""
         return self._memo("pod", pod, None, lambda: pod_requests(pod))
 
+    def owned(self, uid: str, pods: Mapping[tuple[str, str], Obj]) -> list[Obj]:
+        """Those of `pods` (a job's, `PodView.job_pods`) whose owner is the job of this
+        uid, by name; memoised while that mapping is the same object (none of them
+        changed), so a step costs the jobs whose pods changed, not every pod."""
+        key = ("owned", uid, "")
+        hit = self._new.get(key) or self._old.get(key)
+        if hit is None or hit[0] is not pods:
+            hit = (pods, _owned((o for _, o in sorted(pods.items())), uid))
+        self._new[key] = hit
+        return cast(list[Obj], hit[1])
+
     def job(
         self,
         obj: Mapping[str, Any],
@@ -334,15 +346,23 @@ def job_views(
         )
         if overrides is not None and job_id in overrides:
             admission = overrides[job_id]
-        mine = [
-            p
-            for p in of_job(meta.get("namespace", ""), meta["name"])
-            if any(
-                r.get("uid") == meta.get("uid") for r in p["metadata"].get("ownerReferences", ())
-            )
-        ]
+        namespace, uid = meta.get("namespace", ""), meta.get("uid")
+        if memo is not None and isinstance(pods, PodView) and uid:
+            mine = memo.owned(str(uid), pods.job_pods(namespace, meta["name"]))
+        else:
+            mine = _owned(of_job(namespace, meta["name"]), uid)
         out.append(JobView(obj, job_id, spec, gang, error, admission, mine))
     return out
+
+
+def _owned(pods: Iterable[Obj], uid: object) -> list[Obj]:
+    """The pods whose owner is the job of this uid (a job deleted and created again
+    under its name has another)."""
+    return [
+        p
+        for p in pods
+        if any(r.get("uid") == uid for r in p["metadata"].get("ownerReferences", ()))
+    ]
 
 
 def _grouped(pods: Iterable[Obj]) -> Callable[[str, str], list[Obj]]:
@@ -422,6 +442,7 @@ def build_snapshot(
 _Held = tuple[int, int, int, int]
 """GPUs (whole, or milli for a namespace), CPU millicores, memory bytes, pods."""
 _ZERO: _Held = (0, 0, 0, 0)
+_NO_PODS: Mapping[tuple[str, str], Obj] = MappingProxyType({})
 
 
 def _plus(a: _Held, b: _Held, sign: int) -> _Held:
@@ -697,7 +718,13 @@ class PodView:
     def of_job(self, namespace: str, name: str) -> list[Obj]:
         """The pods labelled with this job's name (any owner: `job_views` checks), by
         name: the same order however the pods came and went."""
-        return [o for _, o in sorted(self.jobs.get((namespace, name), {}).items())]
+        return [o for _, o in sorted(self.job_pods(namespace, name).items())]
+
+    def job_pods(self, namespace: str, name: str) -> Mapping[tuple[str, str], Obj]:
+        """The pods labelled with this job's name, by key: the same mapping, by
+        identity, in every view until one of them changes (`PodIndex.put` replaces
+        it), so what is read from it can be kept (`Memo.owned`)."""
+        return self.jobs.get((namespace, name), _NO_PODS)
 
     def held(
         self,

@@ -11,7 +11,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controller.gang.view import PodIndex, PodView, build_snapshot, job_views, node_of
+from controller.gang.view import Memo, PodIndex, PodView, build_snapshot, job_views, node_of
 from controller.kube.client import RESOURCES
 from controller.kube.clock import FakeClock
 from controller.kube.informer import Informer
@@ -120,6 +120,10 @@ def test_incremental_index_equals_one_built_from_scratch(
 ) -> None:
     index = PodIndex()
     store: dict[tuple[str, str], Obj] = {}
+    memo = Memo()
+    jobs = [job("j", 2), job("k", 1, adm=admission("a")), job("j", 2), job("k", 1)]
+    jobs[2]["metadata"]["namespace"] = "q"
+    jobs[3]["metadata"].update(namespace="q", uid="uid-k-again")  # deleted, created again
     for op, arg in stream:
         if op == "put":
             index.put(arg)
@@ -127,6 +131,13 @@ def test_incremental_index_equals_one_built_from_scratch(
         else:
             index.remove(arg)
             store.pop(arg, None)
+        # A step after each change: each job's pods, kept in the memo across steps
+        # while they do not change (`Memo.owned`), are those of the pods themselves.
+        memo.next_step()
+        kept = job_views(jobs, index.freeze(), POLICY, memo=memo)
+        assert [v.pods for v in kept] == [
+            v.pods for v in job_views(jobs, list(store.values()), POLICY)
+        ]
     _same_reading(index.freeze(), list(store.values()), owned)
 
 
