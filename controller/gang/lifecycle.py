@@ -42,7 +42,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from controller.gang.record import Admission, format_time, parse_time, status_number
 from controller.gang.view import (
@@ -176,16 +176,35 @@ def _still_at(v: JobView | None, attempt: int) -> JobView | None:
 
 
 def _admitted(
-    v: JobView, out: Agenda, nodes: Mapping[str, Obj], policy: SchedulingPolicy, now: float
+    v: JobView,
+    out: Agenda,
+    nodes: Mapping[str, Obj],
+    policy: SchedulingPolicy,
+    now: float,
+    memo: Memo | None = None,
 ) -> None:
     adm = v.admission
     assert adm is not None and v.gang is not None
+    # A gang running as recorded stays so until its job, its pods or their nodes
+    # change (none of it depends on the time): kept, it costs a lookup a step.
+    uid = str(v.obj["metadata"].get("uid") or "")
+    inputs: tuple[object, ...] = ()
+    if memo is not None and uid:
+        on = (nodes.get((p.get("spec") or {}).get("nodeName") or "") for p in v.pods)
+        inputs = (v.obj, v.pods, adm, v.gang, *on)
+        steady = memo.kept("running", uid, inputs)
+        if steady is not None:
+            out.running.append(steady[0])
+            out.owned.update(steady[1])
+            return
     pods = v.attempt_pods()
     expected = len(adm.placement.pods)
     # The gang holds its GPUs and its quota until its record is cleared, whatever
     # happens to its pods: the records alone never admit more than the quota.
-    out.running.append(Running(_held(v.gang, adm), adm.placement, adm.at))
-    out.owned.update((p["metadata"].get("namespace", ""), p["metadata"]["name"]) for p in pods)
+    running = Running(_held(v.gang, adm), adm.placement, adm.at)
+    owned = tuple((p["metadata"].get("namespace", ""), p["metadata"]["name"]) for p in pods)
+    out.running.append(running)
+    out.owned.update(owned)
     asked = parse_request(v.obj, RESTART_ANNOTATION)
     if asked is not None and asked[0] > adm.at:
         out.actions.append(Action("relocate", v, asked[1] or "a restart elsewhere was requested"))
@@ -212,6 +231,8 @@ def _admitted(
     if len(live) == expected and all(ph in ("Running", "Succeeded") for ph in phases):
         if v.status.get("phase") != "Running":
             out.actions.append(Action("running", v, f"all {expected} workers are running"))
+        elif inputs:
+            memo.keep("running", uid, inputs, (running, owned))  # type: ignore[union-attr]
         return
     if now - adm.at > policy.gang_timeout_seconds:
         started = sum(1 for ph in phases if ph in ("Running", "Succeeded"))
@@ -240,6 +261,28 @@ def _admitted(
         out.actions.append(Action("launch", v))
 
 
+def _stale(v: JobView, memo: Memo | None) -> tuple[Obj, ...]:
+    """The job's live pods of another attempt than the recorded one (to clean up);
+    kept in `memo` while neither its pods nor its record change."""
+    adm = v.admission
+    uid = str(v.obj["metadata"].get("uid") or "")
+    if memo is not None and uid:
+        kept = memo.kept("stale", uid, (v.pods, adm))
+        if kept is not None:
+            return cast(tuple[Obj, ...], kept)
+    current = str(adm.attempt) if adm is not None and adm.state == "Admitted" else None
+    stale = tuple(
+        p
+        for p in v.pods
+        if p["metadata"].get("labels", {}).get(LABEL_ATTEMPT) != current
+        and not pod_terminal(p)
+        and not _deleting(p)
+    )
+    if memo is not None and uid:
+        memo.keep("stale", uid, (v.pods, adm), stale)
+    return stale
+
+
 def plan(
     views: Sequence[JobView],
     nodes: Mapping[str, Obj],
@@ -247,9 +290,13 @@ def plan(
     *,
     now: float,
     busy: frozenset[JobId] = frozenset(),
+    memo: Memo | None = None,
 ) -> Agenda:
     """Sort `views` for a cycle at time `now` (epoch seconds). Jobs in `busy` have
-    writes in flight: they only count for what they hold."""
+    writes in flight: they only count for what they hold. With `memo` (kept across
+    steps), what a job's record, pods and nodes alone decide is kept while none of
+    them changes (a gang running as recorded, the pods to clean up): the same
+    agenda, at the cost of the jobs that changed."""
     out = Agenda()
     by_id = {v.id: v for v in views}
     for v in views:
@@ -269,14 +316,7 @@ def plan(
                     for p in v.attempt_pods()
                 )
             continue
-        current = str(adm.attempt) if adm is not None and adm.state == "Admitted" else None
-        stale = tuple(
-            p
-            for p in v.pods
-            if p["metadata"].get("labels", {}).get(LABEL_ATTEMPT) != current
-            and not pod_terminal(p)
-            and not _deleting(p)
-        )
+        stale = _stale(v, memo)
         if stale:
             out.actions.append(Action("cleanup", v, pods=stale))
         if v.gang is None:
@@ -289,7 +329,7 @@ def plan(
                 out.actions.append(Action("invalid", v, v.error or ""))
             continue
         if adm is not None and adm.state == "Admitted":
-            _admitted(v, out, nodes, policy, now)
+            _admitted(v, out, nodes, policy, now, memo)
             continue
         if adm is not None:  # Nominated
             if now - adm.at > policy.gang_timeout_seconds:
@@ -352,7 +392,7 @@ def decide(
     either way, and the snapshot it returns holds the running gangs (their usage)
     but no nodes. At 5,000 nodes that step was most of an idle controller's CPU."""
     t0 = timer() if timer else 0.0
-    todo = plan(views, nodes, policy, now=now, busy=busy)
+    todo = plan(views, nodes, policy, now=now, busy=busy, memo=memo)
     t1 = timer() if timer else 0.0
     if skip_idle and not wants_capacity(todo):
         snap = Snapshot(

@@ -259,6 +259,23 @@ class Memo:
         self._new[key] = hit
         return cast(list[Obj], hit[1])
 
+    def kept(self, kind: str, uid: str, inputs: tuple[object, ...]) -> Any:
+        """What `keep` stored for (`kind`, `uid`) from these very `inputs` (each the
+        same object), or None."""
+        hit = self._new.get((kind, uid, "")) or self._old.get((kind, uid, ""))
+        if hit is None:
+            return None
+        was = cast(tuple[object, ...], hit[0])
+        if len(was) != len(inputs) or any(a is not b for a, b in zip(was, inputs, strict=True)):
+            return None
+        self._new[(kind, uid, "")] = hit
+        return hit[1]
+
+    def keep(self, kind: str, uid: str, inputs: tuple[object, ...], value: object) -> None:
+        """Store what was made of `inputs` (objects that are replaced, never changed,
+        when what they hold changes) for `kept`."""
+        self._new[(kind, uid, "")] = (inputs, value)
+
     def job(
         self,
         obj: Mapping[str, Any],
