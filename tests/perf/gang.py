@@ -257,6 +257,14 @@ def _measure(
     return pods / (end - start), _p99(latencies)
 
 
+def _prebound(kube: Kube, namespace: str, pods: int, nodes: Sequence[str]) -> float:
+    """Pods per second for `pods` plain pods created already bound, eight to each of
+    `nodes` in turn (no scheduler involved): the control plane's ceiling."""
+    manifests = [_plain(i, namespace, node=nodes[i // 8]) for i in range(pods)]
+    rate, _ = _measure(kube, namespace, manifests, pods, lambda name, _: name)
+    return rate
+
+
 def _job(i: int, gang: int, namespace: str = "gangs") -> dict[str, Any]:
     return {
         "apiVersion": "ai.operator/v1",
@@ -386,13 +394,7 @@ def run(
                 if attempt:
                     _delete_all(kube, "ceiling")
                 with meter.phase(f"ceiling, run {attempt + 1}"):
-                    rate, _ = _measure(
-                        kube,
-                        "ceiling",
-                        [_plain(i, "ceiling", node=kept[i // 8]) for i in range(pods)],
-                        pods,
-                        lambda name, _: name,
-                    )
+                    rate = _prebound(kube, "ceiling", pods, kept)
                 ceilings.append((rate, len(meter.phases) - 1))
             ceiling_rate, ceiling_phase = max(ceilings)
             proc = _controller(cluster.kubeconfig, log)
@@ -421,13 +423,7 @@ def run(
             # another scheduler's pods cost gangops, and the ceiling with it installed.
             _delete_all(kube, "ceiling")
             with meter.phase("ceiling, gangops running"):
-                beside_rate, _ = _measure(
-                    kube,
-                    "beside",
-                    [_plain(i, "beside", node=kept[i // 8]) for i in range(pods)],
-                    pods,
-                    lambda name, _: name,
-                )
+                beside_rate = _prebound(kube, "beside", pods, kept)
             proc.terminate()  # kube-scheduler is measured alone, as gangops was
             proc.wait(30)
             meter.pids.pop("gangops run")
