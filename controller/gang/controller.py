@@ -200,6 +200,10 @@ class GangController:
         self._capacity_wanted = True
         """Whether the last step had a gang that could use GPUs (`wants_capacity`):
         until it has, another scheduler's pods may change a decision (`_on_pod`)."""
+        self._unseen = False
+        """A pod another scheduler placed changed without waking the loop since the
+        current step read the pods: if that step finds a gang that could use GPUs,
+        it wakes the loop for another."""
 
         def informer(kind: str, **kw: Any) -> Informer:
             kw.setdefault("handler", self._on_event)
@@ -268,6 +272,8 @@ class GangController:
         that decided nothing, about a quarter of a core (docs/performance.md)."""
         if self._capacity_wanted or LABEL_JOB in (obj["metadata"].get("labels") or {}):
             self._wake.set()
+        else:
+            self._unseen = True
 
     def _work(self) -> None:
         while not self._stop.is_set() and not all(
@@ -393,6 +399,7 @@ class GangController:
             overrides = dict(self._overrides)
         memo = self._memo
         memo.next_step()
+        self._unseen = False
         pods = self.pods.locked(self._pod_index.freeze)
         views = job_views(
             self.jobs.items(), pods, policy, overrides=overrides, memo=memo,
@@ -418,6 +425,8 @@ class GangController:
             skip_idle=True,
         )
         self._capacity_wanted = wants_capacity(todo)
+        if self._capacity_wanted and self._unseen:
+            self._wake.set()  # a pod changed after the read, unwoken: it may free GPUs
         self._record_demand(now, snap.project_usage, snap.user_usage, todo.queue)
         t_write = self._clock.monotonic()
         self.metrics.cycle.observe(t_write - t0)

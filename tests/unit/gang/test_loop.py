@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+from collections.abc import Callable
 
 from controller.gang.controller import GangController, GangSettings
 from controller.gang.lifecycle import Write
@@ -15,7 +16,7 @@ from controller.scheduler.policy import policy_configmap
 from tests.unit.kube.fakes import FakeKube
 from tests.unit.scheduler.builders import policy_doc
 
-from .builders import foreign, job, node
+from .builders import foreign, job, job_id, node
 
 
 def _starts(step_s: float, settings: GangSettings, steps: int = 4) -> list[float]:
@@ -134,5 +135,27 @@ def test_another_schedulers_pod_wakes_the_loop_only_while_a_gang_could_use_gpus(
         c.step()
         c._pool.shutdown(wait=True)  # its reason written
         assert watched(foreign("z", "a", 1)), "GPUs another scheduler takes matter to a gang"
+        # A step taken while the waiting job's write is in flight sees no gang that
+        # could use GPUs. If a pod frees GPUs after the next step read the pods (the
+        # write done, the job waiting again), nothing wakes the loop for it: that
+        # step must, rather than leave it to the tick.
+        c._busy.add(job_id("big"))
+        c.step()
+        c._busy.clear()
+        read = c.pods.locked
+
+        def read_then_freed(fn: Callable[[], object]) -> object:
+            out = read(fn)
+            assert not watched({**foreign("z", "a", 1), "status": {"phase": "Succeeded"}})
+            return out
+
+        c.pods.locked = read_then_freed  # type: ignore[method-assign,assignment]
+        c._wake.clear()
+        c.step()  # its reason is written already: no write wakes the loop
+        assert c._wake.is_set(), "GPUs freed unseen while a gang waits for them"
+        c.pods.locked = read  # type: ignore[method-assign]
+        c._wake.clear()
+        c.step()
+        assert not c._wake.is_set(), "woken again with nothing unseen"
     finally:
         c.stop()

@@ -153,8 +153,13 @@ def test_a_gang_running_as_recorded_is_planned_from_the_memo_until_something_cha
     running = {id(r) for r in first.running}
     again = step()
     assert {id(r) for r in again.running} == running  # the very same, kept
+    cluster.apply(("stale_pod", "a"))  # a pod of another attempt: to clean up
+    cleanup = [a.pods for a in step().actions if a.kind == "cleanup"]
+    assert len(cleanup) == 1 and [a.pods for a in step().actions] == cleanup
+    assert next(a.pods for a in step().actions) is cleanup[0]  # kept, not found again
     cluster.apply(("node_ready", "n2", False))
     lost = step()
     assert sorted((a.kind, a.job.id) for a in lost.actions) == [
-        ("restart", f"{NS}/{j}") for j in JOBS
+        ("cleanup", f"{NS}/a"),
+        *(("restart", f"{NS}/{j}") for j in JOBS),
     ]
