@@ -4,8 +4,8 @@ Informers watch Nodes, all Pods (any scheduler's GPUs count), TrainingJobs,
 ResourceQuotas (the API server refuses pods past them, so the scheduler admits
 within them), LimitRanges (their defaults are part of what the pods will
 request) and the compiled policy ConfigMap; their events only wake the
-loop. Each
-step, on an event or on the periodic tick:
+loop (a pod another scheduler placed only while a gang could use GPUs:
+`_on_pod`). Each step, on an event or on the periodic tick:
 
 1. `view` reads every job (spec, gang under the policy, recorded decision,
    pods); `lifecycle.plan` says what each recorded decision needs next
