@@ -5,18 +5,22 @@ changed, as the informers' caches replace them."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from controller.gang.lifecycle import Agenda, plan
+from controller.gang.record import Admission
 from controller.gang.view import Memo, PodIndex, job_views
 from controller.nodehealth import RESTART_ANNOTATION
+from controller.scheduler.types import JobId
 
-from .builders import NS, POLICY, admission, job, node, pod
+from .builders import NS, POLICY, admission, job, job_id, node, pod
 
 Obj = dict[str, Any]
+POLICIES = (POLICY, replace(POLICY, gang_timeout_seconds=30.0))
 JOBS = ("a", "b", "c")
 NODES = ("n1", "n2")
 RANKS = (0, 1)
@@ -34,6 +38,10 @@ change = st.one_of(
     st.tuples(st.just("job_attempt"), st.sampled_from(JOBS)),
     st.tuples(st.just("job_restart"), st.sampled_from(JOBS)),
     st.tuples(st.just("time"), st.integers(0, 90)),
+    st.tuples(st.just("policy"), st.sampled_from([0, 1])),
+    st.tuples(st.just("override"), st.sampled_from(JOBS), st.sampled_from([None, 1, 2])),
+    st.tuples(st.just("busy"), st.sampled_from(JOBS), st.booleans()),
+    st.tuples(st.just("idle_step"),),
     st.tuples(st.just("nothing")),
 )  # fmt: skip
 
@@ -51,6 +59,9 @@ class _Cluster:
         self.pods: dict[tuple[str, str], Obj] = {}
         self.index = PodIndex()
         self.nodes = {n: node(n) for n in NODES}
+        self.policy = POLICY
+        self.overrides: dict[JobId, Admission | None] = {}
+        self.busy: set[JobId] = set()
         for j in JOBS:
             self._job(j)
             for r in RANKS:
@@ -104,6 +115,16 @@ class _Cluster:
             self._job(c[1])
         elif kind == "time":
             self.now += c[1]
+        elif kind == "policy":  # a new policy: every gang parsed again
+            self.policy = POLICIES[c[1]]
+        elif kind == "override":  # a record written, its watch event not yet seen
+            if c[2] is None:
+                self.overrides.pop(job_id(c[1]), None)
+            else:
+                at = 1000.0 + c[2]
+                self.overrides[job_id(c[1])] = admission(*NODES, attempt=c[2], at=at)
+        elif kind == "busy":  # a write in flight
+            (self.busy.add if c[2] else self.busy.discard)(job_id(c[1]))
 
 
 def _agenda(todo: Agenda) -> object:
@@ -125,14 +146,19 @@ def test_the_kept_plan_equals_one_made_from_scratch(stream: list[tuple[Any, ...]
     for c in [("nothing",), *stream]:
         cluster.apply(c)
         memo.next_step()
+        if c[0] == "idle_step":  # a step that read nothing carries the memo along
+            memo.carry()
+            continue
         jobs = list(cluster.jobs.values())
-        views = job_views(jobs, cluster.index.freeze(), POLICY, memo=memo)
-        kept = plan(views, cluster.nodes, POLICY, now=cluster.now, memo=memo)
+        policy, overrides, busy = cluster.policy, cluster.overrides, frozenset(cluster.busy)
+        views = job_views(jobs, cluster.index.freeze(), policy, overrides=overrides, memo=memo)
+        kept = plan(views, cluster.nodes, policy, now=cluster.now, busy=busy, memo=memo)
         fresh = plan(
-            job_views(jobs, list(cluster.pods.values()), POLICY),
+            job_views(jobs, list(cluster.pods.values()), policy, overrides=overrides),
             cluster.nodes,
-            POLICY,
+            policy,
             now=cluster.now,
+            busy=busy,
         )
         assert _agenda(kept) == _agenda(fresh), c
 
