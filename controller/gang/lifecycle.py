@@ -231,8 +231,8 @@ def _admitted(
     if len(live) == expected and all(ph in ("Running", "Succeeded") for ph in phases):
         if v.status.get("phase") != "Running":
             out.actions.append(Action("running", v, f"all {expected} workers are running"))
-        elif inputs:
-            memo.keep("running", uid, inputs, (running, owned))  # type: ignore[union-attr]
+        elif memo is not None and inputs:
+            memo.keep("running", uid, inputs, (running, owned))
         return
     if now - adm.at > policy.gang_timeout_seconds:
         started = sum(1 for ph in phases if ph in ("Running", "Succeeded"))

@@ -252,12 +252,11 @@ class Memo:
         """Those of `pods` (a job's, `PodView.job_pods`) whose owner is the job of this
         uid, by name; memoised while that mapping is the same object (none of them
         changed), so a step costs the jobs whose pods changed, not every pod."""
-        key = ("owned", uid, "")
-        hit = self._new.get(key) or self._old.get(key)
-        if hit is None or hit[0] is not pods:
-            hit = (pods, _owned((o for _, o in sorted(pods.items())), uid))
-        self._new[key] = hit
-        return cast(list[Obj], hit[1])
+        mine = self.kept("owned", uid, (pods,))
+        if mine is None:
+            mine = _owned((o for _, o in sorted(pods.items())), uid)
+            self.keep("owned", uid, (pods,), mine)
+        return cast(list[Obj], mine)
 
     def kept(self, kind: str, uid: str, inputs: tuple[object, ...]) -> Any:
         """What `keep` stored for (`kind`, `uid`) from these very `inputs` (each the

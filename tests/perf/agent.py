@@ -19,7 +19,6 @@ Run: `.venv/bin/python -m tests.perf agent` (part of `make bench`).
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -31,6 +30,7 @@ from pathlib import Path
 
 from controller.agent.agent import Agent, AgentConfig
 from controller.agent.replay import Event, Replay, Scenario, load_recording, telemetry_dir
+from tests.perf.cpu import running_cpu
 from tests.perf.harness import Result, print_table
 
 # Thresholds: the targets of issue 12. Measured on the reference machine (2 vCPUs shared
@@ -44,11 +44,6 @@ XID_P99_MAX_S = 2.0
 def _p99(values: list[float]) -> float:
     s = sorted(values)
     return s[min(len(s) - 1, round(0.99 * (len(s) - 1)))]
-
-
-def _cpu_ticks(pid: int) -> int:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])  # utime + stime
 
 
 def _rss_mib(pid: int) -> float:
@@ -73,10 +68,9 @@ def _process_figures() -> list[Result]:
         threading.Thread(target=p.stderr.read, daemon=True).start()  # drain the log
         time.sleep(10)
         rss = _rss_mib(p.pid)
-        hz = os.sysconf("SC_CLK_TCK")
-        t0, c0 = time.monotonic(), _cpu_ticks(p.pid)
+        t0, c0 = time.monotonic(), running_cpu(p.pid)
         time.sleep(30)
-        cpu = 100.0 * (_cpu_ticks(p.pid) - c0) / hz / (time.monotonic() - t0)
+        cpu = 100.0 * (running_cpu(p.pid) - c0) / (time.monotonic() - t0)
         url = f"http://127.0.0.1:{port}/metrics"
         latencies = []
         for _ in range(500):

@@ -15,8 +15,9 @@ import os
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
-__all__ = ["CpuMeter", "Phase"]
+__all__ = ["CpuMeter", "Phase", "machine_busy", "process_cpu", "running_cpu"]
 
 _TICK = os.sysconf("SC_CLK_TCK")
 
@@ -25,12 +26,17 @@ def process_cpu(pid: int) -> float | None:
     """User+system CPU seconds of `pid` (its threads included), or None once it has
     exited."""
     try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-            stat = f.read()
+        return running_cpu(pid)
     except (FileNotFoundError, ProcessLookupError):
         return None
+
+
+def running_cpu(pid: int) -> float:
+    """User+system CPU seconds of `pid`, a process that must still be running (the
+    benchmarks' controller, agent): OSError if it has exited."""
+    stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
     # The command name (field 2) may hold spaces: the fields after it start past ')'.
-    fields = stat[stat.rindex(")") + 2 :].split()
+    fields = stat.rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / _TICK  # utime, stime (fields 14, 15)
 
 

@@ -73,7 +73,7 @@ from controller.kube.client import RESOURCES, ApiError, Kube, connect
 from controller.kube.crds import generate_crds, install
 from controller.policy.validate import check_scheduling_policy, schema_dir
 from controller.scheduler.policy import policy_configmap
-from tests.perf.cpu import CpuMeter
+from tests.perf.cpu import CpuMeter, Phase
 from tests.perf.devcluster import thousand_node_cluster
 from tests.perf.harness import Result, print_table
 
@@ -389,14 +389,14 @@ def run(
             # No scheduler running, gangops not yet started. Twice: the first run after
             # the cluster starts is slower (an API server not yet warm), so the ceiling
             # is the faster of the two, the one least kind to gangops' share.
-            ceilings: list[tuple[float, int]] = []
+            ceilings: list[tuple[float, Phase]] = []
             for attempt in range(2):
                 if attempt:
                     _delete_all(kube, "ceiling")
                 with meter.phase(f"ceiling, run {attempt + 1}"):
                     rate = _prebound(kube, "ceiling", pods, kept)
-                ceilings.append((rate, len(meter.phases) - 1))
-            ceiling_rate, ceiling_phase = max(ceilings)
+                ceilings.append((rate, meter.phases[-1]))
+            ceiling_rate, ceiling = max(ceilings, key=lambda c: c[0])
             proc = _controller(cluster.kubeconfig, log)
             deadline = time.monotonic() + 60
             while "leading" not in log.read_text() and time.monotonic() < deadline:
@@ -460,10 +460,10 @@ def run(
     for phase in meter.phases:
         print(f"  {phase.line()}")
     phases = {p.name: p for p in meter.phases}
-    ceiling_cpu = _per_thousand(meter.phases[ceiling_phase].ours_s, pods)
+    ceiling_cpu = _per_thousand(ceiling.ours_s, pods)
     burst = phases["gangops burst"]
     burst_cpu = _per_thousand(burst.ours_s, pods)
-    controller_cpu = _per_thousand(burst.cpu_s.get("gangops run", 0.0), pods)
+    controller_cpu = _per_thousand(burst.cpu_s["gangops run"], pods)
     beside_cpu = _per_thousand(phases["ceiling, gangops running"].cpu_s["gangops run"], pods)
     print(
         f"Per 1,000 pods: the ceiling {ceiling_cpu:.2f} core-s, gangops' burst "

@@ -49,6 +49,7 @@ from pathlib import Path
 
 from controller.devcluster import Options, ensure_binaries, start
 from controller.kube.client import RESOURCES, connect
+from tests.perf.cpu import running_cpu
 from tests.perf.devcluster import thousand_node_cluster
 from tests.perf.gang import SYSTEM_NS, _create_all, _job, _plain, _setup
 from tests.perf.harness import Result, print_table
@@ -81,11 +82,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _rss_mib(pid: int) -> float:
@@ -190,18 +186,18 @@ def run(nodes: int = 5000, jobs: int = 5000, pods: int = 10000) -> list[Result]:
             procs.append(proc)
             _wait_cached(port, "nodes", nodes)
             nodes_rss = _settled_rss(proc.pid)
-            c0, t0 = _cpu_s(proc.pid), time.monotonic()
+            c0, t0 = running_cpu(proc.pid), time.monotonic()
             time.sleep(IDLE_S)
-            idle_cpu = (_cpu_s(proc.pid) - c0) / (time.monotonic() - t0)
+            idle_cpu = (running_cpu(proc.pid) - c0) / (time.monotonic() - t0)
             idle_rss = _rss_mib(proc.pid)
             created = time.monotonic()
             _create_all(kube, [_job(i, 8) for i in range(jobs)])
             create_s = time.monotonic() - created
             time.sleep(5.0)  # the watch has delivered them
             s0, n0 = _cycles(port)
-            c0, t0 = _cpu_s(proc.pid), time.monotonic()
+            c0, t0 = running_cpu(proc.pid), time.monotonic()
             time.sleep(WINDOW_S)
-            queued_cpu = (_cpu_s(proc.pid) - c0) / (time.monotonic() - t0)
+            queued_cpu = (running_cpu(proc.pid) - c0) / (time.monotonic() - t0)
             s1, n1 = _cycles(port)
             step_s = (s1 - s0) / (n1 - n0) if n1 > n0 else float("inf")
             jobs_rss = _settled_rss(proc.pid)
