@@ -1,7 +1,7 @@
 """Placement quality on FGD's workload variants (issue 17).
 
 FGD's paper reports the openb trace in more shapes than the default one:
-multi-GPU pods raised to 50 % of the GPU pods, every GPU pod a share, a third
+multi-GPU pods raised to 50 % of the GPU demand, every GPU pod a share, a third
 of the pods restricted to one GPU model. `sim.variants` builds them from the
 default trace with a seed (docs/simulator.md, "Variants"); each is run
 arrivals-only as FGD measures (inflated to 1.3 x capacity by resampling,

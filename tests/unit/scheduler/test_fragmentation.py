@@ -40,16 +40,20 @@ FRAG_CASES = [
     FragCase("CPU for none: everything", typical(1, 500, 8000), (1000,), 4000, 1000),
     FragCase("CPU for all: as FGD", typical(1, 1000, 8000), (1000, 1000), 16000, 0),
     FragCase(
-        "CPU for two of four GPUs: the other two are fragments", typical(1, 1000, 8000),
-        (1000, 1000, 1000, 1000), 16000, 2000,
+        "CPU for two of four GPUs: the other two are half fragments", typical(1, 1000, 8000),
+        (1000, 1000, 1000, 1000), 16000, 1000,
     ),
     FragCase(
-        "CPU for one share of four: only the device it uses", typical(1, 500, 4000),
-        (1000, 1000), 4000, 1000,
+        "CPU for one share of four: the other device is half a fragment", typical(1, 500, 4000),
+        (1000, 1000), 4000, 500,
     ),
     FragCase(
-        "CPU for two shares: one device holds both", typical(1, 400, 4000),
-        (300, 1000, 1000), 8000, 1300,
+        "CPU for two shares: one device holds both, the other is half a fragment",
+        typical(1, 400, 4000), (300, 1000, 1000), 8000, 800,
+    ),
+    FragCase(
+        "CPU for one of two 2-GPU pods: half of the two GPUs it cannot feed",
+        typical(2, 1000, 30000), (1000, 1000, 1000, 1000), 40000, 1000,
     ),
 ]  # fmt: skip
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -41,15 +42,26 @@ def _gpu(jobs: list[TraceJob]) -> list[TraceJob]:
     return [j for j in jobs if j.pod.gpus > 0]
 
 
-def test_multigpu50_makes_half_the_gpu_pods_multi_gpu_from_the_traces_own_shapes() -> None:
+def test_multigpu50_adds_copies_of_the_traces_multi_gpu_pods_until_they_ask_for_half() -> None:
     before = _trace()
     out = make_variant(before, "multigpu50", seed=1, nodes=NODES)
-    gpu = _gpu(out)
-    multi = [j for j in gpu if j.pod.gpus > 1]
-    assert len(multi) == len(gpu) // 2 == 105
-    assert {j.pod for j in multi} <= {j.pod for j in before if j.pod.gpus > 1}
-    assert [(j.id, j.submit) for j in out] == [(j.id, j.submit) for j in before]
-    assert [j.pod for j in out if j.pod.gpus == 0] == [j.pod for j in before if j.pod.gpus == 0]
+    # The trace's pods stay as they are, first; copies of its multi-GPU jobs follow.
+    assert out[: len(before)] == before
+    added = out[len(before) :]
+    assert added and all(j.pod.gpus > 1 for j in added)
+    by_id = {j.id: j for j in before}
+    for j in added:
+        name, _, n = j.id.rpartition("-multigpu-")
+        assert n.isdigit() and replace(by_id[name], id=j.id) == j  # shape, times and all
+    assert len({j.id for j in out}) == len(out)
+
+    def share(jobs: list[TraceJob]) -> float:
+        gpu = _gpu(jobs)
+        return sum(j.gpu_milli for j in gpu if j.pod.gpus > 1) / sum(j.gpu_milli for j in gpu)
+
+    # Half of the GPUs asked for, and the last copy is what crossed the line.
+    assert share(out) >= 0.5 > share(out[:-1])
+    assert share(before) < 0.5
 
 
 def test_gpushare100_makes_every_gpu_pod_a_share() -> None:
@@ -101,10 +113,10 @@ def test_cli_variant_needs_a_trace(capsys: pytest.CaptureFixture[str], tmp_path:
 
 def test_fgd_measure_asks_one_pod_of_cpu_where_gangops_asks_for_every_gpu() -> None:
     """Two free GPUs, CPU for one 8-core pod: FGD sees no fragment, the core's
-    measure counts the GPU the CPU cannot feed."""
+    measure counts the GPU the CPU cannot feed as half a fragment."""
     typical = [TypicalPod(1, MILLI, 8000, frozenset(), 1.0)]
     assert FragModel(typical, cpu_feeds=False).frag("", (MILLI, MILLI), 8000) == 0
-    assert FragModel(typical).frag("", (MILLI, MILLI), 8000) == MILLI
+    assert FragModel(typical).frag("", (MILLI, MILLI), 8000) == MILLI / 2
     assert FragModel(typical, cpu_feeds=False).frag("", (MILLI, MILLI), 4000) == 2 * MILLI
 
 
