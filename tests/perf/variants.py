@@ -9,11 +9,16 @@ shuffled per seed, allocation when arrived demand reaches 100 %) through
 gangops, the `fgd` baseline (FGD's measure and ties), bestfit and random,
 `GANGOPS_BENCH_SEEDS` arrival seeds (default 3: 42, 43, 44), variant seed 42.
 
-Published figures: the paper's per-variant figures are not in
-../shared/traces or the docs, so each row compares with the FGD, BestFit and
-Random runs of the same workload and seeds here (on the default trace these
-baselines land within 0.6 point of the published 95.23/92.86/86.30 %; see
-docs/simulator.md). `PUBLISHED` holds a figure where one is known.
+Published figures (`PUBLISHED`): FGD's artifact ships the allocation curves its
+paper plots (hkust-adsl/kubernetes-scheduler-simulator,
+experiments/analysis/expected_results/analysis_allo_discrete.csv, commit
+1853fc0: ten seeds 42-51 per workload and policy, the paper's bar charts read
+its column 100, allocation at 100 % arrived). The means of that column for
+the default trace are the paper's 95.23/92.86/86.30 %. Each row prints the
+published FGD, BestFit and Random figures beside the runs here; the
+published FGD + 1 is a threshold of its own. `gpuspec33` here is not the
+published file's shape (docs/simulator.md, "Variants"), so its published
+figures are printed but not compared.
 
 Threshold per workload (the default trace and each variant): gangops at
 least FGD + 1 point (the issue's goal), against FGD as measured on the same
@@ -45,8 +50,14 @@ GOAL_POINTS = 1.0
 """The issue's goal: gangops at least FGD + 1 point on every variant."""
 PUBLISHED: dict[str, dict[str, float]] = {
     "default": {"fgd": 95.23, "bestfit": 92.86, "random": 86.30},
+    "multigpu50": {"fgd": 97.09, "bestfit": 95.62, "random": 81.28},
+    "gpushare100": {"fgd": 86.64, "bestfit": 84.62, "random": 78.90},
+    "gpuspec33": {"fgd": 87.84, "bestfit": 80.40, "random": 83.87},
 }
-"""FGD paper, allocation at 100 % arrived, per workload (only the default's is known here)."""
+"""FGD's artifact, allocation at 100 % arrived, mean of seeds 42-51 per workload
+(`analysis_allo_discrete.csv`, column 100; policies 06-FGD, 05-BestFit, 01-Random)."""
+COMPARABLE = frozenset({"default", "multigpu50", "gpushare100"})
+"""Workloads built as the published files are (docs/simulator.md, "Variants")."""
 VARIANT_SEED = 42
 
 
@@ -82,8 +93,9 @@ def run() -> list[Result]:
                 f"{per_seed['gangops']} vs {name} {alloc[name]:.2f} % {per_seed[name]}: "
                 f"x{g / max(alloc[name], 1e-9):.4f}, {g - alloc[name]:+.2f} pt; published "
                 + (f"{pub:.2f} % ({g - pub:+.2f} pt)" if pub is not None else "not available")
+                + ("" if variant in COMPARABLE else " (a different workload shape)")
             )
-        if "fgd" in published:
+        if "fgd" in published and variant in COMPARABLE:
             results.append(
                 Result(
                     f"variants: {variant} gangops - published fgd",
