@@ -16,7 +16,7 @@ from controller.scheduler.types import MILLI, Gang, JobId, Node, Placement, PodS
 from controller.sim.baselines import FgdPlacer
 from controller.sim.cli import add_subcommand
 from controller.sim.traces import TraceError, TraceJob
-from controller.sim.variants import VARIANTS, make_variant
+from controller.sim.variants import SPEC_MIX, VARIANTS, make_variant
 
 GIB = 1 << 30
 
@@ -72,16 +72,24 @@ def test_gpushare100_makes_every_gpu_pod_a_share() -> None:
     assert {j.pod for j in _gpu(out)} <= {j.pod for j in before if j.pod.shared}
 
 
-def test_gpuspec33_restricts_a_third_to_one_model_that_can_hold_them() -> None:
+def test_gpuspec33_restricts_a_third_to_the_published_model_lists_that_can_hold_them() -> None:
     out = make_variant(_trace(), "gpuspec33", seed=1, nodes=NODES)
     picky = [j for j in _gpu(out) if j.pod.gpu_models]
     assert len(picky) == 70
-    assert all(len(j.pod.gpu_models) == 1 for j in picky)
-    # An 8-GPU or 4-GPU pod only fits a G2 node; both models are drawn for 1-GPU pods.
-    assert all(j.pod.gpu_models == {"G2"} for j in picky if j.pod.gpus > 2)
-    models = Counter(next(iter(j.pod.gpu_models)) for j in picky if j.pod.gpus == 1)
-    assert set(models) == {"G2", "T4"}
-    assert models["G2"] > models["T4"]  # 48 G2 GPUs against 12 T4
+    assert {j.pod.gpu_models for j in picky} <= {spec for spec, _ in SPEC_MIX}
+    # An 8-GPU or 4-GPU pod only fits a G2 node: its list names G2 (alone or among others).
+    assert all("G2" in j.pod.gpu_models for j in picky if j.pod.gpus > 2)
+    # 1-GPU pods get lists in the published file's proportions, not the supply's:
+    # T4 alone is the commonest list although the G2 nodes have 48 GPUs against 12 T4.
+    lists = Counter(j.pod.gpu_models for j in picky if j.pod.gpus == 1)
+    assert lists[frozenset({"T4"})] > lists[frozenset({"G2"})] > 0
+    assert all(m & {"G2", "T4"} for m in lists)
+
+
+def test_gpuspec33_leaves_a_pod_free_when_no_listed_model_can_hold_it() -> None:
+    other = [Node(f"x-{i}", 8, cpu_milli=96000, memory=512 * GIB, gpu_model="X") for i in range(4)]
+    out = make_variant(_trace(), "gpuspec33", seed=1, nodes=other)
+    assert not [j for j in out if j.pod.gpu_models]
 
 
 @pytest.mark.parametrize("name", VARIANTS)
