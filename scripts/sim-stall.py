@@ -8,7 +8,17 @@ until the arrived demand reaches 100 % of the cluster, and prints what is left:
 the pods turned away by shape, the free GPU milli by what is left on each device,
 the shares that sit together on each device and what they leave, and two offline
 packings of the same arrived pods that ignore CPU, memory and nodes (best-fit
-decreasing of every share; the same turning away the largest shares first)."""
+decreasing of every share; the same turning away the largest shares first).
+
+`--hindsight K` asks what knowing the future would buy (docs/simulator.md,
+"Hindsight"): from `--from` % arrived on, before each one-pod gang with GPUs is
+placed, the core's choice and the K-1 best-scored other node states (a node
+counts once per GPU model, size, free devices and CPU left) are each tried: the
+gang assumed there, the next `--horizon` arrivals (default: all of them up to
+100 %) placed by the core, and all of it taken back (`Snapshot.forget`). The
+candidate after which the most GPU was placed wins, the core's choice on a tie.
+With `--turn-away`, leaving the gang out is a candidate too. Slow: the default
+trace from 80 % arrived with K=4 takes about a quarter of an hour."""
 
 from __future__ import annotations
 
@@ -18,10 +28,10 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 
 from controller.scheduler.fragmentation import FragModel, block_cpu, block_share, typical_pods
-from controller.scheduler.placement import place
+from controller.scheduler.placement import frag_score, place
 from controller.scheduler.policy import SchedulingPolicy
-from controller.scheduler.snapshot import Snapshot
-from controller.scheduler.types import MILLI, Running
+from controller.scheduler.snapshot import NodeState, Snapshot
+from controller.scheduler.types import MILLI, Gang, Placement, PodPlacement, Running
 from controller.sim.engine import gang_of
 from controller.sim.run import prepare_arrivals
 from controller.sim.tenants import open_policy_doc
@@ -50,7 +60,26 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("variant", nargs="?", default="default", choices=("default", *VARIANTS))
     ap.add_argument("--seed", type=int, default=42, help="arrival seed")
+    ap.add_argument(
+        "--hindsight", type=int, default=0, metavar="K",
+        help="try K candidate nodes per pod, each judged by what the core places after it"
+        " (default 0: the core's choice alone)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--from", dest="start", type=float, default=90.0, metavar="PERCENT",
+        help="with --hindsight: the arrived share from which it is used (default 90)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--horizon", type=int, default=0, metavar="N",
+        help="with --hindsight: arrivals looked ahead (default 0: every one up to 100 %%)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--turn-away", action="store_true",
+        help="with --hindsight: leaving the pod out is a candidate too",
+    )  # fmt: skip
     args = ap.parse_args()
+    if args.hindsight < 0 or args.horizon < 0:
+        ap.error("--hindsight and --horizon take 0 or more")
     openb = traces_dir() / "openb"
     nodes = load_cluster_file(openb / "openb_node_list_gpu_node.csv")
     jobs = load_trace(openb / "openb_pod_list_default.csv")
@@ -66,17 +95,23 @@ def main() -> None:
     on_device: dict[tuple[str, int], list[int]] = defaultdict(list)
     shares: list[int] = []
     whole = 0
+    gangs: list[tuple[Gang, int]] = []
     for job in prepare_arrivals(jobs, cap, seed=args.seed, tune=1.3, order="shuffled"):
         gang = gang_of(job, policy)
         if arrived + gang.gpu_total > cap:
             break
         arrived += gang.gpu_total
+        gangs.append((gang, arrived))
+    hindsight = Hindsight(snap, frag, [g for g, _ in gangs], args)
+    for i, (gang, upto) in enumerate(gangs):
         pod = gang.pod
         if pod.shared:
             shares.append(pod.gpu_milli)
         else:
             whole += gang.gpu_total // MILLI
         found = place(snap, gang)
+        if found is not None and args.hindsight and 100 * upto >= args.start * cap:
+            found = hindsight.choose(i, found)
         if found is None:
             dropped[(pod.gpus, pod.gpu_milli, pod.cpu_milli // 1000)] += 1
             continue
@@ -87,6 +122,8 @@ def main() -> None:
             on_device[(p.node, p.devices[0])].append(pod.gpu_milli)
     print(f"{args.variant}, seed {args.seed}: {100 * used / cap:.2f} % allocated at "
           f"{100 * arrived / cap:.2f} % arrived; {(cap - used) / MILLI:.1f} GPUs free")  # fmt: skip
+    if args.hindsight:
+        print(hindsight.summary())
     print("turned away (GPUs, milli, cores): " + ", ".join(
         f"{k} x{n}" for k, n in dropped.most_common()))  # fmt: skip
     left: Counter[int] = Counter()
@@ -106,6 +143,85 @@ def main() -> None:
     print(f"offline, no CPU/memory/nodes: every share placed (best-fit decreasing) "
           f"{100 * (cap - waste_of(shares)) / cap:.2f} %; turning away the largest shares "
           f"first {100 * (whole * MILLI + choose) / cap:.2f} %")  # fmt: skip
+
+
+class Hindsight:
+    """Each decision judged by what the core places after it (`--hindsight`)."""
+
+    def __init__(
+        self, snap: Snapshot, frag: FragModel, gangs: Sequence[Gang], args: argparse.Namespace
+    ) -> None:
+        self.snap, self.frag, self.gangs, self.args = snap, frag, gangs, args
+        self.decisions = self.changed = self.turned_away = 0
+
+    def choose(self, i: int, found: Placement) -> Placement | None:
+        """The candidate for gang `i` after which the most GPU is placed (None:
+        leave it out), `found` (the core's choice) on a tie."""
+        gang = self.gangs[i]
+        if len(found.pods) != 1 or not gang.pod.gpus:
+            return found
+        self.decisions += 1
+        candidates: list[Placement | None] = [found, *self._others(gang, found)]
+        if self.args.turn_away:
+            candidates.append(None)
+        best: Placement | None = found
+        most = -1
+        for c in candidates:
+            if c is None:
+                placed = self._rollout(i) - gang.gpu_total
+            else:
+                self.snap.assume(Running(gang, c, 0.0))
+                placed = self._rollout(i)
+                self.snap.forget(gang.id)
+            if placed > most:
+                best, most = c, placed
+        if best is not found:
+            self.changed += 1
+            self.turned_away += best is None
+        return best
+
+    def _others(self, gang: Gang, found: Placement) -> list[Placement]:
+        """The best-scored nodes other than `found`'s, one per node state."""
+
+        def state(ns: NodeState) -> tuple[object, ...]:
+            return (ns.node.gpu_model, ns.node.gpus, tuple(sorted(ns.free)), ns.cpu)
+
+        seen = {state(self.snap.by_name[found.pods[0].node])}
+        scored = sorted(
+            (frag_score(self.frag, ns, gang.pod), ns)
+            for ns, _ in self.snap.open_slots(gang.pod, frozenset())
+        )
+        out: list[Placement] = []
+        for score, ns in scored:
+            if len(out) + 1 >= self.args.hindsight:
+                break
+            if state(ns) not in seen:
+                seen.add(state(ns))
+                out.append(Placement((PodPlacement(ns.name, score[4]),)))
+        return out
+
+    def _rollout(self, i: int) -> int:
+        """Milli-GPUs the core places of the arrivals after gang `i` (then taken back)."""
+        end = len(self.gangs) if not self.args.horizon else i + 1 + self.args.horizon
+        placed: list[Gang] = []
+        for gang in self.gangs[i + 1 : end]:
+            found = place(self.snap, gang)
+            if found is not None:
+                self.snap.assume(Running(gang, found, 0.0))
+                placed.append(gang)
+        for gang in reversed(placed):
+            self.snap.forget(gang.id)
+        return sum(g.gpu_total for g in placed)
+
+    def summary(self) -> str:
+        a = self.args
+        ahead = f"the next {a.horizon} arrivals" if a.horizon else "every later arrival"
+        return (
+            f"hindsight: {a.hindsight} candidates from {a.start:g} % arrived, judged by "
+            f"{ahead}{', leaving the pod out among them' if a.turn_away else ''}: "
+            f"{self.decisions} decisions, {self.changed} changed"
+            f" ({self.turned_away} pods left out)"
+        )
 
 
 def waste_of(shares: Sequence[int]) -> int:
