@@ -6,9 +6,10 @@ Replays the openb trace (or a variant, variant seed 42) as `gangops simulate
 --arrivals-only` does for one-pod gangs, `placement.place` then `Snapshot.assume`,
 until the arrived demand reaches 100 % of the cluster, and prints what is left:
 the pods turned away by shape, the free GPU milli by what is left on each device,
-the shares that sit together on each device and what they leave, and two offline
+the shares that sit together on each device and what they leave, two offline
 packings of the same arrived pods that ignore CPU, memory and nodes (best-fit
-decreasing of every share; the same turning away the largest shares first).
+decreasing of every share; the same turning away the largest shares first), and
+a bound on any packing that places every arrived share (`fluid_waste`).
 
 `--hindsight K` asks what knowing the future would buy (docs/simulator.md,
 "Hindsight"): from `--from` % arrived on, before each one-pod gang with GPUs is
@@ -140,9 +141,13 @@ def main() -> None:
     room = cap // MILLI - whole
     ranked = sorted(shares, reverse=True)
     choose = max(best_fit(ranked[k:], room) for k in range(0, len(ranked), 10))
+    def share(milli: int) -> str:
+        return f"{100 * min(arrived, milli) / cap:.2f} %"
+
     print(f"offline, no CPU/memory/nodes: every share placed (best-fit decreasing) "
-          f"{100 * (cap - waste_of(shares)) / cap:.2f} %; turning away the largest shares "
-          f"first {100 * (whole * MILLI + choose) / cap:.2f} %")  # fmt: skip
+          f"{share(cap - waste_of(shares))}; turning away the largest shares first "
+          f"{share(whole * MILLI + choose)}; at most {share(cap - fluid_waste(shares))} "
+          f"with every share placed (fluid bound)")  # fmt: skip
 
 
 class Hindsight:
@@ -232,6 +237,30 @@ def waste_of(shares: Sequence[int]) -> int:
         i = bisect.bisect_left(bins, s)
         bisect.insort(bins, (bins.pop(i) if i < len(bins) else MILLI) - s)
     return sum(bins)
+
+
+def fluid_waste(shares: Sequence[int]) -> int:
+    """Milli that no packing placing every one of `shares` can use: a lower bound.
+
+    Two shares over half a GPU never share a device, so each leaves a hole of
+    `MILLI - share` that only shares no larger than the hole can fill. The bound
+    pours the shares of half a GPU or less into those holes as a fluid (split at
+    will; what is not poured packs without loss elsewhere): a share may go only
+    into holes at least its size, and as those sets are nested, pouring the
+    largest first into the smallest hole it fits fills as much as any pouring
+    can. What stays empty is wasted by every real packing too."""
+    room = Counter(MILLI - s for s in shares if 2 * s > MILLI)
+    left = {hole: hole * n for hole, n in room.items()}
+    holes = sorted(left)
+    for s in sorted((s for s in shares if 2 * s <= MILLI), reverse=True):
+        need = s
+        for hole in holes[bisect.bisect_left(holes, s) :]:
+            take = min(need, left[hole])
+            left[hole] -= take
+            need -= take
+            if not need:
+                break
+    return sum(left.values())
 
 
 if __name__ == "__main__":
