@@ -20,6 +20,14 @@ trace and the `gpuspec33` and `multigpu50` variants (docs/simulator.md).
 With CPU for no pod at all every free GPU is a fragment, as in FGD; where
 CPU is not the limit the measures agree.
 
+Memory, which FGD's measure leaves out: a node whose memory cannot hold one
+more pod of a request has all its free GPU fragmented for that request, as
+when its CPU cannot (each typical request carries its pods' median memory).
+On the `multigpu50` variant, where memory turns away most of the pods that are
+turned away, that allocates about 0.1 point more; counting the GPUs memory
+cannot feed as half a fragment, as CPU does, gained less there and lost on
+`gpushare100` (docs/simulator.md).
+
 Whole nodes: the requests for a whole 8-GPU node are too rare to be typical
 (under 1 % of openb's pods) yet ask for about 6 % of its GPUs, and no
 fragment measure over typical requests keeps an empty node for them. The
@@ -36,6 +44,7 @@ state is scored once however many nodes are in it.
 
 from __future__ import annotations
 
+import bisect
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -55,12 +64,17 @@ class TypicalPod:
     cpu_milli: int
     gpu_models: frozenset[str]
     weight: float
+    memory: int = 0
+    """Bytes one pod of the shape asks for: the median of the workload's pods of
+    that shape (0: memory not counted)."""
 
 
 def typical_pods(pods: Iterable[PodShape], *, coverage: float = 0.95) -> list[TypicalPod]:
     """The most frequent request shapes that together make up `coverage` of
     the pods, weights normalised to 1 (FGD's default: 95 %). Pods without GPUs
-    count towards the coverage but are left out: they fragment no GPU."""
+    count towards the coverage but are left out: they fragment no GPU. A shape's
+    pods may ask for different memory: it carries their median."""
+    pods = list(pods)
     counts = Counter((p.gpus, p.gpu_milli, p.cpu_milli, p.gpu_models) for p in pods)
     total = sum(counts.values())
     if not total:
@@ -75,7 +89,21 @@ def typical_pods(pods: Iterable[PodShape], *, coverage: float = 0.95) -> list[Ty
         covered += n
     gpu = [(s, n) for s, n in kept if s[0] > 0]
     weight = sum(n for _, n in gpu)
-    return [TypicalPod(g, m, c, models, n / weight) for (g, m, c, models), n in gpu]
+    memory: dict[tuple[int, int, int, frozenset[str]], list[int]] = {s: [] for s, _ in gpu}
+    for p in pods:
+        found = memory.get((p.gpus, p.gpu_milli, p.cpu_milli, p.gpu_models))
+        if found is not None:
+            found.append(p.memory)
+    return [
+        TypicalPod(g, m, c, models, n / weight, _median(memory[(g, m, c, models)]))
+        for (g, m, c, models), n in gpu
+    ]
+
+
+def _median(values: list[int]) -> int:
+    """The middle value (the upper one of an even count); 0 for none."""
+    values.sort()
+    return values[len(values) // 2] if values else 0
 
 
 BLOCK_GPUS = 8
@@ -99,7 +127,7 @@ def block_cpu(pods: Iterable[PodShape]) -> int:
     return max((p.cpu_milli for p in pods if p.gpus >= BLOCK_GPUS), default=0)
 
 
-_Key = tuple[str, tuple[int, ...], int | None]
+_Key = tuple[str, tuple[int, ...], int | None, int]
 
 MEMO_STATES = 1 << 18
 """Node states remembered before the memo starts over (bounds a long-running
@@ -129,10 +157,13 @@ class FragModel:
         """Milli-CPU of the CPU-heaviest whole-block request: an empty block with
         that much CPU free is kept for it whatever the share (0: none)."""
         self._shapes = tuple(
-            (t.gpus, min(t.gpu_milli, MILLI), t.cpu_milli, t.gpu_models, t.weight)
+            (t.gpus, min(t.gpu_milli, MILLI), t.cpu_milli, t.memory, t.gpu_models, t.weight)
             for t in self.typical
             if t.gpus > 0
         )
+        self._memory_steps = tuple(sorted({t.memory for t in self.typical if t.memory}))
+        """The typical requests' memory, ascending: a node's free memory matters
+        to the measure only by how many of these it reaches."""
         self._memo: dict[_Key, float] = {}
         self.restricted: dict[str, float] = {}
         """GPU model -> weight of the typical requests that accept only some
@@ -151,22 +182,33 @@ class FragModel:
         total = sum(free.values())
         return {m: w * total / free[m] for m, w in self.restricted.items() if free.get(m, 0) > 0}
 
-    def frag(self, model: str, free: tuple[int, ...], cpu: int | None) -> float:
+    def frag(
+        self, model: str, free: tuple[int, ...], cpu: int | None, mem: int | None = None
+    ) -> float:
         """Expected fragmented milli-GPUs of a node of GPU `model` whose devices
-        have `free` milli-GPUs (sorted ascending) and `cpu` milli-CPUs left
-        (None: CPU not tracked)."""
-        key = (model, free, cpu)
+        have `free` milli-GPUs (sorted ascending), `cpu` milli-CPUs and `mem`
+        bytes of memory left (None: not tracked; FGD's measure, `cpu_feeds=False`,
+        does not look at memory)."""
+        if not self.cpu_feeds:
+            mem = None
+        # Memory only decides which requests' pods fit at all: the state is the
+        # same for every amount between two typical requests' needs.
+        reach = -1 if mem is None else bisect.bisect_right(self._memory_steps, mem)
+        key = (model, free, cpu, reach)
         found = self._memo.get(key)
         if found is not None:
             return found
         total = sum(free)
         out = 0.0
-        for gpus, milli, cpu_need, models, weight in self._shapes:
+        for gpus, milli, cpu_need, mem_need, models, weight in self._shapes:
             if models and model not in models:
                 if not self.cpu_feeds:
                     out += weight * total
                 continue
             if not self.cpu_feeds and cpu is not None and cpu < cpu_need:
+                out += weight * total
+                continue
+            if mem is not None and mem < mem_need:
                 out += weight * total
                 continue
             feed = cpu if self.cpu_feeds else None

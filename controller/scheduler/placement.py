@@ -121,14 +121,15 @@ _Score = tuple[float, int, int, str, tuple[int, ...]]
 
 def frag_score(model: FragModel, ns: NodeState, pod: PodShape) -> _Score:
     """(fragmentation increase, GPU and CPU left after, name, devices) for one
-    more `pod` on `ns`; the caller has checked that it fits. Only the pod's GPUs
-    and CPU count (not its memory or which nodes it may use), so shapes that differ
-    in those share scores (`Snapshot.frag_scores`)."""
+    more `pod` on `ns`; the caller has checked that it fits. Only the pod's GPUs,
+    CPU and memory count (not which nodes it may use), so shapes that differ in
+    that share scores (`Snapshot.frag_scores`)."""
     free = ns.free
     before_free = tuple(sorted(free))
     gpu_model = ns.node.gpu_model
-    before = model.frag(gpu_model, before_free, ns.cpu)
+    before = model.frag(gpu_model, before_free, ns.cpu, ns.mem)
     cpu_after = None if ns.cpu is None else ns.cpu - pod.cpu_milli
+    mem_after = None if ns.mem is None else ns.mem - pod.memory
     cpu_left = 0 if cpu_after is None else cpu_after
     total = sum(free)
     if pod.shared:
@@ -139,7 +140,7 @@ def frag_score(model: FragModel, ns: NodeState, pod: PodShape) -> _Score:
                 continue
             after = list(before_free)
             after[after.index(value)] = value - pod.gpu_milli
-            delta = model.frag(gpu_model, tuple(sorted(after)), cpu_after) - before
+            delta = model.frag(gpu_model, tuple(sorted(after)), cpu_after, mem_after) - before
             score = (delta, total - pod.gpu_milli, cpu_left, ns.name, (free.index(value),))
             if best is None or score < best:
                 best = score
@@ -147,7 +148,7 @@ def frag_score(model: FragModel, ns: NodeState, pod: PodShape) -> _Score:
         return best
     devices = tuple([i for i, f in enumerate(free) if f == MILLI][: pod.gpus])
     after_free = tuple(sorted(before_free[: len(before_free) - pod.gpus] + (0,) * pod.gpus))
-    delta = model.frag(gpu_model, after_free, cpu_after) - before
+    delta = model.frag(gpu_model, after_free, cpu_after, mem_after) - before
     return (delta, total - pod.gpus * MILLI, cpu_left, ns.name, devices)
 
 
@@ -266,7 +267,7 @@ def _place_one(
     if not slots:
         return None
     key = (pod.gpus, pod.gpu_milli, pod.cpu_milli, pod.memory, pod.constraint_key())
-    cache = snap.frag_scores.setdefault((pod.gpus, pod.gpu_milli, pod.cpu_milli), {})
+    cache = snap.frag_scores.setdefault((pod.gpus, pod.gpu_milli, pod.cpu_milli, pod.memory), {})
     pressure = model.pressure(snap.free_by_model) if model.restricted else None
     small = pod.gpus < BLOCK_GPUS
     hold = small and model.blocks > 0 and snap.empty_blocks <= model.blocks * snap.free_milli

@@ -3,18 +3,30 @@ typical requests in, fragmented milli-GPUs (or the chosen node) out."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 
-from controller.scheduler.fragmentation import FragModel, TypicalPod, block_cpu, block_share
+from controller.scheduler.fragmentation import (
+    FragModel,
+    TypicalPod,
+    block_cpu,
+    block_share,
+    typical_pods,
+)
 from controller.scheduler.placement import place
 from controller.scheduler.snapshot import Snapshot
 from controller.scheduler.types import Gang, JobId, Node, Placement, PodPlacement, PodShape, Running
 
+GIB = 1 << 30
+
 
 def typical(gpus: int = 1, milli: int = 1000, cpu: int = 0, *models: str) -> TypicalPod:
     return TypicalPod(gpus, milli, cpu, frozenset(models), 1.0)
+
+
+def _with_memory(request: TypicalPod, memory: int) -> TypicalPod:
+    return replace(request, memory=memory)
 
 
 @dataclass
@@ -25,6 +37,7 @@ class FragCase:
     cpu: int | None
     fragmented: float
     model: str = "T4"
+    mem: int | None = None
 
 
 FRAG_CASES = [
@@ -55,13 +68,64 @@ FRAG_CASES = [
         "CPU for one of two 2-GPU pods: half of the two GPUs it cannot feed",
         typical(2, 1000, 30000), (1000, 1000, 1000, 1000), 40000, 1000,
     ),
+    FragCase("memory for no pod: everything", _with_memory(typical(), 48 * GIB), (300, 1000),
+             None, 1300, mem=40 * GIB),
+    FragCase("memory for one pod of two: no fragment (only whether one fits counts)",
+             _with_memory(typical(), 48 * GIB), (1000, 1000), None, 0, mem=60 * GIB),
+    FragCase("memory not tracked on the node: as before", _with_memory(typical(), 48 * GIB),
+             (300, 1000), None, 300),
 ]  # fmt: skip
 
 
 @pytest.mark.parametrize("case", FRAG_CASES, ids=lambda c: c.name)
 def test_frag(case: FragCase) -> None:
     model = FragModel([case.request])
-    assert model.frag(case.model, case.free, case.cpu) == pytest.approx(case.fragmented)
+    assert model.frag(case.model, case.free, case.cpu, case.mem) == pytest.approx(case.fragmented)
+
+
+def test_memory_states_are_remembered_apart_only_where_a_request_fits_differently() -> None:
+    """The memo holds a node state once for every amount of memory between two
+    typical requests' needs, and apart on either side of one."""
+    model = FragModel(
+        [
+            replace(typical(), memory=48 * GIB, weight=0.5),
+            replace(typical(1, 500), memory=8 * GIB, weight=0.5),
+        ]
+    )
+    assert model.frag("", (1000,), None, 50 * GIB) == 0
+    assert model.frag("", (1000,), None, 60 * GIB) == 0
+    assert model.frag("", (1000,), None, 40 * GIB) == pytest.approx(500)
+    assert model.frag("", (1000,), None, 4 * GIB) == pytest.approx(1000)
+    assert len(model._memo) == 3
+
+
+def test_fgd_measure_does_not_look_at_memory() -> None:
+    request = [_with_memory(typical(), 48 * GIB)]
+    assert FragModel(request, cpu_feeds=False).frag("", (1000,), None, GIB) == 0
+    assert FragModel(request).frag("", (1000,), None, GIB) == 1000
+
+
+def test_typical_pods_carry_their_shapes_median_memory() -> None:
+    pods = [PodShape(gpus=1, memory=m * GIB) for m in (16, 48, 48, 64)] + [
+        PodShape(gpus=1, gpu_milli=500, memory=8 * GIB)
+    ] * 3
+    memory = {(t.gpus, t.gpu_milli): t.memory for t in typical_pods(pods, coverage=1.0)}
+    assert memory == {(1, 1000): 48 * GIB, (1, 500): 8 * GIB}
+
+
+def test_a_pod_leaves_memory_for_the_typical_request() -> None:
+    """Every typical request asks for one GPU and 48 GiB. A pod asking for 60 GiB
+    on node a (100 GiB) would leave its other GPU without memory for one; on b
+    (200 GiB) it would not, so it goes to b. Counting GPUs and CPU alone, the two
+    tie and the name (a) would win."""
+    model = FragModel([_with_memory(typical(), 48 * GIB)])
+    nodes = [Node("a", 2, memory=100 * GIB), Node("b", 2, memory=200 * GIB)]
+    snap = _snap(model, nodes, [])
+    placement = place(snap, _gang("new", PodShape(gpus=1, memory=60 * GIB)))
+    assert placement is not None and placement.pods[0].node == "b"
+    blind = _snap(FragModel([typical()]), nodes, [])
+    placement = place(blind, _gang("new", PodShape(gpus=1, memory=60 * GIB)))
+    assert placement is not None and placement.pods[0].node == "a"
 
 
 def test_fgd_measure_counts_a_wrong_model_as_all_fragment() -> None:
