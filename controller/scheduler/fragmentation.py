@@ -45,9 +45,10 @@ state is scored once however many nodes are in it.
 from __future__ import annotations
 
 import bisect
-from collections import Counter
+from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from statistics import median_high
 
 from controller.scheduler.types import MILLI, PodShape
 
@@ -74,8 +75,10 @@ def typical_pods(pods: Iterable[PodShape], *, coverage: float = 0.95) -> list[Ty
     the pods, weights normalised to 1 (FGD's default: 95 %). Pods without GPUs
     count towards the coverage but are left out: they fragment no GPU. A shape's
     pods may ask for different memory: it carries their median."""
-    pods = list(pods)
-    counts = Counter((p.gpus, p.gpu_milli, p.cpu_milli, p.gpu_models) for p in pods)
+    memory: dict[tuple[int, int, int, frozenset[str]], list[int]] = defaultdict(list)
+    for p in pods:
+        memory[(p.gpus, p.gpu_milli, p.cpu_milli, p.gpu_models)].append(p.memory)
+    counts = {shape: len(values) for shape, values in memory.items()}
     total = sum(counts.values())
     if not total:
         return []
@@ -89,21 +92,10 @@ def typical_pods(pods: Iterable[PodShape], *, coverage: float = 0.95) -> list[Ty
         covered += n
     gpu = [(s, n) for s, n in kept if s[0] > 0]
     weight = sum(n for _, n in gpu)
-    memory: dict[tuple[int, int, int, frozenset[str]], list[int]] = {s: [] for s, _ in gpu}
-    for p in pods:
-        found = memory.get((p.gpus, p.gpu_milli, p.cpu_milli, p.gpu_models))
-        if found is not None:
-            found.append(p.memory)
     return [
-        TypicalPod(g, m, c, models, n / weight, _median(memory[(g, m, c, models)]))
+        TypicalPod(g, m, c, models, n / weight, median_high(memory[(g, m, c, models)]))
         for (g, m, c, models), n in gpu
     ]
-
-
-def _median(values: list[int]) -> int:
-    """The middle value (the upper one of an even count); 0 for none."""
-    values.sort()
-    return values[len(values) // 2] if values else 0
 
 
 BLOCK_GPUS = 8

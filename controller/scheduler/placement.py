@@ -122,8 +122,8 @@ _Score = tuple[float, int, int, str, tuple[int, ...]]
 def frag_score(model: FragModel, ns: NodeState, pod: PodShape) -> _Score:
     """(fragmentation increase, GPU and CPU left after, name, devices) for one
     more `pod` on `ns`; the caller has checked that it fits. Only the pod's GPUs,
-    CPU and memory count (not which nodes it may use), so shapes that differ in
-    that share scores (`Snapshot.frag_scores`)."""
+    CPU and memory count (not which nodes it may use), so shapes that differ only
+    in which nodes they may use share scores (`Snapshot.frag_scores`)."""
     free = ns.free
     before_free = tuple(sorted(free))
     gpu_model = ns.node.gpu_model
