@@ -36,7 +36,8 @@ placement keeps
 that share of the free GPUs in empty nodes of 8 or more GPUs, and every
 empty one with CPU enough for the CPU-heaviest of those requests
 (`block_cpu`; on openb the G3 nodes, the only ones a 120-core 8-GPU pod
-fits) (`placement`).
+fits) while such nodes hold no more than that share of the cluster's GPUs
+(`placement`).
 
 Pure: the model is built from values and memoises node states, so the same
 state is scored once however many nodes are in it.

@@ -25,12 +25,12 @@ tied nodes in a fixed per-run order.
 While the free GPUs of empty nodes of 8 or more GPUs (whole blocks) are no
 more than the model's `blocks` share of all free GPUs, and always for an
 empty block with CPU enough for the CPU-heaviest whole-node request
-(`heavy_block_cpu`), a smaller pod opens such a node only when no other
-node fits it: the whole-node requests, too rare to be typical, still find
-one. Without this every 8-GPU node of the openb cluster was in use by 30 %
-of the arrivals and a quarter of the 8-GPU pods were turned away, and with
-departures the 120-core 8-GPU pods waited up to 20 minutes for a G3 node
-(docs/simulator.md).
+(`heavy_block_cpu`) while such blocks are scarce (`_heavy_cpu`), a smaller
+pod opens such a node only when no other node fits it: the whole-node
+requests, too rare to be typical, still find one. Without this every 8-GPU
+node of the openb cluster was in use by 30 % of the arrivals and a quarter
+of the 8-GPU pods were turned away, and with departures the 120-core 8-GPU
+pods waited up to 20 minutes for a G3 node (docs/simulator.md).
 
 A gang that does not fit gets `None` and `shortfall` explains why with the
 figures a user can act on. Nothing here changes the snapshot.
@@ -195,12 +195,13 @@ class _Ranking:
         cache: dict[str, tuple[int, object]],
         *,
         hold: bool,
+        heavy: int,
         exclude: AbstractSet[str],
     ) -> _Score | None:
         """The score of the node (and devices) `pod` goes on, or None when every open
-        node (`slots`) is in `exclude`."""
+        node (`slots`) is in `exclude`. `heavy`: `_heavy_cpu`, the same for the
+        snapshot's life."""
         small = pod.gpus < BLOCK_GPUS
-        heavy = model.heavy_block_cpu
         if self.heaps is None or self.entries > 3 * len(slots) + 64:
             self.heaps = ([], [], [])
             for ns, _ in slots.values():
@@ -250,10 +251,24 @@ class _Ranking:
 
 def _category(ns: NodeState, small: bool, heavy: int) -> int:
     """0: not a whole block (for this pod); 1: a whole block; 2: a whole block with CPU
-    for the heaviest whole-node request (`FragModel.heavy_block_cpu`)."""
+    for the heaviest whole-node request (`_heavy_cpu`)."""
     if not small or ns.empty_block <= 0:
         return 0
     return 2 if heavy > 0 and (ns.cpu or 0) >= heavy else 1
+
+
+def _heavy_cpu(snap: Snapshot, model: FragModel) -> int:
+    """The milli-CPU an empty block needs free to be kept whatever the share
+    (`FragModel.heavy_block_cpu`), or 0 (none kept so) when the blocks with that
+    much CPU hold more GPUs than the whole-node requests' share of the cluster's
+    (in service or not, so that it stays the same for the snapshot's life):
+    those requests are then not short of nodes, and keeping every such node
+    would keep most of the cluster's blocks (a heaviest request of 88 cores
+    where the 96-core G2 nodes hold it: openb's `gpuspec33` lost 11.6 points)."""
+    heavy = model.heavy_block_cpu
+    if heavy > 0 and snap.block_gpus(heavy) > model.blocks * snap.devices:
+        return 0
+    return heavy
 
 
 def _place_one(
@@ -271,9 +286,12 @@ def _place_one(
     pressure = model.pressure(snap.free_by_model) if model.restricted else None
     small = pod.gpus < BLOCK_GPUS
     hold = small and model.blocks > 0 and snap.empty_blocks <= model.blocks * snap.free_milli
+    heavy = _heavy_cpu(snap, model)
     best: _Score | None
     if pressure:  # a per-model cost on top of the score: every node is looked at
-        best = _scan(model, pod, slots, cache, exclude=exclude, hold=hold, pressure=pressure)
+        best = _scan(
+            model, pod, slots, cache, exclude=exclude, hold=hold, heavy=heavy, pressure=pressure
+        )
     else:
         # The first placement of a shape on this snapshot passes over the open
         # nodes; the next ones keep a ranking (a snapshot that lives for one
@@ -281,10 +299,12 @@ def _place_one(
         ranking = snap.rankings.get(key)
         if ranking is None:
             snap.rankings[key] = _Ranking()
-            best = _scan(model, pod, slots, cache, exclude=exclude, hold=hold)
+            best = _scan(model, pod, slots, cache, exclude=exclude, hold=hold, heavy=heavy)
         else:
             assert isinstance(ranking, _Ranking)
-            best = ranking.best(snap, model, pod, slots, cache, hold=hold, exclude=exclude)
+            best = ranking.best(
+                snap, model, pod, slots, cache, hold=hold, heavy=heavy, exclude=exclude
+            )
     return None if best is None else Placement((PodPlacement(best[3], best[4]),))
 
 
@@ -296,6 +316,7 @@ def _scan(
     *,
     exclude: AbstractSet[str],
     hold: bool,
+    heavy: int,
     pressure: Mapping[str, float] | None = None,
 ) -> _Score | None:
     """The least (held, fragmentation increase plus the GPU model's `pressure`,
@@ -303,7 +324,6 @@ def _scan(
     None when there is none."""
     taken = pod.gpu_total
     small = pod.gpus < BLOCK_GPUS
-    heavy = model.heavy_block_cpu
     best: _Score | None = None
     best_cost = (False, 0.0)
     for ns, _ in slots.values():

@@ -217,6 +217,7 @@ class Snapshot:
         """Per pod shape, workers and nodes held for others: the nodes a gang would
         take on the empty candidate nodes (`cycle._reserve`), or None; kept while
         the nodes stay as they are (a health change clears it)."""
+        self._block_gpus: dict[int, int] = {}
         self._candidates: dict[tuple[object, ...], list[NodeState]] = {}
         self._candidate_names: dict[tuple[object, ...], frozenset[str]] = {}
         self._open: dict[PodShape, _Open] = {}
@@ -238,6 +239,8 @@ class Snapshot:
         self.by_name = {ns.name: ns for ns in self.nodes}
         self.capacity = sum(ns.node.gpus - ns.bad for ns in self.nodes) * MILLI
         """Milli-GPUs in service on schedulable nodes."""
+        self.devices = sum(len(ns.free) for ns in self.nodes)
+        """GPUs of schedulable nodes, in service or not (fixed for the snapshot's life)."""
         self.free_milli = sum(len(ns.free) for ns in self.nodes) * MILLI
         """Free milli-GPUs on schedulable nodes."""
         self.free_by_model: dict[str, int] = {}
@@ -253,6 +256,19 @@ class Snapshot:
             for i, d in enumerate(ns.domains):
                 if d is not None:
                     self._domains[i].setdefault(d, []).append(ns)
+
+    def block_gpus(self, cpu: int) -> int:
+        """GPUs of the nodes of `BLOCK_GPUS` or more GPUs whose allocatable CPU is at
+        least `cpu` milli-CPU, used or not (kept: the nodes stay for the snapshot's
+        life)."""
+        found = self._block_gpus.get(cpu)
+        if found is None:
+            found = self._block_gpus[cpu] = sum(
+                len(ns.free)
+                for ns in self.nodes
+                if len(ns.free) >= BLOCK_GPUS and (ns.node.cpu_milli or 0) >= cpu
+            )
+        return found
 
     @classmethod
     def resumed(

@@ -213,21 +213,46 @@ def test_a_small_pod_leaves_the_last_empty_blocks(blocks: float, chosen: str) ->
     assert eight is not None and eight.pods[0].node == "block"
 
 
-@pytest.mark.parametrize(("heavy", "chosen"), [(0, "g3"), (120000, "big")])
+def _heavy_snap(model: FragModel, g3_nodes: int) -> Snapshot:
+    """`g3_nodes` empty 8-GPU, 128-core nodes beside a 32-GPU, 64-core node with 16
+    GPUs used (by pods asking for no CPU)."""
+    nodes = [Node(f"g3-{i}", 8, cpu_milli=128000) for i in range(g3_nodes)]
+    nodes.append(Node("big", 32, cpu_milli=64000))
+    return _snap(model, nodes, [("big", PodShape(gpus=1), d) for d in range(16)])
+
+
+def _heavy_model(heavy: int) -> FragModel:
+    return FragModel(
+        [TypicalPod(1, 1000, 16000, frozenset(), 1.0)], blocks=0.25, heavy_block_cpu=heavy
+    )
+
+
+@pytest.mark.parametrize(("heavy", "chosen"), [(0, "g3-0"), (120000, "big")])
 def test_a_small_pod_leaves_the_blocks_only_the_heaviest_request_fits(
     heavy: int, chosen: str
 ) -> None:
     """An empty block with CPU enough for the CPU-heaviest whole-node request
     (a 128-core node for a 120-core 8-GPU pod) is kept for it whatever the share:
     a smaller pod takes the partly used node instead, though both raise the
-    fragmentation alike and the empty node is the tighter fit."""
-    model = FragModel(
-        [TypicalPod(1, 1000, 16000, frozenset(), 1.0)], blocks=0.01, heavy_block_cpu=heavy
-    )
-    nodes = [Node("g3", 8, cpu_milli=128000), Node("big", 16, cpu_milli=192000)]
-    snap = _snap(model, nodes, [("big", PodShape(gpus=1, cpu_milli=16000), 0)])
+    fragmentation alike and the empty node is the tighter fit. (The empty block's
+    8 GPUs are above the share, a quarter of the 24 free.)"""
+    snap = _heavy_snap(_heavy_model(heavy), 1)
     placement = place(snap, _gang("new", PodShape(gpus=1, cpu_milli=16000)))
     assert placement is not None and placement.pods[0].node == chosen
+
+
+def test_blocks_are_kept_for_the_heaviest_request_only_while_they_are_few() -> None:
+    """Keeping every block with CPU for the heaviest whole-node request is right while
+    such blocks are scarce (openb's 39 G3 nodes, 5 % of its GPUs, for a 120-core
+    pod). When they hold more GPUs than the whole-node requests' share of the
+    cluster's (here a quarter: one 8-GPU node of 40 GPUs is 20 %, two of 48 are a
+    third) that request is not short of them, and they are opened like any block: a
+    window of jobs whose heaviest whole-node pod asked for 88 cores kept every
+    96-core G2 node of openb and lost 11.6 points on `gpuspec33`."""
+    snap = _heavy_snap(_heavy_model(120000), 2)
+    assert (snap.block_gpus(120000), snap.block_gpus(64000), snap.block_gpus(200000)) == (16, 48, 0)
+    placement = place(snap, _gang("new", PodShape(gpus=1, cpu_milli=16000)))
+    assert placement is not None and placement.pods[0].node == "g3-0"
 
 
 def test_empty_blocks_follow_assume_and_forget() -> None:

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from controller.scheduler.fragmentation import FragModel, TypicalPod
-from controller.scheduler.placement import _place_one, _scan, place
+from controller.scheduler.placement import _heavy_cpu, _place_one, _scan, place
 from controller.scheduler.snapshot import Snapshot
 from controller.scheduler.types import Gang, JobId, Node, PodShape, Running
 
@@ -82,7 +82,10 @@ def _replay(seed: int, events: int, nodes: int) -> int:
             want = None
             if g.gpu_total <= snap.free_milli:
                 # scores computed afresh, not read from the snapshot's cache
-                want = _scan(MODEL, pod, snap.open_map(pod), {}, exclude=exclude, hold=hold)
+                heavy = _heavy_cpu(snap, MODEL)
+                want = _scan(
+                    MODEL, pod, snap.open_map(pod), {}, exclude=exclude, hold=hold, heavy=heavy
+                )
             expected = None if want is None else (want[3], want[4])
             actual = None if got is None else (got.pods[0].node, got.pods[0].devices)
             assert actual == expected, f"event {i}: {pod} excluding {sorted(exclude)}"
