@@ -158,6 +158,9 @@ class FragModel:
         """The typical requests' memory, ascending: a node's free memory matters
         to the measure only by how many of these it reaches."""
         self._memo: dict[_Key, float] = {}
+        self.scores: dict[tuple[object, ...], tuple[float, int, int, tuple[int, ...]]] = {}
+        """`placement`'s scores by pod shape and node state, the node's name left
+        out: kept with the model, so across snapshots."""
         self.restricted: dict[str, float] = {}
         """GPU model -> weight of the typical requests that accept only some
         models, shared out among the models each accepts."""

@@ -42,7 +42,7 @@ import heapq
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 
-from controller.scheduler.fragmentation import BLOCK_GPUS, FragModel
+from controller.scheduler.fragmentation import BLOCK_GPUS, MEMO_STATES, FragModel
 from controller.scheduler.snapshot import NodeState, Snapshot
 from controller.scheduler.types import MILLI, Gang, Placement, PodPlacement, PodShape, format_gpus
 
@@ -155,11 +155,22 @@ def frag_score(model: FragModel, ns: NodeState, pod: PodShape) -> _Score:
 def _score(
     cache: dict[str, tuple[int, object]], model: FragModel, ns: NodeState, pod: PodShape
 ) -> _Score:
-    """`frag_score`, cached per node until the node changes (its stamp)."""
+    """`frag_score`, cached per node until the node changes (its stamp), and by node
+    state in the model (`FragModel.scores`): nodes alike share a score, and a
+    controller, whose snapshot is new each step, does not score its nodes again."""
     hit = cache.get(ns.name)
     if hit is not None and hit[0] == ns.stamp:
         return hit[1]  # type: ignore[return-value]
-    score = frag_score(model, ns, pod)
+    key = (pod.gpus, pod.gpu_milli, pod.cpu_milli, pod.memory, ns.node.gpu_model,
+           tuple(ns.free), ns.whole, ns.bad, ns.cpu, ns.mem)  # fmt: skip
+    known = model.scores.get(key)
+    if known is None:
+        score = frag_score(model, ns, pod)
+        if len(model.scores) >= MEMO_STATES:
+            model.scores.clear()
+        model.scores[key] = (score[0], score[1], score[2], score[4])
+    else:
+        score = (known[0], known[1], known[2], ns.name, known[3])
     cache[ns.name] = (ns.stamp, score)
     return score
 

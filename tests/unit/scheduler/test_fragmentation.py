@@ -14,7 +14,7 @@ from controller.scheduler.fragmentation import (
     block_share,
     typical_pods,
 )
-from controller.scheduler.placement import place
+from controller.scheduler.placement import _score, frag_score, place
 from controller.scheduler.snapshot import Snapshot
 from controller.scheduler.types import Gang, JobId, Node, Placement, PodPlacement, PodShape, Running
 
@@ -337,3 +337,25 @@ def test_place_single_pod(case: PlaceCase) -> None:
     placement = place(snap, _gang("new", case.pod))
     assert placement is not None
     assert [p.node for p in placement.pods] == [case.chosen]
+
+
+def test_scores_kept_by_node_state_tell_apart_what_the_score_reads() -> None:
+    """The model keeps each score by pod shape and node state (`FragModel.scores`),
+    across nodes and snapshots. Nodes alike but for what a score reads (GPUs out of
+    service, which a share may not take whole; memory left, which decides whether
+    a typical pod still fits) must not share one."""
+    gib = 1 << 30
+    model = FragModel([TypicalPod(1, 500, 0, frozenset(), 1.0, memory=64 * gib)])
+    nodes = [Node(n, 2, cpu_milli=32000, memory=m * gib) for n, m in
+             (("a", 128), ("bad", 128), ("small", 64))]  # fmt: skip
+    half = PodShape(gpus=1, gpu_milli=500)
+    snap = _snap(model, nodes, [(n.name, half, 0) for n in nodes])
+    snap.set_unhealthy("bad", frozenset({1}))
+    pod = PodShape(gpus=1, gpu_milli=300, memory=32 * gib)
+    for name in ("a", "bad", "small"):
+        ns = snap.by_name[name]
+        kept = _score({}, model, ns, pod)
+        assert kept == frag_score(FragModel(model.typical), ns, pod), name
+    assert _score({}, model, snap.by_name["a"], pod)[4] == (1,), "leaves room for a typical share"
+    assert _score({}, model, snap.by_name["bad"], pod)[4] == (0,), "the whole GPU is out"
+    assert len(model.scores) == 3

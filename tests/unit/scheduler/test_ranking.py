@@ -4,7 +4,9 @@ pods placed and assumed, gangs forgotten, multi-worker gangs placed (which try t
 devices on the nodes and give them back), GPUs going out of service and coming back,
 and nodes held for another gang. Every single-pod placement must pick the node and
 devices the pass picks; a ranking that missed a change would pick a node that no
-longer scores best, or one that is full. Along the way the index of running gangs
+longer scores best, or one that is full; a score kept by node state across
+snapshots (`FragModel.scores`) that left out something the score depends on
+would pick another node or other devices. Along the way the index of running gangs
 by node (`Snapshot.running_on`) must agree with a look at every running gang."""
 
 from __future__ import annotations
@@ -81,10 +83,14 @@ def _replay(seed: int, events: int, nodes: int) -> int:
             )
             want = None
             if g.gpu_total <= snap.free_milli:
-                # scores computed afresh, not read from the snapshot's cache
-                heavy = _heavy_cpu(snap, MODEL)
+                # scores computed afresh, read neither from the snapshot's cache nor
+                # from the model's (by node state, kept across snapshots)
+                fresh = FragModel(
+                    MODEL.typical, blocks=MODEL.blocks, heavy_block_cpu=MODEL.heavy_block_cpu
+                )
+                heavy = _heavy_cpu(snap, fresh)
                 want = _scan(
-                    MODEL, pod, snap.open_map(pod), {}, exclude=exclude, hold=hold, heavy=heavy
+                    fresh, pod, snap.open_map(pod), {}, exclude=exclude, hold=hold, heavy=heavy
                 )
             expected = None if want is None else (want[3], want[4])
             actual = None if got is None else (got.pods[0].node, got.pods[0].devices)
