@@ -1,11 +1,11 @@
-"""argparse types the commands share: a number of seconds, with the error argparse
-prints for a value that is not one."""
+"""argparse types the commands share: a number of seconds or a count, with the error
+argparse prints for a value that is not one."""
 
 from __future__ import annotations
 
 import argparse
 
-__all__ = ["non_negative_seconds", "positive_seconds"]
+__all__ = ["non_negative_count", "non_negative_seconds", "positive_seconds"]
 
 
 def _seconds(raw: str) -> float:
@@ -27,5 +27,16 @@ def non_negative_seconds(raw: str) -> float:
     """A number of seconds, 0 or more."""
     value = _seconds(raw)
     if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {raw!r}")
+    return value
+
+
+def non_negative_count(raw: str) -> int:
+    """A whole number, 0 or more."""
+    try:
+        value = int(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {raw!r}") from None
+    if value < 0:
         raise argparse.ArgumentTypeError(f"must be 0 or more, got {raw!r}")
     return value

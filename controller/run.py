@@ -49,12 +49,13 @@ from controller.alerts.actor import ActorSettings, AlertActor
 from controller.alerts.metrics import AlertMetrics
 from controller.alerts.receiver import PATH as ALERTMANAGER_PATH
 from controller.alerts.receiver import Credentials, Inbox, Receiver
-from controller.cliargs import non_negative_seconds
+from controller.cliargs import non_negative_count, non_negative_seconds
 from controller.gang.controller import GangController, GangSettings
 from controller.gang.lifecycle import MESSAGE_REFRESH_S
 from controller.gang.metrics import GangMetrics
 from controller.gang.telemetry import PrometheusTelemetry, TelemetryMetrics
 from controller.gang.view import node_of, node_ready
+from controller.gang.workload import WINDOW_PODS
 from controller.httpserver import HttpServer, Limits, Request, Response, ServerError, text
 from controller.kube.client import RESOURCES, ApiError, Kube, KubeApi, connect
 from controller.kube.clock import SystemClock
@@ -168,6 +169,7 @@ def _run(args: argparse.Namespace) -> int:
         grow_interval_s=args.grow_interval,
         message_refresh_s=args.message_refresh,
         forecast_horizon_s=args.forecast_horizon,
+        fragmentation_window=args.fragmentation_window,
     )
     gang_metrics = GangMetrics(metrics.registry)
     telemetry = None
@@ -504,6 +506,15 @@ def add_subcommand(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
         default=15.0,
         metavar="SECONDS",
         help="how often the telemetry is read from Prometheus (default 15)",
+    )
+    p.add_argument(
+        "--fragmentation-window",
+        type=non_negative_count,
+        default=WINDOW_PODS,
+        metavar="PODS",
+        help="place each one-pod job where it fragments the free GPUs least for the"
+        " typical requests (FGD) of the most recent jobs, this many pods' worth; larger"
+        " jobs are packed by topology either way (default %(default)d; 0: best-fit)",
     )
     p.add_argument("--job-selector", help="schedule only TrainingJobs matching this label selector")
     p.add_argument("--node-selector", help="place gangs only on nodes matching this selector")

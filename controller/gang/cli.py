@@ -15,9 +15,11 @@ import os
 import sys
 from typing import Any
 
+from controller.cliargs import non_negative_count
 from controller.gang.lifecycle import decide
 from controller.gang.record import format_time, parse_time
 from controller.gang.view import JobView, container_defaults, job_views, namespace_quotas
+from controller.gang.workload import WINDOW_PODS, Workload
 from controller.kube.client import RESOURCES, ApiError, KubeApi
 from controller.kube.clock import Clock, SystemClock
 from controller.nodehealth import OUT_OF_SERVICE_ANNOTATION
@@ -48,6 +50,7 @@ def explain_job(
     node_selector: str | None = None,
     clock: Clock | None = None,
     telemetry: Telemetry | None = None,
+    fragmentation_window: int = WINDOW_PODS,
 ) -> str:
     """The explanation of `job` (`namespace/name`) as of now; with `telemetry`, what it
     said and how old it is, the GPUs it takes out, and whether the job's GPUs idle."""
@@ -83,6 +86,7 @@ def explain_job(
     todo, snap, result = decide(
         views, {n["metadata"]["name"]: n for n in nodes}, pods, policy, now=now,
         telemetry=telemetry, quotas=namespace_quotas(quotas),
+        workload=Workload(fragmentation_window),
     )  # fmt: skip
     text = explain(JobId(job), result=result, snap=snap, policy=policy)
     text += _health_lines(snap)
@@ -167,6 +171,7 @@ def _explain(args: argparse.Namespace) -> int:
             system_namespace=args.system_namespace,
             node_selector=args.node_selector,
             telemetry=telemetry,
+            fragmentation_window=args.fragmentation_window,
         )
     except (ExplainError, ApiError) as e:
         print(f"gangops explain: {e}", file=sys.stderr)
@@ -192,6 +197,14 @@ def add_subcommand(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
         help="namespace of the scheduling-policy ConfigMap (default %(default)s)",
     )
     p.add_argument("--node-selector", help="the nodes the scheduler places on (as for run)")
+    p.add_argument(
+        "--fragmentation-window",
+        type=non_negative_count,
+        default=WINDOW_PODS,
+        metavar="PODS",
+        help="as for run: the recent pods whose typical requests one-pod jobs are placed"
+        " for (default %(default)d; 0: best-fit)",
+    )
     p.add_argument(
         "--prometheus-url",
         default=os.environ.get("GANGOPS_PROMETHEUS_URL") or None,

@@ -12,8 +12,9 @@ loop (a pod another scheduler placed only while a gang could use GPUs:
    (launch, restart, rollback, evict, ...) and which gangs hold GPUs and
    which wait;
 2. the snapshot is built (again only where nodes, pods or running gangs
-   changed since the last step: `view.SnapshotCache`) and `cycle.schedule`
-   (the pure core) decides;
+   changed since the last step: `view.SnapshotCache`), with the typical
+   requests of the most recent jobs for placing one-pod gangs
+   (`workload.Workload`), and `cycle.schedule` (the pure core) decides;
 3. `lifecycle` turns the actions and the decisions into `Write`s, and each
    is handed to the `binder` on a pool of writers, one job at a time.
 
@@ -55,6 +56,7 @@ from controller.gang.view import (
     job_views,
     namespace_quotas,
 )
+from controller.gang.workload import WINDOW_PODS, Workload
 from controller.jobs.pods import LABEL_JOB
 from controller.kube.client import RESOURCES, ApiError, KubeApi, NotLeaderError
 from controller.kube.clock import Clock, SystemClock
@@ -131,6 +133,9 @@ class GangSettings:
     quota_retry_s: float = 10.0
     """How long a pod creation refused by the ResourceQuota is retried (the quota
     controller releases an evicted gang's usage a little after its pods go)."""
+    fragmentation_window: int = WINDOW_PODS
+    """One-pod gangs go where they fragment the GPUs least for the typical requests
+    of the most recent this many pods' jobs (`workload.Workload`); 0: best-fit."""
 
 
 IDLE_TICKS_MAX = 10
@@ -193,6 +198,8 @@ class GangController:
         self._snapshots = SnapshotCache()
         """The nodes as the last step's snapshot had them, so a step builds again only
         those whose node, pods or running gangs changed."""
+        self._workload = Workload(self.settings.fragmentation_window)
+        """The typical requests one-pod gangs are placed for, kept across steps."""
         self._worker: threading.Thread | None = None
         self.last_result: CycleResult | None = None
         s = self.settings
@@ -423,6 +430,7 @@ class GangController:
             quotas=namespace_quotas(self.quotas.items()),
             snapshots=self._snapshots,
             skip_idle=True,
+            workload=self._workload,
         )
         self._capacity_wanted = wants_capacity(todo)
         if self._capacity_wanted and self._unseen:

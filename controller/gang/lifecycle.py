@@ -55,6 +55,7 @@ from controller.gang.view import (
     node_ready,
     pod_terminal,
 )
+from controller.gang.workload import Workload
 from controller.jobs.pods import LABEL_ATTEMPT
 from controller.jobs.status import Phase
 from controller.nodehealth import RESTART_ANNOTATION, parse_request
@@ -376,6 +377,7 @@ def decide(
     quotas: Mapping[str, NamespaceQuota] | None = None,
     snapshots: SnapshotCache | None = None,
     skip_idle: bool = False,
+    workload: Workload | None = None,
 ) -> tuple[Agenda, Snapshot, CycleResult]:
     """One scheduling step's reading of the cluster and its decisions: `plan`,
     the snapshot (with the namespaces' ResourceQuota ceilings, `quotas`), then
@@ -390,7 +392,9 @@ def decide(
     a step with nothing to decide (no gang queued or nominated, no running gang
     that may grow) builds neither the nodes nor the cycle: its decisions are none
     either way, and the snapshot it returns holds the running gangs (their usage)
-    but no nodes. At 5,000 nodes that step was most of an idle controller's CPU."""
+    but no nodes. At 5,000 nodes that step was most of an idle controller's CPU.
+    `workload` gives the model one-pod gangs are placed by, read from `views`
+    (None: best-fit)."""
     t0 = timer() if timer else 0.0
     todo = plan(views, nodes, policy, now=now, busy=busy, memo=memo)
     t1 = timer() if timer else 0.0
@@ -406,6 +410,7 @@ def decide(
         if memo is not None:
             memo.carry()  # the nodes and pods this step did not read stay parsed
         return todo, snap, result
+    frag = workload.model(views, now) if workload is not None else None
     parse = node_of if memo is None else memo.node
     parsed = [parse(o) for o in nodes.values()]
     if telemetry is not None:
@@ -419,6 +424,7 @@ def decide(
             levels=policy.topology_levels,
             reserve_tiers=policy.reserve_tiers,
             quotas=quotas,
+            fragmentation=frag,
         )
     else:
         snap = build_snapshot(
@@ -430,6 +436,7 @@ def decide(
             reserve_tiers=policy.reserve_tiers,
             memo=memo,
             quotas=quotas,
+            fragmentation=frag,
         )
     t2 = timer() if timer else 0.0
     result = schedule(

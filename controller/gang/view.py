@@ -30,6 +30,7 @@ from controller.jobs.spec import (
 )
 from controller.nodehealth import unhealthy_gpus
 from controller.quantity import QuantityError, parse_quantity
+from controller.scheduler.fragmentation import FragModel
 from controller.scheduler.policy import SchedulingPolicy
 from controller.scheduler.snapshot import Foreign, NodeBase, Snapshot, Usage, node_base
 from controller.scheduler.types import (
@@ -406,6 +407,7 @@ def build_snapshot(
     reserve_tiers: frozenset[str],
     memo: Memo | None = None,
     quotas: Mapping[str, NamespaceQuota] | None = None,
+    fragmentation: FragModel | None = None,
 ) -> Snapshot:
     """The cycle's snapshot: `running` gangs placed as recorded, and every other live
     pod on a node (those not in `owned`, the (namespace, name) of running gangs'
@@ -415,7 +417,8 @@ def build_snapshot(
     ceilings; every other live pod of those namespaces, on a node or not,
     counts against its namespace's quota, as the API server counts it. `pods` is
     every pod, or the `PodView` the controller keeps from its watch (then the work
-    grows with the running gangs' pods, not with every pod)."""
+    grows with the running gangs' pods, not with every pod). `fragmentation` is the
+    placement's model of the workload (`workload.Workload`; None: best-fit)."""
     by_name = {n.name: n for n in nodes}
     quotas = quotas or {}
     if isinstance(pods, PodView):
@@ -450,6 +453,7 @@ def build_snapshot(
         running=placed,
         foreign=holds,
         reserve_tiers=reserve_tiers,
+        fragmentation=fragmentation,
         namespace_quota=quotas,
         namespace_other=other,
     )
@@ -540,12 +544,13 @@ class SnapshotCache:
         levels: Sequence[str],
         reserve_tiers: frozenset[str],
         quotas: Mapping[str, NamespaceQuota] | None = None,
+        fragmentation: FragModel | None = None,
     ) -> Snapshot:
         """What `build_snapshot(nodes, pods, running, owned, ...)` returns."""
         try:
             return self._build(
-                nodes, pods, running, frozenset(owned),
-                levels=tuple(levels), reserve_tiers=reserve_tiers, quotas=quotas or {},
+                nodes, pods, running, frozenset(owned), levels=tuple(levels),
+                reserve_tiers=reserve_tiers, quotas=quotas or {}, fragmentation=fragmentation,
             )  # fmt: skip
         except BaseException:
             self._reset(())
@@ -561,13 +566,15 @@ class SnapshotCache:
         levels: tuple[str, ...],
         reserve_tiers: frozenset[str],
         quotas: Mapping[str, NamespaceQuota],
+        fragmentation: FragModel | None,
     ) -> Snapshot:
         by_name = {n.name: n for n in nodes}
         now = {r.gang.id: r for r in running}
         if len(by_name) != len(nodes) or len(now) != len(running):
             self._reset(())  # a name twice: left to the plain build, which takes both
             return build_snapshot(nodes, pods, running, owned, levels=levels,
-                                  reserve_tiers=reserve_tiers, quotas=quotas)  # fmt: skip
+                                  reserve_tiers=reserve_tiers, quotas=quotas,
+                                  fragmentation=fragmentation)  # fmt: skip
         if levels != self._levels:
             self._reset(levels)
         self._hold(pods, owned)
@@ -578,7 +585,8 @@ class SnapshotCache:
         if kept != [g for g in order if g in old and g not in changed]:
             self._reset(levels)  # running gangs reordered: their devices may move
             return self._build(nodes, pods, running, owned, levels=levels,
-                               reserve_tiers=reserve_tiers, quotas=quotas)  # fmt: skip
+                               reserve_tiers=reserve_tiers, quotas=quotas,
+                               fragmentation=fragmentation)  # fmt: skip
         dirty: set[str] = set()
         for g in changed | (old.keys() - now.keys()):
             if g in old:
@@ -624,6 +632,7 @@ class SnapshotCache:
             levels=levels,
             running=[p for _, p in placed.values()],
             reserve_tiers=reserve_tiers,
+            fragmentation=fragmentation,
             namespace_quota=quotas,
             namespace_other=other,
         )

@@ -40,6 +40,7 @@ CHANGES: dict[str, Case] = {
     "controller.jobSelector": ("team=nlp", {}),
     "controller.gangNodeSelector": ("pool=a100", {}),
     "controller.growIntervalSeconds": (900, {}),
+    "controller.fragmentationWindow": (0, {}),
     "controller.messageRefreshSeconds": (60, {}),
     "controller.verbose": (True, {}),
     "controller.metricsPort": (8181, {}),
