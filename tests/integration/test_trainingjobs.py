@@ -60,6 +60,29 @@ def test_seed_gang_of_8_takes_two_nodes_with_4_free_not_the_node_with_3(
     assert service is not None and service["spec"]["clusterIP"] == "None"
 
 
+def test_a_one_pod_job_goes_where_it_leaves_room_for_the_recent_jobs(gang_env: GangEnv) -> None:
+    """One-pod jobs are placed for the typical requests of the most recent jobs
+    (docs/scheduler.md, "Where a one-pod job goes"), waiting ones too. Beside
+    jobs of one 2-GPU pod that wait (above the project's max), a 1-GPU job
+    takes the node with 3 GPUs free, leaving 2 together, not the tightest fit
+    with 2 free, where best-fit put it and left one GPU no 2-GPU job can use."""
+    env = gang_env
+    a, b = env.claim(2)
+    env.set_policy(policy_doc({"p": {"namespace": env.namespace, "guaranteed": 0, "max": 1}}))
+    env.occupy(a, 5)
+    env.occupy(b, 6)
+    for i in range(3):
+        env.create(env.job(f"two-{i}", gang=2, per_worker=2))
+    env.start()
+    for i in range(3):
+        wait_for(
+            f"two-{i} to wait, refused by the project's max",
+            lambda i=i: env.status(f"two-{i}").get("reason") == "Refused",
+        )
+    env.create(env.job("one", gang=1))
+    assert env.wait_phase("one", "Running")["allocation"] == {a: 1}
+
+
 def test_over_quota_job_stays_queued_with_its_reason_then_starts_when_quota_frees(
     gang_env: GangEnv,
 ) -> None:
