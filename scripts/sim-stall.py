@@ -19,7 +19,12 @@ gang assumed there, the next `--horizon` arrivals (default: all of them up to
 100 %) placed by the core, and all of it taken back (`Snapshot.forget`). The
 candidate after which the most GPU was placed wins, the core's choice on a tie.
 With `--turn-away`, leaving the gang out is a candidate too. Slow: the default
-trace from 80 % arrived with K=4 takes about a quarter of an hour."""
+trace from 80 % arrived with K=4 takes about a quarter of an hour.
+
+`--window N` reads the typical requests as the controller does
+(docs/scheduler.md, "Where a one-pod job goes"): from the last N arrived pods,
+read again as a tenth more arrive, from the first arrival on; `--best-fit`
+places without a model, as the controller did until 2026-12-06."""
 
 from __future__ import annotations
 
@@ -28,11 +33,12 @@ import bisect
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 
+from controller.gang.workload import REFRESH_SHARE, model_of
 from controller.scheduler.fragmentation import FragModel, block_cpu, block_share, typical_pods
 from controller.scheduler.placement import frag_score, place
 from controller.scheduler.policy import SchedulingPolicy
 from controller.scheduler.snapshot import NodeState, Snapshot
-from controller.scheduler.types import MILLI, Gang, Placement, PodPlacement, Running
+from controller.scheduler.types import MILLI, Gang, Placement, PodPlacement, PodShape, Running
 from controller.sim.engine import gang_of
 from controller.sim.run import prepare_arrivals
 from controller.sim.tenants import open_policy_doc
@@ -78,9 +84,17 @@ def main() -> None:
         "--turn-away", action="store_true",
         help="with --hindsight: leaving the pod out is a candidate too",
     )  # fmt: skip
+    ap.add_argument(
+        "--window", type=int, default=0, metavar="PODS",
+        help="read the model from the last PODS arrived pods as the controller does"
+        " (default 0: from the whole trace, as the simulator does)",
+    )  # fmt: skip
+    ap.add_argument("--best-fit", action="store_true", help="place without a model")
     args = ap.parse_args()
-    if args.hindsight < 0 or args.horizon < 0:
-        ap.error("--hindsight and --horizon take 0 or more")
+    if args.hindsight < 0 or args.horizon < 0 or args.window < 0:
+        ap.error("--hindsight, --horizon and --window take 0 or more")
+    if args.hindsight and (args.window or args.best_fit):
+        ap.error("--hindsight judges the whole trace's model: no --window or --best-fit")
     openb = traces_dir() / "openb"
     nodes = load_cluster_file(openb / "openb_node_list_gpu_node.csv")
     jobs = load_trace(openb / "openb_pod_list_default.csv")
@@ -90,7 +104,8 @@ def main() -> None:
     policy = SchedulingPolicy.from_dict(open_policy_doc(cap // MILLI))
     pods = [j.pod for j in jobs]
     frag = FragModel(typical_pods(pods), blocks=block_share(pods), heavy_block_cpu=block_cpu(pods))
-    snap = Snapshot(nodes, levels=policy.topology_levels, fragmentation=frag)
+    start = None if args.window or args.best_fit else frag
+    snap = Snapshot(nodes, levels=policy.topology_levels, fragmentation=start)
     arrived = used = 0
     dropped: Counter[tuple[int, int, int]] = Counter()
     on_device: dict[tuple[str, int], list[int]] = defaultdict(list)
@@ -104,8 +119,16 @@ def main() -> None:
         arrived += gang.gpu_total
         gangs.append((gang, arrived))
     hindsight = Hindsight(snap, frag, [g for g, _ in gangs], args)
+    seen: list[PodShape] = []
+    read = 0
     for i, (gang, upto) in enumerate(gangs):
         pod = gang.pod
+        seen.append(pod)
+        if args.window and len(seen) - read >= max(1, REFRESH_SHARE * min(read, args.window)):
+            read = len(seen)
+            snap.fragmentation = model_of(seen[-args.window :])[1]
+            snap.frag_scores.clear()  # scores and rankings of the model read before
+            snap.rankings.clear()
         if pod.shared:
             shares.append(pod.gpu_milli)
         else:

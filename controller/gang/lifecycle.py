@@ -410,7 +410,7 @@ def decide(
         if memo is not None:
             memo.carry()  # the nodes and pods this step did not read stay parsed
         return todo, snap, result
-    frag = workload.model(views, now) if workload is not None else None
+    frag = workload.model(views) if workload is not None else None
     parse = node_of if memo is None else memo.node
     parsed = [parse(o) for o in nodes.values()]
     if telemetry is not None:

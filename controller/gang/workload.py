@@ -8,32 +8,55 @@ creation time (a gang of N workers counts N pods), whatever their phase.
 That reads the same from the API server after a restart, and `gangops
 explain` reads it the same way the controller does.
 
-A workload's mix moves over hours, not between two steps, so it is read again
-at most every `REFRESH_S` (a step reads every job anyway, but this would sort
-them too), and only when jobs came or went (or changed shape); the model,
-with its memo of scored node states, is kept while the typical requests stay
-the same to the percent. With no job asking for GPUs in the window there is
-no model, and placement is best-fit.
+It is read again once the jobs that arrived since it was last read ask for a
+tenth as many pods as it was read from (`REFRESH_SHARE`, at least one pod):
+often while few jobs have arrived, when each one moves the mix, and rarely
+after (every 200 pods with a full window of 2,000). Replayed on openb,
+reading it every 200 arrivals instead lost 0.1-0.8 point, all of it early
+(docs/scheduler.md). A job whose shape changes, or that goes, counts at the
+next read. The model, with its memo of scored node states, is kept while the
+typical requests stay the same to the percent. With no job asking for GPUs
+there is no model, and placement is best-fit.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Sequence
 
 from controller.gang.view import JobView
 from controller.scheduler.fragmentation import FragModel, block_cpu, block_share, typical_pods
 from controller.scheduler.types import PodShape
 
-__all__ = ["REFRESH_S", "WINDOW_PODS", "Workload"]
+__all__ = ["REFRESH_SHARE", "WINDOW_PODS", "Workload", "model_of"]
 
-REFRESH_S = 60.0
-"""The longest the typical requests go unread while jobs come and go."""
+REFRESH_SHARE = 0.1
+"""New pods, as a share of those the model was read from, that read it again."""
 WINDOW_PODS = 2_000
 """Pods of the most recent jobs the typical requests are read from (openb's
 default trace, which FGD reads whole, has 8,152)."""
 
 _Job = tuple[str, str, PodShape, int]
 """(creation time, namespace/name, pod shape, workers) of one job."""
+
+
+def model_of(pods: Sequence[PodShape]) -> tuple[tuple[object, ...], FragModel | None]:
+    """The fragmentation model of `pods` (None when none asks for GPUs), and a key
+    of what it is made of, its weights to the percent: two models with one key
+    place alike."""
+    typical = typical_pods(pods)
+    blocks, heavy = block_share(pods), block_cpu(pods)
+    key = (
+        tuple((t.gpus, t.gpu_milli, t.cpu_milli, t.gpu_models, t.memory, round(t.weight, 2))
+              for t in typical),
+        round(blocks, 2),
+        heavy,
+    )  # fmt: skip
+    model = FragModel(typical, blocks=blocks, heavy_block_cpu=heavy) if typical else None
+    return key, model
+
+
+def _uid(v: JobView) -> str:
+    return str((v.obj.get("metadata") or {}).get("uid") or v.id)
 
 
 class Workload:
@@ -44,49 +67,36 @@ class Workload:
         if window < 0:
             raise ValueError(f"window must be 0 or more pods, not {window}")
         self.window = window
-        self._jobs: dict[str, _Job] = {}
+        self._read: set[str] = set()
+        """The uids of the jobs the model was read from (and their elders)."""
         self._key: tuple[object, ...] = ()
         self._model: FragModel | None = None
-        self._read_at: float | None = None
         self.pods = 0
         """Pods the current model was read from."""
 
-    def model(self, views: Iterable[JobView], now: float) -> FragModel | None:
-        """The model for `views` (every job the scheduler sees) at `now` (seconds):
-        the last one until `REFRESH_S` after it was read, and kept after that while
-        the typical requests are the same to the percent."""
+    def model(self, views: Sequence[JobView]) -> FragModel | None:
+        """The model for `views` (every job the scheduler sees): the last one until
+        the jobs new since it was read ask for `REFRESH_SHARE` of its pods, and
+        kept after that while the typical requests are the same to the percent."""
         if not self.window:
             return None
-        if self._read_at is not None and 0 <= now - self._read_at < REFRESH_S:
+        read = self._read
+        new = sum(v.gang.workers for v in views if v.gang is not None and _uid(v) not in read)
+        if new < max(1, REFRESH_SHARE * self.pods):
             return self._model
-        self._read_at = now
-        jobs: dict[str, _Job] = {}
+        jobs: list[_Job] = []
         for v in views:
-            if v.gang is None:
-                continue
-            meta = v.obj.get("metadata") or {}
-            created = str(meta.get("creationTimestamp") or "")
-            jobs[str(meta.get("uid") or v.id)] = (created, v.id, v.gang.pod, v.gang.workers)
-        if jobs == self._jobs:
-            return self._model
-        self._jobs = jobs
+            if v.gang is not None:
+                created = str((v.obj.get("metadata") or {}).get("creationTimestamp") or "")
+                jobs.append((created, v.id, v.gang.pod, v.gang.workers))
+        self._read = {_uid(v) for v in views if v.gang is not None}
         pods: list[PodShape] = []
-        for _, _, pod, workers in sorted(jobs.values(), reverse=True):
+        for _, _, pod, workers in sorted(jobs, key=lambda j: j[:2], reverse=True):
             pods.extend([pod] * min(workers, self.window - len(pods)))
             if len(pods) >= self.window:
                 break
         self.pods = len(pods)
-        typical = typical_pods(pods)
-        blocks, heavy = block_share(pods), block_cpu(pods)
-        key = (
-            tuple((t.gpus, t.gpu_milli, t.cpu_milli, t.gpu_models, t.memory, round(t.weight, 2))
-                  for t in typical),
-            round(blocks, 2),
-            heavy,
-        )  # fmt: skip
+        key, model = model_of(pods)
         if key != self._key:
-            self._key = key
-            self._model = (
-                FragModel(typical, blocks=blocks, heavy_block_cpu=heavy) if typical else None
-            )
+            self._key, self._model = key, model
         return self._model

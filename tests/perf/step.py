@@ -34,7 +34,9 @@ CPU without. The issue allows 10 % (`ONE_POD_RATIO_MAX`). Measured 2026-12-06 on
 the 2-core development machine (load about 1, a build running beside it), a
 throwaway script with the same steps: 50 gangs 1.02x, 1.03x, 1.04x, 1.10x, 1.15x
 (median of 5-10 steps a side); 500 gangs 0.79x (best-fit passes over every open
-node for each gang, the model keeps a ranking across a step's placements).
+node for each gang, the model keeps a ranking across a step's placements). With
+the scores kept in the model by node state across steps, this benchmark (quiet
+machine): 1.06x, 1.00x, 0.99x, 1.02x, 1.03x, 0.96x.
 
 Run: `make bench` (or `.venv/bin/python -m tests.perf step`).
 """

@@ -9,7 +9,7 @@ import pytest
 
 from controller.gang.controller import GangController, GangSettings
 from controller.gang.view import job_views
-from controller.gang.workload import REFRESH_S, Workload
+from controller.gang.workload import Workload
 from controller.kube.clock import FakeClock
 from controller.scheduler.policy import policy_configmap
 from controller.scheduler.types import Admit
@@ -31,7 +31,7 @@ def _job(name: str, gpus: int, workers: int = 1, *, minute: int = 0, **status: A
 
 
 def _shapes(w: Workload, jobs: list[Obj]) -> dict[int, float]:
-    model = w.model(job_views(jobs, [], POLICY), 0)
+    model = w.model(job_views(jobs, [], POLICY))
     assert model is not None
     return {t.gpus: round(t.weight, 3) for t in model.typical}
 
@@ -44,33 +44,35 @@ def test_the_typical_requests_are_the_most_recent_pods_each_worker_counted() -> 
     w = Workload(4)
     assert _shapes(w, [old, new]) == {1: 0.75, 8: 0.25}, "one pod of the old job"
     assert w.pods == 4
-    model = w.model(job_views([old, new], [], POLICY), 0)
+    model = w.model(job_views([old, new], [], POLICY))
     assert model is not None and model.blocks == pytest.approx(8 / 11), "whole nodes' GPU share"
 
 
 def test_no_model_without_gpu_jobs_or_with_no_window() -> None:
-    assert Workload().model([], 0) is None
+    assert Workload().model([]) is None
     cpu = _job("cpu", 0)
-    assert Workload().model(job_views([cpu], [], POLICY), 0) is None, "no GPU request: best-fit"
-    assert Workload(0).model(job_views([_job("a", 1)], [], POLICY), 0) is None
+    assert Workload().model(job_views([cpu], [], POLICY)) is None, "no GPU request: best-fit"
+    assert Workload(0).model(job_views([_job("a", 1)], [], POLICY)) is None
     with pytest.raises(ValueError, match="0 or more"):
         Workload(-1)
 
 
-def test_the_model_is_kept_while_the_typical_requests_stay_the_same() -> None:
-    """A new model starts its memo of scored node states afresh: a job that moves no
-    weight by a percent keeps the old one."""
+def test_the_model_is_read_again_as_a_tenth_more_pods_arrive_and_kept_if_alike() -> None:
+    """A new model starts its memo of scored node states afresh: jobs that arrive
+    are read once they ask for a tenth of the pods the model was read from, and a
+    mix that moved by less than a percent keeps the model it had."""
     w = Workload()
     jobs = [_job(f"j{i}", 1 + i % 3 // 2, minute=i % 60) for i in range(300)]  # 1-GPU: 2/3
-    first = w.model(job_views(jobs, [], POLICY), 0)
-    assert first is not None and w.model(job_views(jobs, [], POLICY), REFRESH_S) is first
-    jobs.append(_job("another", 1))
-    assert w.model(job_views(jobs, [], POLICY), 2 * REFRESH_S) is first, "moved by 0.001"
-    jobs += [_job(f"k{i}", 2) for i in range(20)]
-    assert w.model(job_views(jobs, [], POLICY), 2 * REFRESH_S + 1) is first, "read a second ago"
-    again = w.model(job_views(jobs, [], POLICY), 3 * REFRESH_S)
-    assert again is not first and again is not None
-    assert {t.gpus: round(t.weight, 3) for t in again.typical} == {1: 0.626, 2: 0.374}
+    first = w.model(job_views(jobs, [], POLICY))
+    assert first is not None and w.pods == 300
+    jobs += [_job(f"k{i}", 1 + i % 3 // 2) for i in range(29)]
+    assert w.model(job_views(jobs, [], POLICY)) is first and w.pods == 300, "29 new pods of 300"
+    jobs.append(_job("k29", 1))
+    assert w.model(job_views(jobs, [], POLICY)) is first and w.pods == 330, "read, mix alike"
+    jobs += [_job(f"m{i}", 2) for i in range(33)]
+    again = w.model(job_views(jobs, [], POLICY))
+    assert again is not first and again is not None and w.pods == 363
+    assert {t.gpus: round(t.weight, 3) for t in again.typical} == {1: 0.609, 2: 0.391}
 
 
 def _placed(settings: GangSettings) -> str:
