@@ -187,8 +187,9 @@ class Snapshot:
         self.fragmentation = fragmentation
         """The target workload's fragmentation model; None places single pods best-fit."""
         self.frag_scores: dict[tuple[object, ...], dict[str, tuple[int, object]]] = {}
-        """Per (GPUs, milli-GPUs, milli-CPU) of a pod, per node: (node stamp, placement
-        score) (`placement.frag_score`)."""
+        """Per (GPUs, milli-GPUs, milli-CPU, memory) of a pod, per node: (node stamp,
+        placement score) (`placement.frag_score`; the model keeps them by node state
+        too, `FragModel.scores`)."""
         self.rankings: dict[tuple[object, ...], object] = {}
         """Per single-pod shape: the open nodes ordered by placement score, kept up
         to date from `changes` (`placement._Ranking`); dropped with the change log."""
