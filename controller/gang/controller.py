@@ -225,6 +225,8 @@ class GangController:
         self.limits = informer("LimitRange")
         """Their defaults are the requests a job's pods get when created (and counted
         against the ResourceQuotas and the nodes with)."""
+        self.metrics.typical.source = self._workload.shares
+        self.metrics.window_pods.set_function(lambda: self._workload.pods)
         self.metrics.cached.source = lambda: [
             ((inf.resource.plural,), len(inf)) for inf in self._informers()
         ]

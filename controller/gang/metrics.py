@@ -155,6 +155,20 @@ class GangMetrics:
             ["kind"],
             registry=r,
         )
+        self.typical = _ScrapedGauge(
+            "gangops_placement_typical_requests",
+            "The typical requests one-pod TrainingJobs are placed for (fragmentation-aware,"
+            " FGD), read from the most recent jobs (--fragmentation-window): each one's share"
+            " of them, by GPUs per pod and milli-GPUs of each (1000: whole GPUs). None while"
+            " placement is best-fit.",
+            ["gpus", "gpu_milli"],
+            r,
+        )
+        self.window_pods = Gauge(
+            "gangops_placement_window_pods",
+            "Pods of the most recent TrainingJobs the typical requests were read from.",
+            registry=r,
+        )
         self.cached = _ScrapedGauge(
             "gangops_cached_objects",
             "Objects in the scheduler's watch caches, by resource (what its memory grows"

@@ -74,6 +74,15 @@ class Workload:
         self.pods = 0
         """Pods the current model was read from."""
 
+    def shares(self) -> list[tuple[tuple[str, str], float]]:
+        """The current model's typical requests by (GPUs per pod, milli-GPUs of each),
+        each with its share of them (the metric `gangops_placement_typical_requests`)."""
+        out: dict[tuple[str, str], float] = {}
+        for t in self._model.typical if self._model is not None else ():
+            key = (str(t.gpus), str(t.gpu_milli))
+            out[key] = out.get(key, 0.0) + t.weight
+        return sorted(out.items())
+
     def model(self, views: Sequence[JobView]) -> FragModel | None:
         """The model for `views` (every job the scheduler sees): the last one until
         the jobs new since it was read ask for `REFRESH_SHARE` of its pods, and

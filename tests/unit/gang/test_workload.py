@@ -6,8 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from prometheus_client import generate_latest
 
 from controller.gang.controller import GangController, GangSettings
+from controller.gang.metrics import GangMetrics
 from controller.gang.view import job_views
 from controller.gang.workload import Workload
 from controller.kube.clock import FakeClock
@@ -75,10 +77,10 @@ def test_the_model_is_read_again_as_a_tenth_more_pods_arrive_and_kept_if_alike()
     assert {t.gpus: round(t.weight, 3) for t in again.typical} == {1: 0.609, 2: 0.391}
 
 
-def _placed(settings: GangSettings) -> str:
+def _placed(settings: GangSettings, metrics: GangMetrics | None = None) -> str:
     """Where a step puts a one-GPU job beside nodes a (3 GPUs) and b (2), after jobs
     of one pod of 2 GPUs each."""
-    c = GangController(FakeKube(), clock=FakeClock(), settings=settings)
+    c = GangController(FakeKube(), clock=FakeClock(), settings=settings, metrics=metrics)
     c._submit = lambda w, assume=None: True  # type: ignore[method-assign]  # decide only
     c.config.assume(
         policy_configmap(policy_doc(projects={"p": {}}), c.settings.system_namespace,
@@ -101,3 +103,19 @@ def test_the_controller_places_a_one_pod_job_for_the_typical_requests() -> None:
     (2-GPU) request can use; for the workload, a leaves two GPUs together."""
     assert _placed(GangSettings(fragmentation_window=0)) == "b"
     assert _placed(GangSettings()) == "a"
+
+
+def test_the_typical_requests_are_a_metric() -> None:
+    """What the placement takes the workload to be is on /metrics: the five 2-GPU jobs
+    and the 1-GPU one, and the pods they were read from; nothing while best-fit."""
+    metrics = GangMetrics()
+    _placed(GangSettings(), metrics)
+    text = generate_latest(metrics.registry).decode()
+    assert 'gangops_placement_typical_requests{gpu_milli="1000",gpus="2"} 0.8333' in text
+    assert 'gangops_placement_typical_requests{gpu_milli="1000",gpus="1"} 0.1666' in text
+    assert "gangops_placement_window_pods 6.0" in text
+    metrics = GangMetrics()
+    _placed(GangSettings(fragmentation_window=0), metrics)
+    text = generate_latest(metrics.registry).decode()
+    assert "gangops_placement_typical_requests{" not in text
+    assert "gangops_placement_window_pods 0.0" in text
