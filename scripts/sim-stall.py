@@ -34,7 +34,7 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 
 from controller.gang.workload import REFRESH_SHARE, model_of
-from controller.scheduler.fragmentation import FragModel, block_cpu, block_share, typical_pods
+from controller.scheduler.fragmentation import FragModel
 from controller.scheduler.placement import frag_score, place
 from controller.scheduler.policy import SchedulingPolicy
 from controller.scheduler.snapshot import NodeState, Snapshot
@@ -103,7 +103,7 @@ def main() -> None:
     cap = sum(n.gpus for n in nodes) * MILLI
     policy = SchedulingPolicy.from_dict(open_policy_doc(cap // MILLI))
     pods = [j.pod for j in jobs]
-    frag = FragModel(typical_pods(pods), blocks=block_share(pods), heavy_block_cpu=block_cpu(pods))
+    frag = FragModel.of(pods)
     start = None if args.window or args.best_fit else frag
     snap = Snapshot(nodes, levels=policy.topology_levels, fragmentation=start)
     arrived = used = 0

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from controller.gang.view import JobView
-from controller.scheduler.fragmentation import FragModel, block_cpu, block_share, typical_pods
+from controller.scheduler.fragmentation import FragModel
 from controller.scheduler.types import PodShape
 
 __all__ = ["REFRESH_SHARE", "WINDOW_PODS", "Workload", "model_of"]
@@ -43,16 +43,14 @@ def model_of(pods: Sequence[PodShape]) -> tuple[tuple[object, ...], FragModel | 
     """The fragmentation model of `pods` (None when none asks for GPUs), and a key
     of what it is made of, its weights to the percent: a model read later with the
     same key differs from this one by under a percent in any weight."""
-    typical = typical_pods(pods)
-    blocks, heavy = block_share(pods), block_cpu(pods)
+    model = FragModel.of(pods)
     key = (
         tuple((t.gpus, t.gpu_milli, t.cpu_milli, t.gpu_models, t.memory, round(t.weight, 2))
-              for t in typical),
-        round(blocks, 2),
-        heavy,
+              for t in model.typical),
+        round(model.blocks, 2),
+        model.heavy_block_cpu,
     )  # fmt: skip
-    model = FragModel(typical, blocks=blocks, heavy_block_cpu=heavy) if typical else None
-    return key, model
+    return key, model if model.typical else None
 
 
 def _uid(v: JobView) -> str:

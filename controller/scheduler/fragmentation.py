@@ -168,6 +168,12 @@ class FragModel:
             for m in t.gpu_models:
                 self.restricted[m] = self.restricted.get(m, 0.0) + t.weight / len(t.gpu_models)
 
+    @classmethod
+    def of(cls, pods: Sequence[PodShape]) -> FragModel:
+        """The model of a workload of `pods`: its typical requests, the share of its
+        GPU demand in whole blocks and the CPU of the heaviest whole-block request."""
+        return cls(typical_pods(pods), blocks=block_share(pods), heavy_block_cpu=block_cpu(pods))
+
     def pressure(self, free: Mapping[str, int]) -> dict[str, float]:
         """Per GPU model, what a milli-GPU of it taken costs, in expected
         fragmented milli-GPUs: the model's share of the restricted requests

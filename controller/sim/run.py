@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from controller.progress import progress
-from controller.scheduler.fragmentation import FragModel, block_cpu, block_share, typical_pods
+from controller.scheduler.fragmentation import FragModel, typical_pods
 from controller.scheduler.policy import SchedulingPolicy
 from controller.scheduler.types import MILLI, Node, PodShape
 from controller.sim.engine import RunResult, Truth, simulate, simulate_arrivals
@@ -171,10 +171,10 @@ def run_jobs(
     policy = SchedulingPolicy.from_dict(doc)
     replay, faults = _truth_inputs(exp, nodes)
     first = jobs[0].submit if jobs else 0.0
-    typical = typical_pods(j.pod for j in jobs)
-    blocks = block_share(j.pod for j in jobs)
-    heavy = block_cpu(j.pod for j in jobs)
-    shapes = [PodShape(t.gpus, t.gpu_milli, t.cpu_milli, 0, t.gpu_models) for t in typical]
+    pods = [j.pod for j in jobs]
+    shapes = [
+        PodShape(t.gpus, t.gpu_milli, t.cpu_milli, 0, t.gpu_models) for t in typical_pods(pods)
+    ]
     out = []
     for name in exp.schedulers:
         sched_run = SchedulerRun(name)
@@ -183,7 +183,7 @@ def run_jobs(
         for k in range(seeds):
             seed = exp.seed + k
             desc = f"simulate {name}" + (f" seed {seed}" if seeds > 1 else "")
-            frag = FragModel(typical, blocks=blocks, heavy_block_cpu=heavy)
+            frag = FragModel.of(pods)
             feed = None
             if (
                 name == "gangops"
