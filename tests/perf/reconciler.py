@@ -210,7 +210,10 @@ def _measure(work: Path, kubeconfig: Path) -> list[Result]:
         print(f"first sync: {objects} objects in {first_sync:.2f} s", flush=True)
 
         latencies = []
-        body = json.dumps({"ref": "refs/heads/main"}).encode()
+        # Signed, and naming the source's repository, as the webhook requires (2470e5b).
+        body = json.dumps(
+            {"ref": "refs/heads/main", "repository": {"clone_url": repo.as_uri()}}
+        ).encode()
         signature = "sha256=" + hmac.new(SECRET, body, hashlib.sha256).hexdigest()
         for k in range(7):
             (repo / "policies" / "projects" / "team-007.yaml").write_text(_project(7, gpu=10 + k))
