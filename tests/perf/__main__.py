@@ -8,6 +8,7 @@ prometheus, telemetry, quota, alerts, scale, step, messages; default: all)
 from __future__ import annotations
 
 import sys
+import traceback
 
 from tests.perf import (
     agent,
@@ -54,15 +55,23 @@ def main(argv: list[str]) -> int:
         print(f"unknown benchmark(s): {', '.join(unknown)}; known: {', '.join(BENCHMARKS)}")
         return 2
     results: list[Result] = []
+    crashed: list[str] = []
     for name in names:
         print(f"== {name}", flush=True)
-        results += BENCHMARKS[name]()
-    print_table(results)
+        try:
+            results += BENCHMARKS[name]()
+        except Exception:  # one broken benchmark must not lose the others' figures
+            traceback.print_exc()
+            print(f"{name}: crashed (above); the other benchmarks go on", flush=True)
+            crashed.append(name)
+    if results:
+        print_table(results)
     failed = [r for r in results if not r.ok]
     if failed:
         print(f"{len(failed)} benchmark(s) missed their threshold")
-        return 1
-    return 0
+    if crashed:
+        print(f"{len(crashed)} benchmark(s) crashed: {', '.join(crashed)}")
+    return 1 if failed or crashed else 0
 
 
 if __name__ == "__main__":
