@@ -1,4 +1,5 @@
-"""`make bench`: run every benchmark, print the figures, fail on a missed threshold.
+"""`make bench`: run every benchmark, print the figures, fail on a missed threshold
+or a benchmark that crashed (reported, and the others still run).
 
 Usage: python -m tests.perf [NAME ...]
 (names: policy, scheduler, devcluster, reconciler, gang, sim, variants, agent,
@@ -64,8 +65,7 @@ def main(argv: list[str]) -> int:
             traceback.print_exc()
             print(f"{name}: crashed (above); the other benchmarks go on", flush=True)
             crashed.append(name)
-    if results:
-        print_table(results)
+    print_table(results)
     failed = [r for r in results if not r.ok]
     if failed:
         print(f"{len(failed)} benchmark(s) missed their threshold")

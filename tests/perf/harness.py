@@ -29,8 +29,8 @@ class Result:
 
 
 def print_table(results: list[Result]) -> None:
-    """Print the figures as an aligned table with PASS/FAIL per row."""
-    width = max(len(r.name) for r in results)
+    """Print the figures as an aligned table with PASS/FAIL per row (nothing for none)."""
+    width = max((len(r.name) for r in results), default=0)
     for r in results:
         op = ">=" if r.higher_is_better else "<="
         verdict = "PASS" if r.ok else "FAIL"
