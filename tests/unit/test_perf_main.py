@@ -30,6 +30,8 @@ def test_a_crash_fails_the_run_and_the_others_still_report(
     assert "fine.figure" in out.out and "PASS" in out.out
     assert "1 benchmark(s) crashed: broken" in out.out
     assert "HTTP Error 403: Forbidden" in out.err  # the traceback
+    assert bench.main(["broken"]) == 1  # no figures at all: still a report, no table
+    assert "1 benchmark(s) crashed: broken" in capsys.readouterr().out
 
 
 def test_passing_benchmarks_pass_and_a_missed_threshold_fails(
