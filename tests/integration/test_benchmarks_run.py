@@ -4,9 +4,9 @@
 benchmark that speaks to the product's interfaces (the webhook, the quota
 request flow, the alert receiver) goes stale unseen when one of them changes:
 the reconciler benchmark's signed push was refused with 403 for three days after
-the webhook began to require the PolicySource's repository (2470e5b). These five
-take about two and a half minutes together and run here, each in its own
-process as `make bench` runs it.
+the webhook began to require the PolicySource's repository (2470e5b). The five
+here are the quick ones, those three among them: about two and a half minutes
+together, each in its own process as `make bench` runs it.
 
 Their thresholds are not checked here: `make bench` owns them, and a test run on
 a loaded machine would miss timing thresholds for reasons that are not bugs. A
