@@ -10,7 +10,8 @@ together, each in its own process as `make bench` runs it.
 
 Their thresholds are not checked here: `make bench` owns them, and a test run on
 a loaded machine would miss timing thresholds for reasons that are not bugs. A
-benchmark that raises (a request refused, a wait that never ends) is what fails.
+benchmark that raises (a request refused, a wait that never ends) or returns no
+figures is what fails.
 """
 
 from __future__ import annotations
@@ -24,19 +25,24 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 
 
+# Each benchmark's own run(), as `make bench` calls it, in a process of its own; its
+# results are returned, not judged, so only a raise (or no figures) fails.
+_RUN = """
+import sys
+from tests.perf.__main__ import BENCHMARKS
+if not BENCHMARKS[sys.argv[1]]():
+    sys.exit("no figures")
+"""
+
+
 @pytest.mark.parametrize("name", ["policy", "telemetry", "quota", "reconciler", "alerts"])
 def test_the_benchmark_runs_to_its_end(name: str, control_plane: object) -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "tests.perf", name],
+        [sys.executable, "-c", _RUN, name],
         cwd=REPO,
         capture_output=True,
         text=True,
         timeout=600,
         check=False,
     )
-    text = out.stdout + out.stderr
-    assert "crashed (above)" not in text, text[-6000:]
-    # A run with figures prints a table row ending in PASS or FAIL for each.
-    assert any(line.endswith(("PASS", "FAIL")) for line in out.stdout.splitlines()), text[-6000:]
-    # rc 1 with no crash is a missed threshold: `make bench`'s business, not this test's.
-    assert out.returncode in (0, 1), text[-6000:]
+    assert out.returncode == 0, (out.stdout + out.stderr)[-6000:]
