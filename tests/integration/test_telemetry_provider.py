@@ -81,10 +81,12 @@ def _prometheus(work: Path, exporter: str | None, **kw: object) -> Prometheus:
 
 
 def _read(provider: PrometheusTelemetry) -> Telemetry:
-    """Refresh until the recording rules have the busy pod (a few 1 s evaluations)."""
+    """Refresh until the recording rules have the busy pod and the bad GPU (a few 1 s
+    evaluations). Both: a refresh reads health before usage, so the first evaluation
+    of the rule group can land between its two queries, with the pod and no health."""
     return wait_for(
-        "the busy pod's utilisation",
-        lambda: (t := provider.refresh()).pods.get(("ns", "busy")) and t,
+        "the busy pod's utilisation and the bad GPU",
+        lambda: (t := provider.refresh()).pods.get(("ns", "busy")) and t.unhealthy and t,
         timeout=30,
     )
 
