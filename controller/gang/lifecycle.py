@@ -145,6 +145,8 @@ class Agenda:
     """Evictions, and shrinks below a job's gangSize, in the last hour."""
     protected: set[JobId] = field(default_factory=set)
     """Running gangs a nomination evicts or shrinks that have not been yet."""
+    releasing: dict[JobId, int] = field(default_factory=dict)
+    """Each of `protected`: the workers it keeps (0: evicted)."""
 
 
 def _deleting(obj: Mapping[str, Any]) -> bool:
@@ -342,12 +344,14 @@ def plan(
                 vv = _still_at(by_id.get(victim), attempt)
                 if vv is not None:
                     out.protected.add(vv.id)
+                    out.releasing[vv.id] = 0
                     if vv.id not in busy:
                         out.actions.append(Action("evict", vv, by=v.id))
             for victim, attempt, keep in adm.shrinks:
                 vv = _still_at(by_id.get(victim), attempt)
                 if vv is not None:
                     out.protected.add(vv.id)
+                    out.releasing[vv.id] = keep
                     if vv.id not in busy:
                         out.actions.append(Action("shrink", vv, by=v.id, workers=keep))
             out.nominated[v.id] = adm.placement
@@ -449,6 +453,7 @@ def decide(
         timer=timer,
         grow_interval=grow_interval,
         protected=frozenset(todo.protected),
+        releasing=todo.releasing,
         hints=_hints(views, todo, snap, policy, now, telemetry, forecasts),
     )
     if timer:

@@ -297,6 +297,9 @@ class _State:
     protected: frozenset[JobId] = frozenset()
     """Running gangs an earlier nomination already evicts or shrinks: never
     chosen again until that lands (it would be decided twice)."""
+    claimed: set[JobId] = field(default_factory=set)
+    """Nominated gangs whose GPUs the snapshot's quota and reserve figures count
+    while they wait for their nodes (`Snapshot.count`)."""
     reserved_for: Gang | None = None
     reserved_start: float | None = None
     hints: Hints = field(default_factory=Hints)
@@ -641,16 +644,21 @@ def schedule(
     grow_interval: float = GROW_INTERVAL_S,
     protected: frozenset[JobId] = frozenset(),
     hints: Hints | None = None,
+    releasing: Mapping[JobId, int] | None = None,
 ) -> CycleResult:
     """Run one cycle over `queue` (the pending gangs) and return the decisions.
 
     `nominated` are placements earlier cycles promised to preemptors whose
-    victims may still be terminating; those nodes are held for them. With a
-    `timer` (a monotonic clock), each decision's duration is recorded.
-    Running elastic gangs are grown (`result.resizes`) at most once per
-    `grow_interval` seconds each. `protected` are running gangs that earlier
-    nominations evict or shrink and that have not been yet: they are not
-    chosen again.
+    victims may still be terminating; those nodes are held for them, and until
+    a nominee is admitted its GPUs count against its quotas and the reserve as
+    if it ran, as in the cycle that nominated it: a gang decided after it may not
+    take what its admission will need. With a `timer` (a monotonic clock), each
+    decision's duration is recorded. Running elastic gangs are grown
+    (`result.resizes`) at most once per `grow_interval` seconds each.
+    `protected` are running gangs that earlier nominations evict or shrink and
+    that have not been yet: they are not chosen again. `releasing` says how
+    many workers each of them keeps (0: evicted); what they give back is not
+    counted, so that it is not counted twice, for them and for their nominee.
     """
     result = CycleResult(hints=hints or Hints())
     budget = max(0, policy.max_preemptions_per_hour - preemptions_last_hour)
@@ -666,6 +674,14 @@ def schedule(
     for job, placement in state.nominated.items():
         for n in placement.nodes():
             state.held[n] = job
+    for job, keep in (releasing or {}).items():
+        r = snap.running.get(job)
+        if r is not None and keep < r.gang.workers:
+            snap.count(replace(r.gang, workers=r.gang.workers - keep), -1)
+    for g in queue:
+        if g.id in state.nominated and g.id not in snap.running:
+            snap.count(g, +1)
+            state.claimed.add(g.id)
     started = timer() if timer else 0.0
     ordered = order(snap, policy, queue)
     result.order = [g.id for g in ordered]
@@ -769,6 +785,14 @@ def _decide(
 def _decided(
     snap: Snapshot, policy: SchedulingPolicy, state: _State, g: Gang, now: float
 ) -> Decision:
+    if g.id in state.claimed:  # a nominee: decided on what it does not hold yet
+        state.claimed.discard(g.id)
+        snap.count(g, -1)
+        decision = _decided(snap, policy, state, g, now)
+        if not isinstance(decision, Admit):  # `_admit` counted it as running
+            snap.count(g, +1)
+            state.claimed.add(g.id)
+        return decision
     refused = _refused(snap, policy, g)
     if refused is not None:
         return Pending(g, refused, "Refused")

@@ -483,7 +483,15 @@ class Snapshot:
         self._count(r.gang, -1)
         return r
 
-    def _count(self, g: Gang, sign: int) -> None:
+    def count(self, g: Gang, sign: int) -> None:
+        """Add (`sign` 1) or take out (-1) `g`'s GPUs and requests in the quota and
+        reserve figures alone, placing nothing: what a nomination has been promised
+        while its victims' pods still hold its nodes, or what a victim not yet
+        evicted is about to give back (`cycle.schedule`)."""
+        self.version += 1
+        self._count(g, sign, elastic=False)
+
+    def _count(self, g: Gang, sign: int, *, elastic: bool = True) -> None:
         ns = namespace_of(g.id)
         if ns is not None:
             old = self.namespace_usage.get(ns, (0, 0, 0, 0))
@@ -501,7 +509,7 @@ class Snapshot:
         if g.tier not in self.reserve_tiers:
             self.outside_reserve += amount
         floor = min(g.min_workers or g.workers, g.submitted_workers)
-        if floor < g.workers:
+        if elastic and floor < g.workers:
             self.shrinkable[g.project] = self.shrinkable.get(g.project, 0) + sign
 
 

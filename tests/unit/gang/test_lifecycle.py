@@ -252,7 +252,19 @@ def test_shrinks_below_gang_size_count_as_preemptions_and_protect_their_targets(
     out = _plan(jobs, [], now=T0 + 1, busy=frozenset({job_id("lo")}))
     assert out.preemptions_last_hour == 1
     assert out.protected == {job_id("lo")}  # even with its own write in flight
+    assert out.releasing == {job_id("lo"): 1}  # the workers it keeps
     assert [a.kind for a in out.actions] == []
+
+
+def test_a_victim_not_yet_evicted_gives_back_all_it_holds() -> None:
+    jobs = [
+        job("hi", tier="high", adm=admission("a", "b", state="Nominated",
+                                             victims=((job_id("lo"), 3),))),
+        job("lo", tier="batch", adm=admission("a", "b", attempt=3), phase="Running"),
+        job("other", tier="batch", adm=admission("a", "b", attempt=4), phase="Running"),
+    ]  # fmt: skip
+    out = _plan(jobs, [], now=T0 + 1)
+    assert out.releasing == {job_id("lo"): 0}
 
 
 # ----------------------------------------------------------------- writes

@@ -9,7 +9,7 @@ import pytest
 
 from controller.scheduler.cycle import schedule
 from controller.scheduler.policy import SchedulingPolicy
-from controller.scheduler.snapshot import Snapshot, Usage
+from controller.scheduler.snapshot import Foreign, Snapshot, Usage
 from controller.scheduler.types import (
     Admit,
     Gang,
@@ -441,3 +441,65 @@ def test_a_gang_an_earlier_nomination_shrinks_or_evicts_is_not_chosen_again() ->
     result = schedule(snap, [b], policy(), now=0.0, protected=frozenset({_GROWN.id}))
     (d,) = result.decisions
     assert isinstance(d, Pending)
+
+
+# A nomination holds its nodes until its victims' pods are gone. Until it is admitted,
+# its GPUs count against the reserve and its quotas too: a gang decided after it in a
+# cycle where its victims' pods still terminate must not take what its admission needs.
+_FIVE = [node(f"n{i}") for i in range(1, 6)]
+_NOMINEE = job("n").user("alice").tier("high").gang(24, per_worker=4).build()
+_ON_THREE = running(_NOMINEE, {"n1": 2, "n2": 2, "n3": 2}).placement
+
+
+def test_a_nominee_counts_against_the_reserve_while_its_victims_pods_terminate() -> None:
+    pol = policy(reserve=8)  # 40 GPUs, 32 outside the reserve
+    other = running(job("b").tier("batch").gang(8, per_worker=4).build(), {"n5": 2})
+    requeued = job("v").tier("batch").gang(8, per_worker=4).at(1).build()
+    # The victims' pods still hold n1 and n2: the nominee cannot be placed yet.
+    snap = Snapshot(
+        _FIVE, levels=LEVELS, running=[other], foreign=[Foreign("n1", 8), Foreign("n2", 8)]
+    )
+    result = schedule(snap, [_NOMINEE, requeued], pol, now=1.0, nominated={"n": _ON_THREE})
+    by_name = {d.gang.id: d for d in result.decisions}
+    assert isinstance(by_name["n"], Pending) and "release" in by_name["n"].reason
+    # 8 (b) + 24 (n, nominated) + 8 would eat into the reserve: v waits
+    assert isinstance(by_name["v"], Pending), by_name["v"]
+    assert "left outside the reserve" in by_name["v"].reason
+    # Once the pods are gone, the nominee takes its nodes.
+    snap = Snapshot(_FIVE, levels=LEVELS, running=[other])
+    result = schedule(snap, [_NOMINEE, requeued], pol, now=2.0, nominated={"n": _ON_THREE})
+    by_name = {d.gang.id: d for d in result.decisions}
+    assert isinstance(by_name["n"], Admit) and by_name["n"].placement.nodes() == {
+        "n1": 2, "n2": 2, "n3": 2
+    }
+    assert isinstance(by_name["v"], Pending)
+
+
+def test_a_nominee_counts_against_its_users_quota_while_it_waits() -> None:
+    pol = policy({"p": {"users": {"alice": (0, 28)}}})
+    held = [Foreign("n1", 8), Foreign("n2", 8), Foreign("n5", 8)]
+    snap = Snapshot(_FIVE, levels=LEVELS, foreign=held)
+    second = job("x").user("alice").tier("high").gang(8, per_worker=4).at(1).build()
+    result = schedule(snap, [_NOMINEE, second], pol, now=1.0, nominated={"n": _ON_THREE})
+    by_name = {d.gang.id: d for d in result.decisions}
+    assert isinstance(by_name["n"], Pending)
+    # 24 promised to n + 8 > alice's 28, though n4 is free
+    assert isinstance(by_name["x"], Pending) and by_name["x"].code == "Quota", by_name["x"]
+
+
+def test_a_victim_still_running_is_not_counted_twice_with_its_nominee() -> None:
+    # p may hold 32: v (8, evicted for n, its eviction not written yet) and n (24).
+    pol = policy({"p": {"max": 32}})
+    victim = running(job("v").tier("batch").gang(8, per_worker=4).build(), {"n1": 2})
+    third = job("x").gang(8, per_worker=4).at(1).build()
+    held = [Foreign("n2", 4), Foreign("n5", 8)]  # n cannot be placed yet
+    snap = Snapshot(_FIVE, levels=LEVELS, running=[victim], foreign=held)
+    result = schedule(
+        snap, [_NOMINEE, third], pol, now=1.0, nominated={"n": _ON_THREE},
+        protected=frozenset({victim.gang.id}), releasing={victim.gang.id: 0},
+    )  # fmt: skip
+    by_name = {d.gang.id: d for d in result.decisions}
+    assert isinstance(by_name["n"], Pending)
+    # after the eviction p holds 24 (n) + 8 (x) = 32: x fits, on the node n does not hold
+    assert isinstance(by_name["x"], Admit), by_name["x"]
+    assert by_name["x"].placement.nodes() == {"n4": 2}
