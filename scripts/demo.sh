@@ -46,7 +46,13 @@ show() {
 }
 fail() {
   printf '\ndemo FAILED: %s\n' "$*" >&2
+  if [[ -f "${work:-}/admin.kubeconfig" ]]; then
+    printf -- '--- the TrainingJobs: phase reason GPUs: message\n' >&2
+    k get tj -A -o jsonpath='{range .items[*]}{.metadata.namespace}/{.metadata.name} {.status.phase} {.status.reason} {.status.gpus}: {.status.message}{"\n"}{end}' >&2 || true
+  fi
   if [[ -f "${work:-}/gangops-run.log" ]]; then
+    printf -- '--- the last warnings and errors of gangops run:\n' >&2
+    grep -E 'level=(WARNING|ERROR)' "$work/gangops-run.log" | tail -n 15 >&2 || true
     printf -- '--- the last lines of gangops run:\n' >&2
     tail -n 30 "$work/gangops-run.log" >&2
   fi
@@ -123,9 +129,11 @@ say "etcd, kube-apiserver and kube-controller-manager built from Go modules, plu
 say "(clusters/local/cluster.yaml: 8 A100 and 4 H100 nodes of 8 GPUs, 4 tainted T4 nodes of 4),"
 say "and --telemetry: a node agent for every node replaying recorded GPU telemetry"
 say "(../shared/telemetry), scraped by a real Prometheus (Debian package prometheus)."
-printf '%s$ gangops dev-cluster up --detach --telemetry --scenario scripts/demo/gpu-faults.yaml%s\n' "$dim" "$off"
+faults_start="$work/gpu-faults.start"
+printf '%s$ gangops dev-cluster up --detach --telemetry --scenario scripts/demo/gpu-faults.yaml --scenario-start-file gpu-faults.start%s\n' "$dim" "$off"
 env_lines="$("$gangops" dev-cluster up --detach --no-progress --telemetry \
-  --scenario "$demo/gpu-faults.yaml" --state "$state" 2>"$work/up.log")" \
+  --scenario "$demo/gpu-faults.yaml" --scenario-start-file "$faults_start" \
+  --state "$state" 2>"$work/up.log")" \
   || { cat "$work/up.log" >&2; fail "gangops dev-cluster up"; }
 kubeconfig="$(sed -n 's/^export KUBECONFIG=//p' <<<"$env_lines")"
 prom_url="$(sed -n 's/^export GANGOPS_PROMETHEUS_URL=//p' <<<"$env_lines")"
@@ -256,6 +264,8 @@ say "shrink to 4, still too many)."
 show as alice apply -f "$demo/llama-ft.yaml"
 waits() { [[ -n "$(k get tj -n nlp-dev llama-ft -o jsonpath='{.status.reason}')" ]]; }
 wait_for "llama-ft to say why it waits" 60 waits
+why="$(k get tj -n nlp-dev llama-ft -o jsonpath='{.status.phase} {.status.reason}: {.status.message}')"
+[[ "$why" == "Queued Quota: "* ]] || fail "llama-ft should wait on alice's quota; it is $why"
 show as alice get tj -n nlp-dev -o wide
 show "$gangops" explain nlp-dev/llama-ft --kubeconfig "$work/admin.kubeconfig" | sed 's/^/  /'
 
@@ -323,6 +333,7 @@ for r in json.load(sys.stdin)["data"]["result"]:
 say ""
 say "The scripted fault: GPU 2 of a100-007 reports XID 48 (a double-bit ECC error; the GPU"
 say "needs a reset). The agent takes it out of service, on the Node and in Prometheus:"
+show touch "$faults_start"
 bad_gpu() { [[ "$(k get node a100-007 -o jsonpath='{.metadata.annotations.gangops\.ai/unhealthy-gpus}')" == 2 ]]; }
 wait_for "a100-007's GPU 2 out of service" 90 bad_gpu
 show "$kubectl_bin" get node a100-007 \

@@ -174,6 +174,13 @@ def add_subcommand(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
     r.add_argument(
         "--scenario", metavar="FILE", help="scripted faults on the fake GPUs (implies fake GPUs)"
     )
+    r.add_argument(
+        "--scenario-start-file",
+        type=Path,
+        metavar="FILE",
+        help="with --scenario: the faults' `at` seconds count from when FILE exists (`touch"
+        " FILE`), not from the agent's start",
+    )
     f = p.add_argument_group("many fake nodes in one process (the dev cluster)")
     f.add_argument(
         "--fake-nodes",
@@ -203,7 +210,11 @@ def _backend(args: argparse.Namespace) -> tuple[Nvml, Any]:
     from controller.agent.replay import Replay, Scenario, load_recording, load_scenario
 
     recording = load_recording(args.replay) if args.replay else None
-    scenario = load_scenario(args.scenario) if args.scenario else Scenario()
+    scenario = (
+        load_scenario(args.scenario, start_file=args.scenario_start_file)
+        if args.scenario
+        else Scenario()
+    )
     replay = Replay(
         node=args.node,
         gpus=args.gpus,
@@ -261,6 +272,9 @@ def _publisher(args: argparse.Namespace) -> Any:
 
 
 def _main(args: argparse.Namespace) -> int:
+    if args.scenario_start_file and not args.scenario:
+        print("gangops agent: --scenario-start-file needs --scenario", file=sys.stderr)
+        return EXIT_USAGE
     if args.fake_nodes:
         return _main_fleet(args)
     try:
@@ -384,7 +398,11 @@ def _main_fleet(args: argparse.Namespace) -> int:
             raise ValueError(f"{args.fake_nodes}: expected a JSON list of Node manifests")
         nodes = fleet_nodes(manifests, default_memory_mib=args.gpu_memory_mib)
         recording = load_recording(args.replay) if args.replay else None
-        scenario = load_scenario(args.scenario) if args.scenario else Scenario()
+        scenario = (
+            load_scenario(args.scenario, start_file=args.scenario_start_file)
+            if args.scenario
+            else Scenario()
+        )
     except (OSError, ValueError) as e:
         print(f"gangops agent: {e}", file=sys.stderr)
         return EXIT_USAGE

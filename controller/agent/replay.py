@@ -22,7 +22,11 @@ A scenario file (YAML) adds faults at given seconds after the start::
       - {at: 20, gpu: 4, kind: error, error: unknown, seconds: 3}  # any NVML error code
       - {at: 30, kind: driver-unloaded, seconds: 5}       # NVML down for every GPU
 
-`at` and `seconds` are wall-clock seconds of the agent (not replayed time). With
+`at` and `seconds` are wall-clock seconds of the agent (not replayed time), counted
+from its start, or, with a start file (`--scenario-start-file`), from the moment that
+file is first seen to exist (looked for every half second): `touch FILE` sets the
+faults off when a demo or a test is ready for them, however long it took to get
+there. With
 many fake nodes in one process (`--fake-nodes`), `node: NAME` limits an event to
 one node; an event without it applies to every node. Errors
 are the exceptions pynvml raises (`pynvml.NVMLError` subclasses), so the agent
@@ -34,7 +38,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -89,10 +93,12 @@ class Event:
 @dataclass(frozen=True)
 class Scenario:
     events: tuple[Event, ...] = ()
+    start_file: Path | None = None
+    """The events' clock starts when this file exists; None: at the agent's start."""
 
     def for_node(self, node: str) -> Scenario:
         """The events for one node: those naming it, and those naming none."""
-        return Scenario(tuple(e for e in self.events if e.node in (None, node)))
+        return replace(self, events=tuple(e for e in self.events if e.node in (None, node)))
 
 
 def _error_code(name: str) -> int:
@@ -132,8 +138,9 @@ def _event(raw: Any) -> Event:
     )
 
 
-def load_scenario(path: str | Path) -> Scenario:
-    """Parse a scenario file; ScenarioError with file:line for any bad event."""
+def load_scenario(path: str | Path, *, start_file: Path | None = None) -> Scenario:
+    """Parse a scenario file; ScenarioError with file:line for any bad event. With
+    `start_file`, the events' clock starts when that file exists."""
     p = Path(path)
     events = []
     for line, raw in load_events(p, ScenarioError):
@@ -141,10 +148,13 @@ def load_scenario(path: str | Path) -> Scenario:
             events.append(_event(raw))
         except (ValueError, TypeError) as e:
             raise ScenarioError(f"{p}:{line}: {e}") from None
-    return Scenario(tuple(sorted(events, key=lambda e: e.at)))
+    return Scenario(tuple(sorted(events, key=lambda e: e.at)), start_file)
 
 
 # -- the backend
+
+START_CHECK_S = 0.5
+"""How often a scenario waiting for its start file looks for it."""
 
 
 @dataclass
@@ -199,6 +209,9 @@ class Replay:
             for i in range(gpus)
         ]
         self._pending = list(scenario.events)
+        self._start_file = scenario.start_file
+        """Until this file exists, no event is due; then their `at` count from there."""
+        self._start_checked = float("-inf")
         self._xids: list[XidEvent] = []
         self._xid_ready = threading.Condition(self._lock)
         self._down_until: float | None = None
@@ -210,7 +223,12 @@ class Replay:
     def _advance(self) -> float:
         """Apply the events that are due; the elapsed seconds. Holds the lock."""
         now = self._clock() - self._t0
-        while self._pending and self._pending[0].at <= now:
+        if self._start_file is not None and now - self._start_checked >= START_CHECK_S:
+            self._start_checked = now
+            if self._start_file.exists():  # the scenario starts now
+                self._pending = [replace(e, at=e.at + now) for e in self._pending]
+                self._start_file = None
+        while self._start_file is None and self._pending and self._pending[0].at <= now:
             self._apply(self._pending.pop(0))
         if self._down and self._down_until is not None and now >= self._down_until:
             self._down = False

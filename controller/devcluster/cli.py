@@ -182,6 +182,13 @@ def add_subcommand(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
         metavar="FILE",
         help="scripted GPU faults for the agents (docs/agent.md; `node:` picks a node)",
     )
+    up.add_argument(
+        "--scenario-start-file",
+        type=Path,
+        metavar="FILE",
+        help="with --scenario: the faults' `at` seconds count from when FILE exists (`touch"
+        " FILE`), not from the agents' start; make demo sets its fault off this way",
+    )
     _state_argument(up)
     up.set_defaults(func=_up)
 
@@ -260,6 +267,9 @@ def _raise_stop(signum: int, frame: FrameType | None) -> None:
 
 
 def _up(args: argparse.Namespace) -> int:
+    if args.scenario_start_file and not args.scenario:
+        _err("--scenario-start-file needs --scenario")
+        return 2
     try:
         spec = load_cluster(args.cluster)
     except ClusterSpecError as e:
@@ -306,6 +316,7 @@ def _up(args: argparse.Namespace) -> int:
             TelemetryOptions(
                 replay_dir=args.telemetry_dir,
                 scenario=args.scenario,
+                scenario_start_file=args.scenario_start_file,
                 speed=args.telemetry_speed,
                 interval_s=args.telemetry_interval,
                 scrape_interval_s=args.prometheus_interval,

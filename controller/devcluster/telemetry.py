@@ -35,6 +35,8 @@ class TelemetryOptions:
     None: the agent's default (`../shared/telemetry/genai2026`, $GANGOPS_TELEMETRY)."""
     scenario: Path | None = None
     """Scripted faults (controller/agent/replay.py; `node:` picks a node)."""
+    scenario_start_file: Path | None = None
+    """The faults' clock starts when this file exists; None: at the agents' start."""
     speed: float = 60.0
     """Replay this many times faster than recorded (a recorded minute a second)."""
     interval_s: float = 1.0
@@ -95,6 +97,8 @@ def start_agents(
     ]  # fmt: skip
     if options.scenario is not None:
         argv += ["--scenario", str(options.scenario)]
+        if options.scenario_start_file is not None:
+            argv += ["--scenario-start-file", str(options.scenario_start_file.absolute())]
     agents = launch(
         "gangops-agent",
         argv,

@@ -80,6 +80,23 @@ def test_only_gpus_a_pod_holds_play_their_series_and_carry_its_labels(
     assert g0.sample["DCGM_FI_DEV_FB_USED"] == 0.0  # type: ignore[index]
 
 
+def test_a_scenario_with_a_start_file_waits_for_it(clock: Clock, tmp_path: Path) -> None:
+    start = tmp_path / "go"
+    replay = Replay(
+        node="node-a", gpus=3, clock=clock,
+        scenario=Scenario((Event(at=2, kind="xid", gpu=1, xid=48),), start_file=start),
+    )  # fmt: skip
+    clock.t += 60  # long past `at`, but the file is not there: nothing happens
+    assert replay.wait_xids(0) == []
+    start.touch()
+    clock.t += 1  # seen at once; the XID is due 2 s later
+    assert replay.wait_xids(0) == []
+    clock.t += 1.9
+    assert replay.wait_xids(0) == []
+    clock.t += 0.2
+    assert [x.xid for x in replay.wait_xids(0)] == [48]
+
+
 def test_an_xid_is_counted_and_decides_health_by_its_class(clock: Clock) -> None:
     events = [Event(at=1, kind="xid", gpu=1, xid=48), Event(at=1, kind="xid", gpu=2, xid=13)]
     agent, _ = _agent(clock, None, events)

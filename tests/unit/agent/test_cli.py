@@ -44,6 +44,7 @@ def test_help_explains_every_flag() -> None:
         "--gpu-memory-mib",
         "--speed",
         "--scenario",
+        "--scenario-start-file",
         "--deadline",
         "--xid-class",
         "--hostname-label",
@@ -65,6 +66,12 @@ def test_a_bad_scenario_names_its_line(tmp_path: Path) -> None:
     r = _gangops("--scenario", str(f), "--pod-resources-socket", "")
     assert r.returncode == 2
     assert f"{f}:3: kind must be one of" in r.stderr
+
+
+def test_a_start_file_without_a_scenario_is_a_usage_error(tmp_path: Path) -> None:
+    r = _gangops("--scenario-start-file", str(tmp_path / "go"), "--pod-resources-socket", "")
+    assert r.returncode == 2
+    assert "--scenario-start-file needs --scenario" in r.stderr
 
 
 def test_the_agent_serves_replayed_gpus_and_stops_on_sigterm(recording_dir: Path) -> None:

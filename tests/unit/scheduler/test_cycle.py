@@ -469,9 +469,8 @@ def test_a_nominee_counts_against_the_reserve_while_its_victims_pods_terminate()
     snap = Snapshot(_FIVE, levels=LEVELS, running=[other])
     result = schedule(snap, [_NOMINEE, requeued], pol, now=2.0, nominated={"n": _ON_THREE})
     by_name = {d.gang.id: d for d in result.decisions}
-    assert isinstance(by_name["n"], Admit) and by_name["n"].placement.nodes() == {
-        "n1": 2, "n2": 2, "n3": 2
-    }
+    assert isinstance(by_name["n"], Admit)
+    assert by_name["n"].placement.nodes() == _ON_THREE.nodes()
     assert isinstance(by_name["v"], Pending)
 
 
