@@ -257,8 +257,14 @@ class Informer:
                     obj = self._transform(obj)
                 key = key_of(obj)
                 with self._lock:
-                    if kind == "DELETED":
-                        if self._store.pop(key, None) is not None:
+                    # A watch a little behind this process's own writes delivers the
+                    # object as it was before them: what `assume` put here is newer.
+                    old = self._store.get(key)
+                    if old is not None and not _newer(obj, old):
+                        pass
+                    elif kind == "DELETED":
+                        if old is not None:
+                            del self._store[key]
                             self._stored(key, None)
                     else:
                         self._store[key] = obj

@@ -85,6 +85,44 @@ def test_assume_keeps_the_newer_object() -> None:
     assert inf.get("a", "ns") is None
 
 
+def test_a_watch_event_older_than_an_assumed_write_does_not_replace_it() -> None:
+    """The binder writes a job's status twice in a row (rv 6, then 7) and assumes each;
+    the watch, a little behind, then delivers rv 6: the cache keeps 7, or a step in
+    between would read the job's record as it was before (and clean up the pods of
+    the attempt it had just launched as another attempt's)."""
+    kube = FakeKube()
+    kube.lists = [([cm("a", "1"), cm("b", "2")], "10")]
+    kube.watches = [
+        [
+            {"type": "MODIFIED", "object": cm("a", "6")},
+            {"type": "DELETED", "object": cm("b", "8")},  # an older b, gone
+        ],
+        [
+            {"type": "MODIFIED", "object": cm("a", "7")},
+            {"type": "DELETED", "object": cm("b", "12")},
+            {"type": "DELETED", "object": cm("c", "13")},  # never seen here
+        ],
+    ]
+    events: list[tuple[str, str]] = []
+    inf = Informer(
+        kube,
+        RESOURCES["ConfigMap"],
+        handler=lambda t, o: events.append((t, o["metadata"]["resourceVersion"])),
+    )
+    inf._list()
+    inf.assume(cm("a", "7"))
+    inf.assume(cm("b", "9"))  # b created again by this process
+    inf._watch()
+    assert inf.get("a", "ns")["metadata"]["resourceVersion"] == "7"  # type: ignore[index]
+    assert inf.get("b", "ns")["metadata"]["resourceVersion"] == "9"  # type: ignore[index]
+    inf._watch()  # the events of the writes themselves, then b deleted
+    assert inf.get("a", "ns")["metadata"]["resourceVersion"] == "7"  # type: ignore[index]
+    assert inf.get("b", "ns") is None
+    assert events[2:] == [
+        ("MODIFIED", "6"), ("DELETED", "8"), ("MODIFIED", "7"), ("DELETED", "12"), ("DELETED", "13")
+    ]  # fmt: skip
+
+
 def test_errors_back_off_and_retry_until_stopped() -> None:
     kube = FakeKube()
     clock = FakeClock()
