@@ -143,10 +143,14 @@ class Agenda:
     backing_off: list[JobId] = field(default_factory=list)
     preemptions_last_hour: int = 0
     """Evictions, and shrinks below a job's gangSize, in the last hour."""
-    protected: set[JobId] = field(default_factory=set)
-    """Running gangs a nomination evicts or shrinks that have not been yet."""
     releasing: dict[JobId, int] = field(default_factory=dict)
-    """Each of `protected`: the workers it keeps (0: evicted)."""
+    """Running gangs a nomination evicts or shrinks that have not been yet: the
+    workers each keeps (0: evicted)."""
+
+    @property
+    def protected(self) -> frozenset[JobId]:
+        """The gangs of `releasing`: never chosen again until that has happened."""
+        return frozenset(self.releasing)
 
 
 def _deleting(obj: Mapping[str, Any]) -> bool:
@@ -343,14 +347,12 @@ def plan(
             for victim, attempt in adm.victims:
                 vv = _still_at(by_id.get(victim), attempt)
                 if vv is not None:
-                    out.protected.add(vv.id)
                     out.releasing[vv.id] = 0
                     if vv.id not in busy:
                         out.actions.append(Action("evict", vv, by=v.id))
             for victim, attempt, keep in adm.shrinks:
                 vv = _still_at(by_id.get(victim), attempt)
                 if vv is not None:
-                    out.protected.add(vv.id)
                     out.releasing[vv.id] = keep
                     if vv.id not in busy:
                         out.actions.append(Action("shrink", vv, by=v.id, workers=keep))
@@ -452,7 +454,7 @@ def decide(
         nominated=todo.nominated,
         timer=timer,
         grow_interval=grow_interval,
-        protected=frozenset(todo.protected),
+        protected=todo.protected,
         releasing=todo.releasing,
         hints=_hints(views, todo, snap, policy, now, telemetry, forecasts),
     )

@@ -678,7 +678,7 @@ def schedule(
         r = snap.running.get(job)
         if r is not None and keep < r.gang.workers:
             snap.count(replace(r.gang, workers=r.gang.workers - keep), -1)
-    for g in queue:
+    for g in queue if state.nominated else ():
         if g.id in state.nominated and g.id not in snap.running:
             snap.count(g, +1)
             state.claimed.add(g.id)
