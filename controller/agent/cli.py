@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from controller.agent import health
 from controller.agent.agent import Agent, AgentConfig, Owner, OwnersReader, Snapshot
@@ -29,6 +29,9 @@ from controller.httpserver import (
     ServerError,
     text,
 )
+
+if TYPE_CHECKING:
+    from controller.agent.replay import Scenario
 
 __all__ = ["add_subcommand"]
 
@@ -203,18 +206,24 @@ def add_subcommand(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
     p.set_defaults(func=_main)
 
 
+def _scenario(args: argparse.Namespace) -> Scenario:
+    """The scripted faults of `--scenario` (none without it), held back until
+    `--scenario-start-file` exists when that is given."""
+    from controller.agent.replay import Scenario, load_scenario
+
+    if not args.scenario:
+        return Scenario()
+    return load_scenario(args.scenario, start_file=args.scenario_start_file)
+
+
 def _backend(args: argparse.Namespace) -> tuple[Nvml, Any]:
     """The NVML implementation, and the replay's `set_held` hook (None on real GPUs)."""
     if not args.replay and not args.scenario:
         return PynvmlBackend(), None
-    from controller.agent.replay import Replay, Scenario, load_recording, load_scenario
+    from controller.agent.replay import Replay, load_recording
 
     recording = load_recording(args.replay) if args.replay else None
-    scenario = (
-        load_scenario(args.scenario, start_file=args.scenario_start_file)
-        if args.scenario
-        else Scenario()
-    )
+    scenario = _scenario(args)
     replay = Replay(
         node=args.node,
         gpus=args.gpus,
@@ -390,7 +399,7 @@ def _main_fleet(args: argparse.Namespace) -> int:
     import json
 
     from controller.agent.fleet import Fleet, fleet_nodes
-    from controller.agent.replay import Scenario, load_recording, load_scenario
+    from controller.agent.replay import load_recording
 
     try:
         manifests = json.loads(Path(args.fake_nodes).read_text())
@@ -398,11 +407,7 @@ def _main_fleet(args: argparse.Namespace) -> int:
             raise ValueError(f"{args.fake_nodes}: expected a JSON list of Node manifests")
         nodes = fleet_nodes(manifests, default_memory_mib=args.gpu_memory_mib)
         recording = load_recording(args.replay) if args.replay else None
-        scenario = (
-            load_scenario(args.scenario, start_file=args.scenario_start_file)
-            if args.scenario
-            else Scenario()
-        )
+        scenario = _scenario(args)
     except (OSError, ValueError) as e:
         print(f"gangops agent: {e}", file=sys.stderr)
         return EXIT_USAGE

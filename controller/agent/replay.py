@@ -26,9 +26,8 @@ A scenario file (YAML) adds faults at given seconds after the start::
 from its start, or, with a start file (`--scenario-start-file`), from the moment that
 file is first seen to exist (looked for every half second): `touch FILE` sets the
 faults off when a demo or a test is ready for them, however long it took to get
-there. With
-many fake nodes in one process (`--fake-nodes`), `node: NAME` limits an event to
-one node; an event without it applies to every node. Errors
+there. With many fake nodes in one process (`--fake-nodes`), `node: NAME` limits an
+event to one node; an event without it applies to every node. Errors
 are the exceptions pynvml raises (`pynvml.NVMLError` subclasses), so the agent
 handles them exactly as on a real node.
 """

@@ -260,15 +260,12 @@ class Informer:
                     # A watch a little behind this process's own writes delivers the
                     # object as it was before them: what `assume` put here is newer.
                     old = self._store.get(key)
-                    if old is not None and not _newer(obj, old):
-                        pass
-                    elif kind == "DELETED":
-                        if old is not None:
-                            del self._store[key]
-                            self._stored(key, None)
-                    else:
+                    if kind != "DELETED" and (old is None or _newer(obj, old)):
                         self._store[key] = obj
                         self._stored(key, obj)
+                    elif kind == "DELETED" and old is not None and _newer(obj, old):
+                        del self._store[key]
+                        self._stored(key, None)
                 self._emit(kind, obj)
         except ApiError as e:
             if e.status == 410:
