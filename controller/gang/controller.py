@@ -29,9 +29,10 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any
 
 from controller.gang.binder import FIELD_MANAGER, Binder, LaunchRefused
@@ -72,7 +73,7 @@ from controller.scheduler.policy import (
     UnreadablePolicy,
 )
 from controller.scheduler.telemetry import Telemetry, idle_gpus
-from controller.scheduler.types import MILLI, Admit, Gang, JobId, Pending
+from controller.scheduler.types import MILLI, Admit, Gang, JobId, Pending, Running
 
 __all__ = ["FIELD_MANAGER", "GangController", "GangSettings"]
 
@@ -417,7 +418,7 @@ class GangController:
         node_objs = {o["metadata"]["name"]: o for o in self.nodes.items()}
         telemetry = self._telemetry() if self._telemetry is not None else None
         self.last_telemetry = telemetry
-        todo, snap, result = decide(
+        todo, _, result = decide(
             views,
             node_objs,
             pods,
@@ -437,7 +438,7 @@ class GangController:
         self._capacity_wanted = wants_capacity(todo)
         if self._capacity_wanted and self._unseen:
             self._wake.set()  # a pod changed after the read, unwoken: it may free GPUs
-        self._record_demand(now, snap.project_usage, snap.user_usage, todo.queue)
+        self._record_demand(now, todo.running, todo.queue)
         t_write = self._clock.monotonic()
         self.metrics.cycle.observe(t_write - t0)
         self.last_result = result
@@ -466,24 +467,19 @@ class GangController:
             if "/" not in p
         }
 
-    def _record_demand(
-        self,
-        now: float,
-        usage: Mapping[str, int],
-        user_usage: Mapping[tuple[str, str], int],
-        queue: Sequence[Gang],
-    ) -> None:
-        """A project's demand, and each of its users': the GPUs held plus those their
-        queued gangs ask for (sampled at most every `DEMAND_SAMPLE_S`, keyed `project`
-        and `project/user`); the forecasts over the horizon (or `REPORT_HORIZON_S`)
-        become `gangops_demand_forecast_gpus`."""
+    def _record_demand(self, now: float, running: Sequence[Running], queue: Sequence[Gang]) -> None:
+        """A project's demand, and each of its users': the GPUs its running gangs
+        hold plus those its queued gangs ask for, as the step's plan read them
+        (sampled at most every `DEMAND_SAMPLE_S`, keyed `project` and
+        `project/user`); the forecasts over the horizon (or `REPORT_HORIZON_S`)
+        become `gangops_demand_forecast_gpus`. Not the cycle's snapshot: it also
+        counts what the cycle admitted and what waiting nominees claim, gangs
+        that are in the queue too."""
         if now - self._demand_at < DEMAND_SAMPLE_S:
             return
         self._demand_at = now
-        demand: dict[str, int] = dict(usage)
-        for (project, user), milli in user_usage.items():
-            demand[f"{project}/{user}"] = milli
-        for g in queue:
+        demand: dict[str, int] = {}
+        for g in chain((r.gang for r in running), queue):
             for key in (g.project, f"{g.project}/{g.user}"):
                 demand[key] = demand.get(key, 0) + g.gpu_total
         for key in self._demand.names():

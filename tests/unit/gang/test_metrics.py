@@ -21,7 +21,7 @@ from controller.gang.record import Admission
 from controller.kube.clock import FakeClock
 from controller.scheduler.policy import policy_configmap
 from controller.scheduler.telemetry import PodUsage, Signal, Telemetry
-from controller.scheduler.types import Placement, PodPlacement
+from controller.scheduler.types import Admit, Placement, PodPlacement
 from tests.unit.kube.fakes import FakeKube
 from tests.unit.scheduler.builders import policy_doc
 
@@ -327,3 +327,56 @@ def test_cached_objects_count_each_watch_cache() -> None:
     name = c.pods.items()[0]["metadata"]["name"]
     c.pods.forget(name, "p")
     assert _samples(m.registry, "gangops_cached_objects")[("pods",)] == 2
+
+
+def _demand_after_a_step(c: GangController, m: GangMetrics) -> dict[tuple[str, ...], float]:
+    c.step()
+    deadline = time.monotonic() + 10
+    while c._busy:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    return _samples(m.registry, "gangops_demand_forecast_gpus")
+
+
+def test_a_waiting_nominee_is_counted_once_in_its_projects_demand() -> None:
+    """The cycle counts a nominee's GPUs against its quotas while it waits for its
+    victims' pods; demand reads the plan (held + queued), so the nominee, queued,
+    counts once, not once more for that claim."""
+    m, api, clock = GangMetrics(), FakeKube(), FakeClock(T0)
+    c = GangController(api, clock=clock, metrics=m)
+    c.config.assume(policy_configmap(POLICY, c.settings.system_namespace, resourceVersion="1"))
+    c.nodes.assume(node("a"))
+    for o in held("r1", 3, on="a", first=0, borrowed=0, user="alice"):
+        (c.pods if o["kind"] == "Pod" else c.jobs).assume(o)
+    # bob's 8-GPU gang, nominated for node a, where r1's 3 GPUs are still held
+    nomination = Admission(
+        "Nominated", 1, Placement(tuple(PodPlacement("a", (d,)) for d in range(8))),
+        T0.timestamp(),
+    )  # fmt: skip
+    w1 = _in(job("w1", 8, tier="high", adm=nomination), "q")
+    w1["metadata"]["labels"]["ai.operator/user"] = "bob"
+    c.jobs.assume(w1)
+    api.objects[("TrainingJob", "q", "w1")] = w1
+    try:
+        got = _demand_after_a_step(c, m)
+        assert got[("q", "", "point")] == got[("q", "bob", "point")] == 8, got
+        assert got[("p", "", "point")] == got[("p", "alice", "point")] == 3, got
+    finally:
+        c.stop()
+
+
+def test_a_gang_admitted_in_the_step_is_counted_once_in_its_projects_demand() -> None:
+    m, api, clock = GangMetrics(), FakeKube(), FakeClock(T0)
+    c = GangController(api, clock=clock, metrics=m)
+    c.config.assume(policy_configmap(POLICY, c.settings.system_namespace, resourceVersion="1"))
+    c.nodes.assume(node("a"))
+    w1 = waiting("w1", 2, tier="batch", ns="q")
+    w1["metadata"]["labels"]["ai.operator/user"] = "bob"
+    c.jobs.assume(w1)
+    api.objects[("TrainingJob", "q", "w1")] = w1
+    try:
+        got = _demand_after_a_step(c, m)
+        assert isinstance(c.last_result.decisions[0], Admit)
+        assert got[("q", "", "point")] == got[("q", "bob", "point")] == 2, got
+    finally:
+        c.stop()
