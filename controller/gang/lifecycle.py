@@ -146,6 +146,10 @@ class Agenda:
     releasing: dict[JobId, int] = field(default_factory=dict)
     """Running gangs a nomination evicts or shrinks that have not been yet: the
     workers each keeps (0: evicted)."""
+    in_flight: list[Gang] = field(default_factory=list)
+    """Nominees with a write of their own in flight: not decided this step, but
+    their nodes stay held (`nominated`) and their GPUs counted as a waiting
+    nominee's are (`cycle.schedule`)."""
 
     @property
     def protected(self) -> frozenset[JobId]:
@@ -290,6 +294,27 @@ def _stale(v: JobView, memo: Memo | None) -> tuple[Obj, ...]:
     return stale
 
 
+def _nominee(
+    v: JobView, adm: Admission, by_id: Mapping[JobId, JobView], busy: frozenset[JobId], out: Agenda
+) -> None:
+    """A nomination's nodes held, and its victims still at the attempt it chose:
+    what each keeps, and its eviction or shrink to write (unless the nominee or the
+    victim has a write in flight)."""
+    for victim, attempt in adm.victims:
+        vv = _still_at(by_id.get(victim), attempt)
+        if vv is not None:
+            out.releasing[vv.id] = 0
+            if vv.id not in busy and v.id not in busy:
+                out.actions.append(Action("evict", vv, by=v.id))
+    for victim, attempt, keep in adm.shrinks:
+        vv = _still_at(by_id.get(victim), attempt)
+        if vv is not None:
+            out.releasing[vv.id] = keep
+            if vv.id not in busy and v.id not in busy:
+                out.actions.append(Action("shrink", vv, by=v.id, workers=keep))
+    out.nominated[v.id] = adm.placement
+
+
 def plan(
     views: Sequence[JobView],
     nodes: Mapping[str, Obj],
@@ -322,6 +347,13 @@ def plan(
                     (p["metadata"].get("namespace", ""), p["metadata"]["name"])
                     for p in v.attempt_pods()
                 )
+            elif (  # Nominated, not yet expired: held and counted, not decided
+                adm is not None
+                and v.gang is not None
+                and now - adm.at <= policy.gang_timeout_seconds
+            ):
+                _nominee(v, adm, by_id, busy, out)
+                out.in_flight.append(v.gang)
             continue
         stale = _stale(v, memo)
         if stale:
@@ -344,19 +376,7 @@ def plan(
                     Action("expire", v, "the GPUs it preempted for were not freed in time")
                 )
                 continue
-            for victim, attempt in adm.victims:
-                vv = _still_at(by_id.get(victim), attempt)
-                if vv is not None:
-                    out.releasing[vv.id] = 0
-                    if vv.id not in busy:
-                        out.actions.append(Action("evict", vv, by=v.id))
-            for victim, attempt, keep in adm.shrinks:
-                vv = _still_at(by_id.get(victim), attempt)
-                if vv is not None:
-                    out.releasing[vv.id] = keep
-                    if vv.id not in busy:
-                        out.actions.append(Action("shrink", vv, by=v.id, workers=keep))
-            out.nominated[v.id] = adm.placement
+            _nominee(v, adm, by_id, busy, out)
             out.queue.append(v.gang)
             continue
         not_before = parse_time(status.get("notBefore"))
@@ -456,6 +476,7 @@ def decide(
         grow_interval=grow_interval,
         protected=todo.protected,
         releasing=todo.releasing,
+        in_flight=todo.in_flight,
         hints=_hints(views, todo, snap, policy, now, telemetry, forecasts),
     )
     if timer:

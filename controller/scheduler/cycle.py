@@ -34,6 +34,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from itertools import chain
 
 from controller.scheduler.placement import fits, place, shortfall
 from controller.scheduler.policy import SchedulingPolicy
@@ -645,6 +646,7 @@ def schedule(
     protected: frozenset[JobId] = frozenset(),
     hints: Hints | None = None,
     releasing: Mapping[JobId, int] | None = None,
+    in_flight: Sequence[Gang] = (),
 ) -> CycleResult:
     """Run one cycle over `queue` (the pending gangs) and return the decisions.
 
@@ -659,6 +661,9 @@ def schedule(
     that have not been yet: they are not chosen again. `releasing` says how
     many workers each of them keeps (0: evicted); what they give back is not
     counted, so that it is not counted twice, for them and for their nominee.
+    `in_flight` are nominees (in `nominated`, not in `queue`) that are not decided
+    this cycle, a write of theirs being in flight: their nodes stay held and their
+    GPUs counted all the same.
     """
     result = CycleResult(hints=hints or Hints())
     budget = max(0, policy.max_preemptions_per_hour - preemptions_last_hour)
@@ -678,7 +683,7 @@ def schedule(
         r = snap.running.get(job)
         if r is not None and keep < r.gang.workers:
             snap.count(replace(r.gang, workers=r.gang.workers - keep), -1)
-    for g in queue if state.nominated else ():
+    for g in chain(queue, in_flight) if state.nominated else ():
         if g.id in state.nominated and g.id not in snap.running:
             snap.count(g, +1)
             state.claimed.add(g.id)

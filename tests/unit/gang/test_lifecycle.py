@@ -3,18 +3,27 @@ the actions, the gangs holding GPUs and the queue out."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
-from controller.gang.lifecycle import Write, action_write, cycle_writes, plan, rollback_delay
+from controller.gang.lifecycle import (
+    Write,
+    action_write,
+    cycle_writes,
+    decide,
+    plan,
+    rollback_delay,
+)
 from controller.gang.record import Admission, format_time
 from controller.gang.view import JobView, job_views
 from controller.nodehealth import RESTART_ANNOTATION
 from controller.scheduler.cycle import CycleResult
 from controller.scheduler.types import Admit, Pending, Placement, PodPlacement, Preempt, Resize
+from tests.unit.scheduler.builders import policy as scheduler_policy
 
-from .builders import NS, POLICY, admission, job, job_id, node, pod
+from .builders import NS, POLICY, admission, foreign, job, job_id, node, pod
 
 NODES = {n["metadata"]["name"]: n for n in (node("a"), node("b"), node("down", ready=False))}
 T0 = 1000.0
@@ -265,6 +274,39 @@ def test_a_victim_not_yet_evicted_gives_back_all_it_holds() -> None:
     ]  # fmt: skip
     out = _plan(jobs, [], now=T0 + 1)
     assert out.releasing == {job_id("lo"): 0}
+
+
+def test_a_nominee_with_a_write_in_flight_keeps_its_nodes_and_victims_undecided() -> None:
+    jobs = [
+        job("hi", tier="high", adm=admission("a", "b", state="Nominated",
+                                             victims=((job_id("lo"), 3),))),
+        job("lo", tier="batch", adm=admission("a", "b", attempt=3), phase="Running"),
+    ]  # fmt: skip
+    out = _plan(jobs, [], now=T0 + 1, busy=frozenset({job_id("hi")}))
+    assert [g.id for g in out.in_flight] == [job_id("hi")] and out.queue == []
+    assert out.nominated == {job_id("hi"): admission("a", "b").placement}
+    assert out.releasing == {job_id("lo"): 0}
+    assert "evict" not in [a.kind for a in out.actions]  # it waits for hi's own write
+    assert "evict" in [a.kind for a in _plan(jobs, [], now=T0 + 1).actions]
+    expired = _plan(jobs, [], now=T0 + 61, busy=frozenset({job_id("hi")}))
+    assert expired.in_flight == [] and expired.nominated == {} and expired.releasing == {}
+
+
+def test_a_nominee_counts_against_its_quota_while_a_write_of_its_own_is_in_flight() -> None:
+    """n (8 GPUs) is nominated on node a, still held by its victim's pods; x (6) of
+    the same project, max 12, must wait for quota also in a step where n is not
+    decided because its pending message is being written (found by a review: x was
+    admitted on b in that step, and n then waited until it expired)."""
+    pol = replace(scheduler_policy({"p": {"guaranteed": 8, "max": 12}}), gang_timeout_seconds=600.0)
+    n = job("n", 8, tier="high", adm=admission(*["a"] * 8, state="Nominated"))
+    n["status"]["admission"]["pods"] = [{"node": "a", "devices": [d]} for d in range(8)]
+    x = job("x", 6, tier="normal")
+    pods = [foreign("old", "a", 8), foreign("other", "b", 2)]  # b: 6 free, too few for n
+    for busy in (frozenset(), frozenset({job_id("n")})):
+        _, _, result = decide(job_views([n, x], pods, pol), NODES, pods, pol, now=1001.0, busy=busy)
+        by_id = {d.gang.id: d for d in result.decisions}
+        assert (job_id("n") in by_id) == (not busy)
+        assert isinstance(by_id[job_id("x")], Pending) and by_id[job_id("x")].code == "Quota"
 
 
 # ----------------------------------------------------------------- writes
