@@ -101,6 +101,8 @@ class NodeState:
             n = sum(f // pod.gpu_milli for f in self.free)
             if self.bad:
                 n -= min(self.bad, self.whole) * (MILLI // pod.gpu_milli)
+                if self.bad > self.whole:  # the rest sit among the used devices:
+                    n -= self._held_back(pod)  # the ones that hold the most are held back
         elif pod.gpus:
             n = self.usable_whole // pod.gpus
         else:
@@ -110,6 +112,12 @@ class NodeState:
         if self.mem is not None and pod.memory:
             n = min(n, self.mem // pod.memory)
         return n
+
+    def _held_back(self, pod: PodShape) -> int:
+        """Pods of `pod`'s share the out-of-service GPUs beyond the whole devices
+        could hold, read conservatively: the used devices with room for the most."""
+        room = sorted((f // pod.gpu_milli for f in self.free if f < MILLI), reverse=True)
+        return sum(room[: self.bad - self.whole])
 
     def take(self, pod: PodShape, devices: Sequence[int]) -> None:
         """Allocate one pod on `devices`."""

@@ -10,9 +10,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from controller.scheduler.cycle import schedule
+from controller.scheduler.fragmentation import FragModel
 from controller.scheduler.placement import place
 from controller.scheduler.snapshot import Snapshot
-from controller.scheduler.types import MILLI, Admit, Node, Pending, Preempt
+from controller.scheduler.types import (
+    MILLI,
+    Admit,
+    Node,
+    Pending,
+    Placement,
+    PodPlacement,
+    Preempt,
+    Running,
+)
 from tests.unit.scheduler.builders import job, node, policy, running
 
 LEVELS = ("nvidia.com/gpu.clique", "topology.kubernetes.io/rack", "topology.kubernetes.io/zone")
@@ -49,6 +59,29 @@ def test_shared_pods_do_not_open_the_last_whole_device_that_is_bad() -> None:
     snap = Snapshot([n], levels=LEVELS, running=[running(whole, {"a": 1})])
     half = job("h").share(500).build()
     assert place(snap, half) is None
+
+
+def test_shared_pods_never_use_room_on_bad_devices_beyond_the_whole_ones() -> None:
+    """More bad GPUs than whole devices: the rest are among the used ones, and the
+    room of the used devices with the most is held back (found by a review: a node
+    whose two GPUs were both bad took a second half-GPU pod)."""
+    half = job("h").share(500).build()
+    both_bad = _bad(node("a", 2), 0, 1)
+    for model in (None, FragModel.of([half.pod])):
+        snap = Snapshot(
+            [both_bad], levels=LEVELS, running=[running(half, {"a": 1})], fragmentation=model
+        )
+        assert snap.capacity == 0
+        assert place(snap, job("h2").share(500).build()) is None, model
+    # 4 GPUs, 3 bad; three quarter-GPU pods on device 0 and one on device 1: one of
+    # the used devices is bad, the one with room for three is held back
+    quarter = job("q").share(250).build()
+    pods = [
+        Running(replace(quarter, id=f"p/q{i}"), Placement((PodPlacement("a", (d,)),)), 0.0)
+        for i, d in enumerate((0, 0, 0, 1))
+    ]
+    snap = Snapshot([_bad(node("a", 4), 1, 2, 3)], levels=LEVELS, running=pods)
+    assert snap.nodes[0].slots(quarter.pod) == 1
 
 
 def test_preemption_never_frees_room_that_is_only_a_bad_gpu() -> None:
