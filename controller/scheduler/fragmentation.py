@@ -154,9 +154,10 @@ class FragModel:
             for t in self.typical
             if t.gpus > 0
         )
-        self._memory_steps = tuple(sorted({t.memory for t in self.typical if t.memory}))
-        """The typical requests' memory, ascending: a node's free memory matters
-        to the measure only by how many of these it reaches."""
+        self._memory_steps = tuple(sorted({t.memory for t in self.typical}))
+        """The typical requests' memory, ascending, 0 among them where one asks for
+        none: a node's free memory matters to the measure only by how many of these
+        it reaches (a node short of memory, below 0, reaches not even 0)."""
         self._memo: dict[_Key, float] = {}
         self.scores: dict[tuple[object, ...], tuple[float, int, int, tuple[int, ...]]] = {}
         """`placement`'s scores by pod shape and node state, the node's name left

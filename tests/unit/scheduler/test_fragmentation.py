@@ -99,6 +99,16 @@ def test_memory_states_are_remembered_apart_only_where_a_request_fits_differentl
     assert len(model._memo) == 3
 
 
+def test_memory_overcommitted_is_remembered_apart_from_some_memory_left() -> None:
+    """A request that asks for no memory fits a node with none left but not one
+    short of memory (below 0, foreign pods or a shrunk allocatable): two states,
+    whichever is scored first (found by a review: both had one memo key)."""
+    model = FragModel([typical()])
+    assert model.frag("", (1000,), None, 4 * GIB) == 0
+    assert model.frag("", (1000,), None, -1) == pytest.approx(1000)
+    assert model.frag("", (1000,), None, 0) == 0
+
+
 def test_fgd_measure_does_not_look_at_memory() -> None:
     request = [_with_memory(typical(), 48 * GIB)]
     assert FragModel(request, cpu_feeds=False).frag("", (1000,), None, GIB) == 0
