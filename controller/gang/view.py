@@ -203,6 +203,10 @@ _T = TypeVar("_T")
 _Parsed = tuple[JobSpec | None, Gang | None, str | None, Admission | None]
 
 
+_CARRIED = frozenset({"node", "pod"})
+"""The kinds of `Memo` entry a step with nothing to decide does not read."""
+
+
 class Memo:
     """What a step parsed from raw objects, kept for the next one: a scheduling step
     reads every node, job and pod, but between two steps only a few change. An
@@ -223,11 +227,14 @@ class Memo:
         self._old, self._new = self._new, {}
 
     def carry(self) -> None:
-        """Keep every entry of the last step for the next, used or not: for a step that
-        read only some objects (a step with nothing to decide reads no node or pod),
-        so that the next full step does not parse them all again."""
+        """Keep the last step's node and pod entries for the next, used or not: for a
+        step with nothing to decide, which reads the jobs but no node or pod, so that
+        the next full step does not parse them all again. The jobs' entries it did
+        not use go as usual: those of jobs deleted during a stretch of such steps,
+        and of their records before each change, would otherwise pile up."""
         for key, hit in self._old.items():
-            self._new.setdefault(key, hit)
+            if key[0] in _CARRIED:
+                self._new.setdefault(key, hit)
 
     def _memo(self, kind: str, obj: Mapping[str, Any], extra: object, fn: Callable[[], _T]) -> _T:
         meta = obj.get("metadata") or {}

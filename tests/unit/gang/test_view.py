@@ -171,6 +171,21 @@ def test_a_step_that_read_no_node_carries_their_parses_to_the_next() -> None:
     assert memo.node(n) is not parsed
 
 
+def test_a_step_that_read_no_node_drops_the_entries_of_jobs_it_did_not_read() -> None:
+    """A job deleted during a stretch of steps with nothing to decide, or a record
+    before its change, is forgotten as after any step (found by a review: every
+    entry was carried, and they piled up for as long as the cluster stayed idle)."""
+    memo = Memo()
+    j = job("j", 2, adm=admission("a", "b"), phase="Running")
+    j["metadata"].update(uid="u-j", resourceVersion="1")
+    parsed = memo.job(j, POLICY)
+    memo.next_step()
+    memo.carry()  # an idle step in which the job is gone (or changed)
+    memo.next_step()
+    memo.carry()
+    assert memo.job(j, POLICY) is not parsed
+
+
 def test_views_and_snapshot_are_the_same_with_and_without_the_memo() -> None:
     nodes = [node("a"), node("b")]
     for n in nodes:
