@@ -48,7 +48,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from controller.alerts.actor import ActorSettings, AlertActor
 from controller.alerts.metrics import AlertMetrics
 from controller.alerts.receiver import PATH as ALERTMANAGER_PATH
-from controller.alerts.receiver import Credentials, Inbox, Receiver
+from controller.alerts.receiver import CredentialFiles, Inbox, Receiver
 from controller.cliargs import non_negative_count, non_negative_seconds
 from controller.gang.controller import GangController, GangSettings
 from controller.gang.lifecycle import MESSAGE_REFRESH_S
@@ -67,6 +67,7 @@ from controller.reconciler.metrics import ReconcilerMetrics
 from controller.reconciler.webhook import PATH_PREFIX, Deliveries, handle_push
 from controller.scheduler.cycle import GROW_INTERVAL_S
 from controller.scheduler.policy import DEFAULT_SYSTEM_NAMESPACE, POLICY_CONFIGMAP, POLICY_KEY
+from controller.secretfile import SecretFile
 from controller.sim.whatif import quota_what_if, recent_workload
 
 __all__ = ["add_subcommand"]
@@ -145,11 +146,15 @@ def _run(args: argparse.Namespace) -> int:
         print(f"gangops run: {problem}", file=sys.stderr)
         return 2
     metrics = ReconcilerMetrics()
-    secret = (
-        Path(args.webhook_secret_file).read_bytes().strip() if args.webhook_secret_file else b""
-    )
     try:
-        credentials = Credentials.from_files(
+        secret = (
+            SecretFile(args.webhook_secret_file, bytes.strip) if args.webhook_secret_file else None
+        )
+    except OSError as e:
+        print(f"gangops run: --webhook-secret-file: {e}", file=sys.stderr)
+        return 2
+    try:
+        credentials = CredentialFiles(
             token_file=args.alertmanager_token_file,
             basic_auth_file=args.alertmanager_basic_auth_file,
         )
@@ -273,7 +278,7 @@ def _run(args: argparse.Namespace) -> int:
             path=request.path,
             headers=request.headers,
             body=request.body,
-            secret=secret,
+            secret=secret.get() if secret is not None else b"",
             clock=clock,
             deliveries=deliveries,
         )

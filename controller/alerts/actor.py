@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import re
 import threading
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -92,6 +93,19 @@ def _summary(node: Obj) -> Obj:
     }
 
 
+def _transient(e: ApiError) -> bool:
+    """Whether a refusal may pass by itself: the server unreachable (0), busy (429),
+    a conflict, or failing (5xx); not a request it refuses as written."""
+    return e.status in (0, 409, 429) or e.status >= 500
+
+
+def _label_value(text: str) -> str:
+    """`text` as a label value (what a taint's value must be): up to 63 of letters,
+    digits, '-', '_' and '.', beginning and ending with a letter or digit; alert
+    names may hold ':' and begin with '_'."""
+    return re.sub(r"[^-A-Za-z0-9_.]", "_", text)[:63].strip("-_.")
+
+
 def _stamp(now: float) -> str:
     return dt.datetime.fromtimestamp(now, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
@@ -120,7 +134,9 @@ def _node_after(node: Obj, r: Result, now: float) -> Obj:
         taints = [t for t in spec.get("taints") or () if t.get("key") != TAINT_KEY]
         if r.taint:
             names = sorted({e.alert for e in r.state.entries.values() if e.acting(now)})
-            taints.append({"key": TAINT_KEY, "value": "-".join(names)[:63], "effect": "NoSchedule"})
+            taints.append(
+                {"key": TAINT_KEY, "value": _label_value("-".join(names)), "effect": "NoSchedule"}
+            )
         if taints:
             spec["taints"] = taints
         else:
@@ -178,6 +194,10 @@ class AlertActor:
             except (ApiError, NotLeaderError, OSError) as e:
                 self._metrics.errors.inc()
                 log.warning("alert actions failed; retrying error=%r", str(e))
+                self._clock.wait(self._stop, 1.0)
+            except Exception:  # a defect: logged, and the protective actions go on
+                self._metrics.errors.inc()
+                log.exception("alert actions crashed; retrying")
                 self._clock.wait(self._stop, 1.0)
 
     def run_once(self, *, timeout_s: float = 0.0) -> int:
@@ -245,12 +265,36 @@ class AlertActor:
                 continue
             by_node[node].append(item)
         jobs: dict[tuple[str, str], str] = {}
+        again: list[Received] = []
+        error: Exception | None = None
         for node, items in by_node.items():
-            incoming = [Incoming(i.alert, self._job_of(i.alert.pod, jobs)) for i in items]
-            self._act(node, incoming, policy, now)
+            try:
+                incoming = [Incoming(i.alert, self._job_of(i.alert.pod, jobs)) for i in items]
+                acted = self._act(node, incoming, policy, now)
+            except (ApiError, OSError) as e:
+                if isinstance(e, ApiError) and not _transient(e):
+                    self._metrics.errors.inc()
+                    log.warning(
+                        "alert actions refused; these alerts are dropped node=%s alerts=%s "
+                        "error=%r", node, ",".join(i.alert.name for i in items), str(e),
+                    )  # fmt: skip
+                    continue
+                again += items
+                error = e
+                continue
+            if not acted:
+                again += items
+                error = ApiError(409, "Conflict", f"Node {node} kept changing under the writes")
+                continue
             done = self._clock.monotonic()
             for i in items:
                 self._metrics.latency.observe(max(0.0, done - i.at))
+        if again:
+            # Acknowledged to Alertmanager already, and a `resolved` is sent once: kept
+            # in order for the next pass rather than lost.
+            self._inbox.put_back(again)
+        if error is not None:
+            raise error
 
     def _job_of(self, pod: tuple[str, str] | None, cache: dict[tuple[str, str], str]) -> str:
         """`namespace/name` of the TrainingJob whose pod `pod` is, or empty."""
@@ -276,13 +320,15 @@ class AlertActor:
             recent=recent,
         )
 
-    def _act(self, name: str, incoming: list[Incoming], policy: AlertPolicy, now: float) -> None:
+    def _act(self, name: str, incoming: list[Incoming], policy: AlertPolicy, now: float) -> bool:
+        """Step node `name`'s state with `incoming` and write what changed; False when
+        the Node kept changing under the writes (nothing done, to retry)."""
         for _ in range(5):
             node = self._kube.get(_NODE, name)
             if node is None:
                 for i in incoming:
                     self._metrics.actions.labels(i.alert.name, "no_node").inc()
-                return
+                return True
             annotations = node["metadata"].get("annotations") or {}
             state = NodeState.from_json(annotations.get(STATE_ANNOTATION))
             r = step(state, incoming, policy, self._facts(node, now, policy), node=name, now=now)
@@ -300,10 +346,8 @@ class AlertActor:
             break
         else:
             self._metrics.errors.inc()
-            log.warning(
-                "alert actions: node kept changing; retrying at the next tick node=%s", name
-            )
-            return
+            log.warning("alert actions: node kept changing; retrying node=%s", name)
+            return False
         self._acted[name] = r.state.acted_at
         for alert, outcome in r.outcomes:
             self._metrics.actions.labels(alert, outcome).inc()
@@ -323,6 +367,7 @@ class AlertActor:
                 r.state.cordoned,
                 ",".join(n.reason for n in r.notes),
             )
+        return True
 
     def _job(self, job: str) -> Obj | None:
         ns, _, name = job.partition("/")

@@ -25,6 +25,8 @@ __all__ = [
     "parse_time",
 ]
 
+MAX_GPU_DIGITS = 4
+"""A GPU label longer than this (or not ASCII digits, such as '²') names no GPU."""
 NODE_LABELS = ("Hostname", "hostname", "node", "kubernetes_node", "exported_node")
 """Labels that may name the node, tried in order (dcgm-exporter's `Hostname` first)."""
 GPU_LABELS = ("gpu", "exported_gpu")
@@ -81,7 +83,7 @@ class Alert:
     def gpu(self) -> int | None:
         for name in GPU_LABELS:
             value = self.labels.get(name, "")
-            if value.isdigit():
+            if value.isascii() and value.isdigit() and len(value) <= MAX_GPU_DIGITS:
                 return int(value)
         return None
 
@@ -131,7 +133,7 @@ def parse(body: bytes) -> list[Alert]:
     """The alerts of one delivery; raises `PayloadError` saying what is wrong."""
     try:
         doc = json.loads(body)
-    except ValueError as e:
+    except (ValueError, RecursionError) as e:  # RecursionError: nested too deep
         raise PayloadError(f"the body is not JSON: {e}") from e
     if not isinstance(doc, dict):
         raise PayloadError("the body is not a JSON object")

@@ -22,15 +22,16 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from functools import partial
 
 from controller.alerts.metrics import AlertMetrics
 from controller.alerts.payload import Alert, PayloadError, parse
 from controller.httpserver import Request, Response, text
+from controller.secretfile import SecretFile
 
-__all__ = ["PATH", "Credentials", "Inbox", "Received", "Receiver"]
+__all__ = ["PATH", "CredentialFiles", "Credentials", "Inbox", "Received", "Receiver"]
 
 log = logging.getLogger(__name__)
 
@@ -44,19 +45,6 @@ class Credentials:
     token: bytes = b""
     username: bytes = b""
     password: bytes = b""
-
-    @classmethod
-    def from_files(cls, *, token_file: str | None, basic_auth_file: str | None) -> Credentials:
-        """The bearer token from `token_file`; `user:password` from `basic_auth_file`
-        (whitespace around either is dropped). Raises OSError or ValueError."""
-        token = Path(token_file).read_bytes().strip() if token_file else b""
-        user = password = b""
-        if basic_auth_file:
-            raw = Path(basic_auth_file).read_bytes().strip()
-            user, sep, password = raw.partition(b":")
-            if not sep or not user or not password:
-                raise ValueError(f"{basic_auth_file}: expected one line user:password")
-        return cls(token, user, password)
 
     @property
     def configured(self) -> bool:
@@ -84,6 +72,38 @@ class Credentials:
         return "no accepted Authorization header (Bearer or Basic)"
 
 
+def _basic_auth(path: str, raw: bytes) -> tuple[bytes, bytes]:
+    user, sep, password = raw.strip().partition(b":")
+    if not sep or not user or not password:
+        raise ValueError(f"{path}: expected one line user:password")
+    return user, password
+
+
+class CredentialFiles:
+    """The bearer token from `token_file`, `user:password` from `basic_auth_file`
+    (whitespace around either dropped), each read again when its file changes (a
+    rotated Secret is honoured at once, as Alertmanager reads its own
+    `credentials_file` on each delivery). Raises OSError or ValueError when a file
+    cannot be read at start; later, an unreadable file keeps its last value."""
+
+    def __init__(self, *, token_file: str | None, basic_auth_file: str | None) -> None:
+        self._token = SecretFile(token_file, bytes.strip) if token_file else None
+        self._basic = (
+            SecretFile(basic_auth_file, partial(_basic_auth, basic_auth_file))
+            if basic_auth_file
+            else None
+        )
+
+    def current(self) -> Credentials:
+        token = self._token.get() if self._token else b""
+        user, password = self._basic.get() if self._basic else (b"", b"")
+        return Credentials(token, user, password)
+
+    def check(self, headers: Mapping[str, str]) -> str | None:
+        """`Credentials.check` with the files as they are now."""
+        return self.current().check(headers)
+
+
 @dataclass(frozen=True)
 class Received:
     """An alert with when it arrived (monotonic seconds)."""
@@ -109,6 +129,13 @@ class Inbox:
             self._cond.notify()
             return True
 
+    def put_back(self, items: Sequence[Received]) -> None:
+        """Queue again, first and in their order, alerts taken that could not be
+        acted on (they were accepted: the capacity does not refuse them)."""
+        with self._cond:
+            self._items.extendleft(reversed(items))
+            self._cond.notify()
+
     def take(self, timeout_s: float, limit: int = 5000) -> list[Received]:
         """Up to `limit` alerts, waiting at most `timeout_s` for the first."""
         with self._cond:
@@ -132,7 +159,7 @@ class Receiver:
 
     def __init__(
         self,
-        credentials: Credentials,
+        credentials: Credentials | CredentialFiles,
         inbox: Inbox,
         metrics: AlertMetrics,
         *,

@@ -5,8 +5,13 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
+import threading
+import time
 from dataclasses import replace
 from typing import Any
+
+import pytest
 
 from controller.alerts.actor import ActorSettings, AlertActor
 from controller.alerts.machine import REASON_ANNOTATION, STATE_ANNOTATION, TAINT_KEY
@@ -14,7 +19,7 @@ from controller.alerts.metrics import AlertMetrics
 from controller.alerts.payload import Alert
 from controller.alerts.receiver import Inbox
 from controller.jobs.pods import LABEL_JOB
-from controller.kube.client import Resource
+from controller.kube.client import ApiError, Resource
 from controller.kube.clock import FakeClock
 from controller.nodehealth import (
     CHECKPOINT_ANNOTATION,
@@ -294,3 +299,98 @@ def test_alerts_wait_in_the_inbox_until_the_nodes_are_known() -> None:
     actor.nodes.relist()
     assert actor.run_once() == 1 and actor.ready()
     assert node(kube)["spec"]["unschedulable"] is True
+
+
+def test_a_gpu_label_of_other_digits_names_no_gpu_and_the_actor_goes_on() -> None:
+    """'²' is a digit to str.isdigit and not to int(): the alert names no GPU (found
+    by a review: int() raised, and the actor's thread ended for good)."""
+    kube = world(nodes=50)
+    actor, inbox, clock, _ = setup(kube)
+    odd = Alert(LEAK, "firing", "odd", "2027-01-15T07:59:30Z", None,
+                {"alertname": LEAK, "Hostname": "n1", "gpu": "\u00b2"})  # fmt: skip
+    huge = replace(odd, fingerprint="huge", labels={**odd.labels, "gpu": "9" * 5000})
+    assert odd.gpu is None and huge.gpu is None
+    deliver(actor, inbox, clock, odd, huge, alert(XID, node="n2", gpu=None, fp="good"))
+    assert node(kube, "n2")["spec"].get("unschedulable") is True
+
+
+def test_the_worker_survives_a_defect_and_acts_on_later_alerts() -> None:
+    kube = world()
+    actor, inbox, clock, metrics = setup(kube)
+    real_get, broken = kube.get, [True]
+
+    def get(res: Any, name: str, namespace: str | None = None) -> Any:
+        if broken and res.kind == "ConfigMap":
+            broken.clear()
+            raise KeyError("a defect")
+        return real_get(res, name, namespace)
+
+    kube.get = get  # type: ignore[method-assign]
+    worker = threading.Thread(target=actor._work, daemon=True)  # what `start` runs
+    worker.start()
+    try:
+        inbox.put([alert(XID, node="n1", gpu=None, fp="x")], clock.monotonic())
+        deadline = time.monotonic() + 10
+        while not metrics.errors._value.get():  # the batch met the defect (and is dropped)
+            assert time.monotonic() < deadline, "no error counted"
+            time.sleep(0.01)
+        inbox.put([alert(XID, node="n2", gpu=None, fp="y")], clock.monotonic())
+        while node(kube, "n2")["spec"].get("unschedulable") is not True:
+            assert worker.is_alive() and time.monotonic() < deadline, "the worker stopped"
+            time.sleep(0.01)
+    finally:
+        actor.stop()
+
+
+def _failing_once(kube: Kube, error: ApiError) -> list[str]:
+    real_replace, failed = kube.replace, []
+
+    def replace_once(obj: Obj, *, field_manager: str) -> Obj:
+        if not failed:
+            failed.append(obj["metadata"]["name"])
+            raise error
+        return real_replace(obj, field_manager=field_manager)
+
+    kube.replace = replace_once  # type: ignore[method-assign]
+    return failed
+
+
+def test_an_api_error_keeps_the_alerts_for_the_next_pass() -> None:
+    """A `resolved` is sent once, and Alertmanager had its 200: the batch that met
+    an error is acted on at the next pass (found by a review: it was dropped, and
+    the node stayed cordoned for good)."""
+    kube = world(nodes=50)
+    actor, inbox, clock, _ = setup(kube)
+    xid = alert(XID, node="n1", gpu=None, fp="x")
+    deliver(actor, inbox, clock, xid)
+    assert node(kube)["spec"].get("unschedulable") is True
+    failed = _failing_once(kube, ApiError(500, "InternalError", "etcdserver: request timed out"))
+    inbox.put([replace(xid, status="resolved")], clock.monotonic())
+    with pytest.raises(ApiError):  # `_work` logs it and waits a second
+        actor.run_once()
+    assert failed == ["n1"] and len(inbox) == 1
+    actor.run_once()
+    assert len(inbox) == 0
+    clock.advance(400)  # past the cool-down after the resolve
+    actor.run_once()
+    assert node(kube)["spec"].get("unschedulable") is None
+
+
+def test_a_request_the_api_server_refuses_as_written_is_not_retried() -> None:
+    kube = world()
+    actor, inbox, clock, metrics = setup(kube)
+    _failing_once(kube, ApiError(422, "Invalid", "metadata.annotations: Too long"))
+    deliver(actor, inbox, clock, alert(XID, node="n1", gpu=None, fp="x"))
+    assert len(inbox) == 0 and metrics.errors._value.get() == 1
+
+
+@pytest.mark.parametrize("names", [["gpu:xid_fatal"], ["_GPUFault"], ["A" * 62, "B"]])
+def test_the_taint_value_is_a_label_value(names: list[str]) -> None:
+    """Alert names may hold ':', begin with '_' and run to 200 characters; a taint's
+    value may not (found by a review: the API server refused such a cordon)."""
+    kube = world(rules=[{**RULES[1], "alert": n} for n in names])
+    actor, inbox, clock, _ = setup(kube)
+    deliver(actor, inbox, clock, *[alert(n, node="n1", gpu=None, fp=n) for n in names])
+    (taint,) = [t for t in node(kube)["spec"]["taints"] if t["key"] == TAINT_KEY]
+    assert re.fullmatch(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?", taint["value"])
+    assert taint["value"].startswith(names[0].strip("_").replace(":", "_")[:10])

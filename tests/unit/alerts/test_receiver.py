@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from controller.alerts.metrics import AlertMetrics
-from controller.alerts.receiver import PATH, Credentials, Inbox, Receiver
+from controller.alerts.receiver import PATH, CredentialFiles, Credentials, Inbox, Receiver
 from controller.httpserver import Request
 from tests.unit.alerts.builders import alert, payload
 
@@ -22,7 +22,9 @@ def post(r: Receiver, body: bytes, auth: str = "Bearer s3cret", path: str = PATH
     return status
 
 
-def receiver(creds: Credentials = TOKEN, *, leader: bool = True, capacity: int = 10) -> Receiver:
+def receiver(
+    creds: Credentials | CredentialFiles = TOKEN, *, leader: bool = True, capacity: int = 10
+) -> Receiver:
     return Receiver(creds, Inbox(capacity), AlertMetrics(), accepting=lambda: leader)
 
 
@@ -70,10 +72,34 @@ def test_refusals() -> None:
 def test_credentials_are_read_from_files(tmp_path: Path) -> None:
     (tmp_path / "token").write_text("s3cret\n")
     (tmp_path / "basic").write_text("am:pw\n")
-    got = Credentials.from_files(
+    got = CredentialFiles(
         token_file=str(tmp_path / "token"), basic_auth_file=str(tmp_path / "basic")
     )
-    assert got == Credentials(b"s3cret", b"am", b"pw")
+    assert got.current() == Credentials(b"s3cret", b"am", b"pw")
     (tmp_path / "bad").write_text("no-colon\n")
     with pytest.raises(ValueError, match="user:password"):
-        Credentials.from_files(token_file=None, basic_auth_file=str(tmp_path / "bad"))
+        CredentialFiles(token_file=None, basic_auth_file=str(tmp_path / "bad"))
+
+
+def test_a_rotated_token_is_honoured_at_once(tmp_path: Path) -> None:
+    """The kubelet swaps a mounted Secret in place, and Alertmanager reads its
+    credentials_file on each delivery (found by a review: the token was read once,
+    and every delivery after a rotation got 401 until a restart; Alertmanager does
+    not retry a 4xx). An unreadable file keeps the last token."""
+    token = tmp_path / "token"
+    token.write_text("old-token\n")
+    r = receiver(CredentialFiles(token_file=str(token), basic_auth_file=None))
+    assert post(r, payload(alert(fp="a")), "Bearer old-token") == 200
+    swapped = tmp_path / "new"
+    swapped.write_text("new-token\n")
+    swapped.replace(token)  # as the kubelet's link swap: a new file
+    assert post(r, payload(alert(fp="b")), "Bearer new-token") == 200
+    assert post(r, payload(alert(fp="c")), "Bearer old-token") == 401
+    token.unlink()
+    assert post(r, payload(alert(fp="d")), "Bearer new-token") == 200
+
+
+def test_a_body_nested_too_deep_is_a_400() -> None:
+    """json.loads raises RecursionError, not ValueError (found by a review: a 500
+    with a traceback in the log)."""
+    assert post(receiver(), b"[" * 200_000) == 400
