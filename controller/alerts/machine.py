@@ -66,6 +66,10 @@ TAINT_KEY = "gangops.ai/gpu-fault"
 RETAIN_S = 86400.0
 """A resolved entry is kept this long after its cool-down, so a late replay of its
 delivery still finds it."""
+MAX_ENTRIES = 256
+"""At most this many entries per node (about 250 bytes each in the annotation, whose
+Node the API server refuses past 256 KiB of annotations): beyond it the oldest
+that hold nothing in force go first."""
 
 Held = Literal["", "shadow", "circuit-open", "no-action"]
 
@@ -244,6 +248,9 @@ def step(
         a = item.alert
         rule = policy.rule(a.name)
         old = entries.get(a.key)
+        if rule.action == "none" and old is None:
+            outcomes.append((a.name, "resolved" if a.resolved(now) else "ignored"))
+            continue  # nothing to do, nor to remember
         if a.resolved(now):
             if old is None:
                 entries[a.key] = Entry(
@@ -361,10 +368,36 @@ def step(
         end = e.back_at()
         if end is not None and end + RETAIN_S < now:
             del entries[key]
+    _bound(entries, now)
     new = NodeState(entries, cordoned, tainted, want_gpus, acted_at)
     return Result(
         new, cordon, taint, quarantine, tuple(jobs), tuple(notes), tuple(outcomes), circuit_open
     )
+
+
+def _bound(entries: dict[str, Entry], now: float) -> None:
+    """Keep at most `MAX_ENTRIES`: first the oldest holding nothing in force go; then
+    the resolved ones still in their cool-down, oldest end first, all but the last
+    to end of each effect (the node, or a set of GPUs), which holds it as long."""
+    for cooling in (False, True):
+        if len(entries) <= MAX_ENTRIES:
+            return
+        if not cooling:
+            gone = sorted((e.fired_at, k) for k, e in entries.items() if not e.acting(now))
+        else:
+            last: dict[tuple[str, tuple[int, ...]], tuple[float, str]] = {}
+            for k, e in entries.items():
+                end = e.back_at()
+                if end is not None and e.acting(now):
+                    last[(e.action, e.gpus)] = max(last.get((e.action, e.gpus), (end, k)), (end, k))
+            keep = {k for _, k in last.values()}
+            gone = sorted(
+                (end, k)
+                for k, e in entries.items()
+                if (end := e.back_at()) is not None and e.acting(now) and k not in keep
+            )
+        for _, key in gone[: len(entries) - MAX_ENTRIES]:
+            del entries[key]
 
 
 def describe(state: NodeState, *, now: float) -> str:

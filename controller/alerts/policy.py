@@ -70,7 +70,7 @@ class AlertPolicy:
 
     def rule(self, alert: str) -> AlertRule:
         """The rule for `alert`; an alert no rule names does nothing (mode shadow,
-        action none), so it is still recorded."""
+        action none), and the node's state does not record it."""
         return self.rules.get(alert) or AlertRule(alert=alert, action="none", mode="shadow")
 
     @classmethod

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 import pytest
 
 from controller.alerts.machine import (
+    MAX_ENTRIES,
     Incoming,
     JobRequest,
     NodeFacts,
@@ -246,3 +247,39 @@ def test_describe_says_why_and_when() -> None:
 def test_an_unreadable_state_annotation_reads_as_empty() -> None:
     assert NodeState.from_json("{not json") == NodeState()
     assert NodeState.from_json('{"entries": {"k": {"bogus": 1}}}') == NodeState()
+
+
+def test_an_alert_no_rule_names_is_not_recorded() -> None:
+    """Nothing to do, nothing to remember (found by a review: every instance of any
+    alert naming the node was kept a day, past the Node's annotation limit)."""
+    n = run([(0, [alert(STALE, fp=f"{i:016x}") for i in range(50)])])
+    assert n.state.entries == {}
+
+
+def test_a_node_keeps_at_most_max_entries_the_ones_in_force_first() -> None:
+    """Instances that flap (fire, resolve, again under a new fingerprint) are each kept
+    a day: beyond `MAX_ENTRIES` the oldest holding nothing in force go, and the
+    annotation stays far below the API server's 256 KiB."""
+    n = run([(0, [xid])])  # in force all along
+    for i in range(MAX_ENTRIES + 100):
+        flap = alert(XID, gpu=None, fp=f"{i:016x}")
+        run([(1 + i, [flap]), (1 + i, [replace(flap, status="resolved")])], node=n)
+    assert len(n.state.entries) == MAX_ENTRIES and xid.key in n.state.entries
+    assert n.unschedulable
+    assert len(n.state.to_json()) < 128 * 1024
+    oldest = alert(XID, gpu=None, fp=f"{0:016x}")
+    assert oldest.key not in n.state.entries  # the oldest resolved went first
+
+
+def test_bounding_the_entries_keeps_an_effect_until_its_last_cool_down_ends() -> None:
+    n = Node()
+    flaps = MAX_ENTRIES + 50
+    for i in range(flaps):
+        flap = alert(XID, gpu=None, fp=f"{i:016x}")
+        run([(i, [flap]), (i, [replace(flap, status="resolved")])], node=n)
+    assert len(n.state.entries) == MAX_ENTRIES
+    last_back = flaps - 1 + 600  # the XID rule's cool-down: 600 s
+    run([(last_back - 1, [])], node=n)
+    assert n.unschedulable
+    run([(last_back, [])], node=n)
+    assert not n.unschedulable and "NodeReturned" in n.reasons
