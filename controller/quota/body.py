@@ -71,6 +71,19 @@ def pr_title(spec: QuotaRequestSpec, edit: Edit, *, revert: bool = False) -> str
     return f"{verb} max {spec.resource} of {who}: {edit.old or '(default)'} -> {edit.new}"
 
 
+def _cell(text: str) -> str:
+    """A requester's words as one table cell: no line ending of any kind CommonMark
+    knows (\\n, \\r), no '|' ending the cell, no raw HTML (an unclosed comment
+    would hide the rest of the body, the validation result with it)."""
+    return (
+        " ".join(text.splitlines())
+        .replace("&", "&amp;")
+        .replace("<", "&lt;")
+        .replace(">", "&gt;")
+        .replace("|", "\\|")
+    )
+
+
 def pr_body(
     requests: Sequence[QuotaRequestSpec],
     *,
@@ -96,10 +109,9 @@ def pr_body(
         out.append("|---|---|---|---|---|")
         for r in requests:
             expires = f"{r.expires_at:%Y-%m-%d %H:%M UTC}" if r.expires_at else "never"
-            reason = r.reason.replace("|", "\\|").replace("\n", " ")
             out.append(
-                f"| `{r.namespace}/{r.name}` | {r.requester or '?'} | +{r.amount_text} "
-                f"| {expires} | {reason} |"
+                f"| `{r.namespace}/{r.name}` | {_cell(r.requester or '?')} | +{r.amount_text} "
+                f"| {expires} | {_cell(r.reason)} |"
             )
     out += [
         "",

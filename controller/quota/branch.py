@@ -33,6 +33,9 @@ AUTHOR = "gangops"
 EMAIL = "gangops@noreply.invalid"
 
 
+GIT_TIMEOUT_S = 120.0
+
+
 class GitUnavailable(Exception):
     """The remote could not be read or written."""
 
@@ -58,6 +61,9 @@ class PolicyRepo:
     env: Mapping[str, str] = field(default_factory=dict, repr=False)
     """Credentials for `git` (`gitauth.auth_from_secret`): those of the PolicySource,
     which must be allowed to push branches."""
+    timeout_s: float = GIT_TIMEOUT_S
+    """A `git` command still running after this long is killed (`GitUnavailable`): a
+    remote that accepts and never answers would hold the quota loop for good."""
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
@@ -78,7 +84,7 @@ class PolicyRepo:
     def _git(self, repo: git.Repo, *args: str) -> str:
         try:
             env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", **self.env}
-            return str(repo.git.execute(["git", *args], env=env))
+            return str(repo.git.execute(["git", *args], env=env, kill_after_timeout=self.timeout_s))
         except git.GitCommandError as e:
             raise GitUnavailable(f"git {args[0]} {self.url}: {_stderr(e)}") from None
 

@@ -13,6 +13,7 @@ other refusal raises `ForgeError` with the forge's own message.
 
 from __future__ import annotations
 
+import http.client
 import json
 import urllib.error
 import urllib.parse
@@ -95,8 +96,9 @@ def urllib_transport(*, timeout_s: float = 30.0) -> Transport:
                 status, raw = resp.status, resp.read()
         except urllib.error.HTTPError as e:
             status, raw = e.code, e.read()
-        except (urllib.error.URLError, OSError) as e:
-            raise ForgeUnavailable(f"{req.method} {req.url}: {e}") from None
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as e:
+            # HTTPException: not an HTTP answer (BadStatusLine), or one cut short
+            raise ForgeUnavailable(f"{req.method} {req.url}: {e!r}") from None
         text = raw.decode("utf-8", "replace")
         try:
             body = json.loads(text) if text.strip() else None

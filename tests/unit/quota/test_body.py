@@ -1,0 +1,51 @@
+"""The pull request's body: a requester's words cannot change its shape."""
+
+from __future__ import annotations
+
+import re
+from fractions import Fraction
+
+import pytest
+
+from controller.quota.body import Checked, pr_body
+from controller.quota.edit import Edit
+from controller.quota.request import QuotaRequestSpec
+
+
+def _body(reason: str, requester: str = "alice") -> str:
+    spec = QuotaRequestSpec(
+        namespace="nlp", name="r", requester=requester, project="nlp", user=None,
+        resource="gpu", amount=Fraction(8), amount_text="8", reason=reason,
+        expires_at=None, training_job=None,
+    )  # fmt: skip
+    return pr_body(
+        [spec],
+        edit=Edit(text="", path="spec.quota.max.gpu", old="64", new="72", line=5),
+        file="policies/projects/nlp.yaml",
+        checked=Checked(False, ["policies/projects/nlp.yaml:5:5: error: too many"], ""),
+        usage=None,
+        what_if=None,
+    )
+
+
+@pytest.mark.parametrize(
+    "reason",
+    ["pretraining\r\r<!--", "a\nb\r\nc\rd<!--", "x | y |\n|---|", "<details><summary>",
+     "ok\u2028<!--"],
+)  # fmt: skip
+def test_the_reason_stays_in_its_cell_and_hides_nothing(reason: str) -> None:
+    """Found by a review: '\\r' (a line ending to CommonMark, on GitHub and Gitea) was
+    not escaped, and '<!--' then hid the change and 'does not validate' up to the
+    trailer's '-->'."""
+    body = _body(reason)
+    lines = re.split(r"\r\n|\r|\n", body)  # CommonMark's line endings
+    (row,) = [line for line in lines if line.startswith("| `nlp/r`")]
+    assert len(re.findall(r"(?<!\\)\|", row)) == 6  # five cells
+    assert "<" not in row
+    assert [x for x in lines if "<!--" in x] == ["<!-- gangops:quota-request -->"]
+    assert "does not validate" in body
+
+
+def test_the_requester_is_a_cell_too() -> None:
+    (row,) = [x for x in _body("r", requester="eve|\r<!--").splitlines() if "`nlp/r`" in x]
+    assert "<" not in row and len(re.findall(r"(?<!\\)\|", row)) == 6
