@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -52,6 +53,14 @@ def parse_time(value: str) -> float:
     return t.timestamp()
 
 
+_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def _object_name(value: str) -> bool:
+    """Whether `value` is a DNS-1123 subdomain, as Node and Pod names are."""
+    return len(value) <= 253 and _SUBDOMAIN.fullmatch(value) is not None
+
+
 @dataclass(frozen=True)
 class Alert:
     """One alert of a delivery."""
@@ -73,10 +82,12 @@ class Alert:
 
     @property
     def node(self) -> str | None:
+        """The node the alert names; a value that is not a Node name names none (it
+        goes into the API's URL paths)."""
         for name in NODE_LABELS:
             value = self.labels.get(name)
             if value:
-                return value
+                return value if _object_name(value) else None
         return None
 
     @property
@@ -91,7 +102,9 @@ class Alert:
     def pod(self) -> tuple[str, str] | None:
         """(namespace, pod) holding the GPU, when the alert names one."""
         ns, pod = self.labels.get("namespace"), self.labels.get("pod")
-        return (ns, pod) if ns and pod else None
+        if not ns or not pod or not _object_name(pod) or len(ns) > 63 or "." in ns:
+            return None
+        return (ns, pod) if _object_name(ns) else None
 
     def resolved(self, now: float) -> bool:
         """Resolved, or firing with an `endsAt` already past (Alertmanager sends a

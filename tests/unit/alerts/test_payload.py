@@ -24,6 +24,25 @@ def test_a_delivery_reads_into_alerts_with_node_gpu_pod_and_instance_key() -> No
     assert a.ends_at is None  # Go's zero time: still firing
 
 
+@pytest.mark.parametrize(
+    ("node", "pod", "want_node", "want_pod"),
+    [
+        ("gpu-7.zone-a", ("team-a", "train-0"), "gpu-7.zone-a", ("team-a", "train-0")),
+        ("../namespaces/kube-system/secrets/x", ("team-a", "t"), None, ("team-a", "t")),
+        ("n1/status", ("kube-system/secrets", "x"), None, None),
+        ("N1", ("team-a", "../x"), None, None),
+        ("n" * 254, ("a.b", "t"), None, None),
+    ],
+)
+def test_only_object_names_name_a_node_or_a_pod(
+    node: str, pod: tuple[str, str], want_node: str | None, want_pod: tuple[str, str] | None
+) -> None:
+    """Label values go into the API's URL paths: one that is not a Node, namespace or
+    Pod name names nothing (found by a review: they went in unescaped)."""
+    [a] = parse(payload(alert(LEAK, node=node, gpu=3, fp="abc", pod=pod)))
+    assert (a.node, a.pod) == (want_node, want_pod)
+
+
 def test_times_with_nanoseconds_and_offsets() -> None:
     assert parse_time("2027-01-15T08:00:00Z") == 1_800_000_000.0
     assert parse_time("2027-01-15T08:00:00.123456789Z") == pytest.approx(1_800_000_000.123456)
