@@ -438,7 +438,7 @@ class GangController:
         self._capacity_wanted = wants_capacity(todo)
         if self._capacity_wanted and self._unseen:
             self._wake.set()  # a pod changed after the read, unwoken: it may free GPUs
-        self._record_demand(now, todo.running, todo.queue)
+        self._record_demand(now, todo.running, [*todo.queue, *todo.in_flight])
         t_write = self._clock.monotonic()
         self.metrics.cycle.observe(t_write - t0)
         self.last_result = result

@@ -361,6 +361,12 @@ def test_a_waiting_nominee_is_counted_once_in_its_projects_demand() -> None:
         got = _demand_after_a_step(c, m)
         assert got[("q", "", "point")] == got[("q", "bob", "point")] == 8, got
         assert got[("p", "", "point")] == got[("p", "alice", "point")] == 3, got
+        clock.advance(15)
+        c._busy.add("q/w1")  # a write of its own in flight: not decided, still asking
+        c.step()
+        c._busy.clear()
+        got = _samples(m.registry, "gangops_demand_forecast_gpus")
+        assert got[("q", "bob", "point")] == 8, got
     finally:
         c.stop()
 
