@@ -121,6 +121,9 @@ class _Gpu:
     sampled_at: float = 0.0
     last_xid: int = 0
     xids: Counter[int] = field(default_factory=Counter)
+    identified: bool = True
+    """False for a GPU NVML counts but whose identity it could not read (lost or
+    hung from the start): out of service under its index, identified when it can be."""
 
 
 class Agent:
@@ -184,8 +187,9 @@ class Agent:
         def xid_loop() -> None:
             while not stop.is_set():
                 try:
-                    if self.poll_xids(0.5) == 0 and not self._nvml_up:
-                        stop.wait(0.5)
+                    began = time.monotonic()
+                    if self.poll_xids(0.5) == 0 and time.monotonic() - began < 0.25:
+                        stop.wait(0.5)  # it waited for nothing: NVML down, or the wait failed
                 except Exception:
                     log.exception("XID loop failed node=%s; continuing", self.config.node)
                     stop.wait(1.0)
@@ -249,8 +253,8 @@ class Agent:
         """Read the identity of GPUs not known yet (each in its own lane: one hung or
         lost GPU does not keep the others, or NVML, from starting)."""
         with self._lock:
-            known = {g.identity.index for g in self._gpus}
-        missing = [i for i in range(self._count) if i not in known]
+            known = {g.identity.index: g for g in self._gpus}
+        missing = [i for i in range(self._count) if i not in known or not known[i].identified]
         if not missing:
             return
         node = self.config.node
@@ -259,10 +263,24 @@ class Agent:
         )
         with self._lock:
             for (_, i), out in outcomes.items():
+                g = known.get(i)
                 if out.ok and out.value is not None:
-                    self._gpus.append(_Gpu(out.value))
+                    if g is None:
+                        self._gpus.append(_Gpu(out.value))
+                    else:
+                        g.identity, g.identified = out.value, True
+                    continue
+                self._count_failure(str(i), out)
+                lost = out.error is not None and classify(out.error) is ErrorClass.GPU_LOST
+                if not (lost or out.hung is not None):
+                    continue
+                if g is None:  # counted by NVML, so out of service, not left out
+                    g = _Gpu(GpuIdentity(i, "", "", "", i), identified=False)
+                    self._gpus.append(g)
+                if out.hung is not None:
+                    self._set_health(g, h.on_hang(g.health, self.config.deadline_s, now))
                 else:
-                    self._count_failure(str(i), out)
+                    self._set_health(g, h.on_lost(g.health, str(out.error), now))
             self._gpus.sort(key=lambda g: g.identity.index)
 
     def _read_owners(self, now: float) -> None:

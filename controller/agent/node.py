@@ -108,13 +108,14 @@ class NodePublisher:
             try:
                 self._write(s)
                 last, backoff = time.monotonic(), 1.0
-            except ApiError as e:
+            except Exception as e:  # ApiError, or a defect: the publisher goes on
                 self.failures += 1
                 log.warning(
                     "cannot publish GPU health node=%s error=%s; retrying in %gs",
                     self._node,
                     e,
                     backoff,
+                    exc_info=not isinstance(e, ApiError),
                 )
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, 30.0)

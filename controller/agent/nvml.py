@@ -224,14 +224,22 @@ class PynvmlBackend:
     def wait_xids(self, timeout_s: float) -> list[XidEvent]:
         if self._events is None:
             events = pynvml.nvmlEventSetCreate()
-            for index in range(self.device_count()):
-                try:
-                    pynvml.nvmlDeviceRegisterEvents(
-                        self._handle(index), pynvml.nvmlEventTypeXidCriticalError, events
-                    )
-                except pynvml.NVMLError as e:
-                    if getattr(e, "value", None) != pynvml.NVML_ERROR_NOT_SUPPORTED:
-                        raise
+            try:
+                for index in range(self.device_count()):
+                    try:
+                        pynvml.nvmlDeviceRegisterEvents(
+                            self._handle(index), pynvml.nvmlEventTypeXidCriticalError, events
+                        )
+                    except pynvml.NVMLError as e:
+                        # a GPU that does not report XIDs, or is lost (the sampling
+                        # round says so), leaves the others' events on
+                        if getattr(e, "value", None) == pynvml.NVML_ERROR_NOT_SUPPORTED:
+                            continue
+                        if classify(e) is not ErrorClass.GPU_LOST:
+                            raise
+            except BaseException:
+                pynvml.nvmlEventSetFree(events)
+                raise
             self._events = events
         out: list[XidEvent] = []
         wait_ms = int(timeout_s * 1000)
@@ -252,12 +260,18 @@ def _text(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
+_ABSENT = {pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_FUNCTION_NOT_FOUND}
+"""What an optional reading may fail with: not on this GPU, or not in this driver
+(pynvml raises FUNCTION_NOT_FOUND for a symbol an older driver lacks, such as
+`nvmlDeviceGetMemoryInfo_v2`; elsewhere that code means NVML is unusable)."""
+
+
 def _optional(read: Callable[[], T]) -> T | None:
-    """`read()`, or None where NVML does not support it on this GPU."""
+    """`read()`, or None where this GPU or driver does not offer it."""
     try:
         return read()
     except pynvml.NVMLError as e:
-        if getattr(e, "value", None) == pynvml.NVML_ERROR_NOT_SUPPORTED:
+        if getattr(e, "value", None) in _ABSENT:
             return None
         raise
 

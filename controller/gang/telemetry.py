@@ -23,6 +23,7 @@ The age of each signal and the query errors are metrics
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 import math
@@ -186,8 +187,9 @@ class PrometheusTelemetry:
             raise QueryError(
                 "timeout", f"Prometheus at {self.url}: no answer in {self.timeout_s:g}s"
             ) from None
-        except (urllib.error.URLError, OSError) as e:
-            raise QueryError("unreachable", f"Prometheus at {self.url}: {e}") from None
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as e:
+            # HTTPException: not an HTTP answer, or one cut short (IncompleteRead)
+            raise QueryError("unreachable", f"Prometheus at {self.url}: {e!r}") from None
         try:
             doc = json.loads(raw)
         except ValueError:
@@ -201,8 +203,15 @@ class PrometheusTelemetry:
                 "warnings", f"Prometheus warned: {'; '.join(map(str, doc['warnings']))}"
             )
         data = doc.get("data") or {}
-        result = data.get("result")
-        if data.get("resultType") != "vector" or not isinstance(result, list):
+        result = data.get("result") if isinstance(data, dict) else None
+        if (
+            not isinstance(data, dict)
+            or data.get("resultType") != "vector"
+            or not isinstance(result, list)
+            or not all(
+                isinstance(r, dict) and isinstance(r.get("metric", {}), dict) for r in result
+            )
+        ):
             raise QueryError("malformed", f"Prometheus at {self.url}: not an instant vector")
         if not result and not allow_empty:
             raise QueryError(
@@ -215,6 +224,13 @@ def _http_get(url: str, timeout_s: float) -> bytes:
     with urllib.request.urlopen(url, timeout=timeout_s) as r:
         body: bytes = r.read()
         return body
+
+
+def _index(label: object) -> bool:
+    """Whether a `gpu` label is a GPU index (ASCII digits: '²' is a digit to
+    str.isdigit, not to int)."""
+    text = str(label or "")
+    return text.isascii() and text.isdigit() and len(text) <= 4
 
 
 def _value(row: dict[str, Any]) -> float | None:
@@ -240,7 +256,7 @@ def _health(
             continue
         if m.get("stat") == "reporting":
             reporting.add(str(node))
-        elif m.get("stat") == "bad" and str(m.get("gpu", "")).isdigit():
+        elif m.get("stat") == "bad" and _index(m.get("gpu")):
             found.setdefault(str(node), set()).add(int(m["gpu"]))
     out = {n: s for n, s in dict(before).items() if n not in reporting}
     for node in reporting:

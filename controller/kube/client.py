@@ -335,9 +335,14 @@ class Kube:
             return resp
         try:
             data = resp.data
+        except urllib3.exceptions.HTTPError as e:  # the answer cut short
+            raise ApiError(0, "Unreachable", f"{method} {path}: {e}") from None
         finally:
             resp.release_conn()
-        return json.loads(data) if data else None
+        try:
+            return json.loads(data) if data else None
+        except ValueError as e:  # UnicodeDecodeError too
+            raise ApiError(0, "BadResponse", f"{method} {path}: not JSON: {e}") from None
 
     # -- reads
 

@@ -3,8 +3,10 @@ pod attribution, XIDs, lost and hung GPUs, NVML down, every NVML error code."""
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pynvml
 import pytest
@@ -262,3 +264,38 @@ def test_pod_resources_failing_keeps_owners_for_a_while_then_drops_them(clock: C
     clock.t += 30
     agent.tick()
     assert _gpu(agent, 0).owner is None
+
+
+def test_a_gpu_lost_before_the_agent_starts_is_out_of_service(clock: Clock) -> None:
+    """NVML counts it but cannot read its identity (found by a review: it was left
+    out, so the node reported every GPU healthy and the GPU went back into service
+    on every agent restart). Once readable, it is identified and back."""
+    replay = Replay(
+        node="n1", gpus=4, clock=clock, scenario=Scenario((Event(at=0, kind="lost", gpu=3),))
+    )
+    agent = Agent(replay, AgentConfig(node="n1"), clock=clock)
+    for _ in range(3):
+        agent.tick()
+        clock.t += 1
+    s = agent.snapshot()
+    assert [(g.identity.index, g.health.state) for g in s.unhealthy] == [(3, State.LOST)]
+    assert len(s.gpus) == 4
+
+
+class _XidWaitFails(Replay):
+    calls = 0
+
+    def wait_xids(self, timeout_s: float) -> list[Any]:
+        type(self).calls += 1
+        raise nvml_error(pynvml.NVML_ERROR_GPU_IS_LOST)  # nvmlEventSetWait's documented error
+
+
+def test_the_xid_loop_waits_when_waiting_for_xids_fails_at_once() -> None:
+    """Found by a review: it spun, a core's worth of calls."""
+    _XidWaitFails.calls = 0
+    agent = Agent(_XidWaitFails(node="n1", gpus=2), AgentConfig(node="n1"))
+    stop = threading.Event()
+    agent.start(stop)
+    time.sleep(0.6)
+    stop.set()
+    assert _XidWaitFails.calls <= 5, f"{_XidWaitFails.calls} calls to wait_xids in 0.6 s"

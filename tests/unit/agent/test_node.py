@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import time
+from typing import Any
+
+import urllib3
 
 from controller.agent.agent import Agent, AgentConfig
 from controller.agent.node import CONDITION, UNHEALTHY_ANNOTATION, NodePublisher, node_patch
 from controller.agent.replay import Event, Replay, Scenario
-from controller.kube.client import RESOURCES
+from controller.kube.client import RESOURCES, Kube
 from tests.unit.kube.fakes import FakeKube
 
 from .conftest import Clock
@@ -109,5 +112,48 @@ def test_a_missing_node_is_not_created() -> None:
         pub.offer(_snapshot(Clock()))
         _wait(lambda: pub.failures >= 1)
         assert kube.get(RESOURCES["Node"], "ghost") is None
+    finally:
+        pub.stop()
+
+
+class _CutResponse:
+    def __init__(self, cut: bool) -> None:
+        self.cut = cut
+
+    @property
+    def data(self) -> bytes:
+        if self.cut:
+            raise urllib3.exceptions.ProtocolError(
+                "Connection broken: IncompleteRead(0 bytes read)"
+            )
+        return b"{}"
+
+    def release_conn(self) -> None:
+        pass
+
+
+class _FirstAnswerCut:
+    """An ApiClient whose first answer is cut off mid-body (an API server restarting)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def call_api(self, *a: Any, **k: Any) -> _CutResponse:
+        self.calls += 1
+        return _CutResponse(cut=self.calls == 1)
+
+
+def test_the_publisher_survives_an_answer_cut_off_mid_body(clock: Clock) -> None:
+    """The real client turns it into an ApiError, which the publisher retries (found
+    by a review: urllib3's ProtocolError ended the publisher's thread for good)."""
+    pub = NodePublisher(Kube(_FirstAnswerCut()), "n1", resync_s=60).start()  # type: ignore[arg-type]
+    try:
+        agent = Agent(Replay(node="n1", gpus=2, clock=clock), AgentConfig(node="n1"), clock=clock)
+        agent.tick()
+        pub.offer(agent.snapshot())
+        end = time.monotonic() + 10
+        while pub.writes == 0 and time.monotonic() < end:
+            time.sleep(0.05)
+        assert (pub.writes, pub.failures) == (1, 1)
     finally:
         pub.stop()

@@ -4,6 +4,7 @@ as zero load; each signal keeps its last good value and ages."""
 
 from __future__ import annotations
 
+import http.client
 import io
 import json
 import urllib.error
@@ -113,6 +114,15 @@ def test_three_queries_make_the_snapshot() -> None:
         (urllib.error.URLError("connection refused"), "unreachable"),
         (TimeoutError(), "timeout"),
         (b"<html>", "malformed"),
+        # found by a review: these escaped as exceptions and lost the whole round
+        (http.client.IncompleteRead(b'{"status":', 1000), "unreachable"),
+        (http.client.BadStatusLine("SSH-2.0-OpenSSH_9.6"), "unreachable"),
+        ({"status": "success", "data": {"resultType": "vector", "result": [None]}}, "malformed"),
+        (
+            {"status": "success", "data": {"resultType": "vector", "result": [{"metric": []}]}},
+            "malformed",
+        ),
+        ({"status": "success", "data": ["vector"]}, "malformed"),
         ({"status": "error", "error": "bad query"}, "error"),
         # how Prometheus answers a failed query: 4xx/5xx with its error as JSON
         (_http_error(422, b'{"status":"error","error":"too many samples"}'), "error"),
@@ -150,6 +160,16 @@ def test_a_bad_gpu_stays_out_while_health_cannot_be_read_and_comes_back_on_a_hea
     assert provider.refresh().unhealthy == {"a": frozenset({3})}
     prom.answers["health"] = vector(reporting("a"), reporting("b"))
     assert provider.refresh().unhealthy == {}
+
+
+def test_a_gpu_label_that_is_not_an_index_names_no_gpu() -> None:
+    prom, clock = Prom(), Clock()
+    good(prom)
+    prom.answers["health"] = vector(
+        reporting("a"), ({"Hostname": "a", "gpu": "\u00b2", "stat": "bad"}, "0"), bad("a", 5)
+    )
+    t = PrometheusTelemetry("http://prom:9090", fetch=prom, clock=clock).refresh()
+    assert t.unhealthy == {"a": frozenset({5})} and not t.health.error
 
 
 def test_age_metric_follows_the_signals() -> None:

@@ -8,8 +8,9 @@ import json
 from typing import Any
 
 import pytest
+import urllib3
 
-from controller.kube.client import Kube
+from controller.kube.client import RESOURCES, ApiError, Kube
 
 
 class _Response:
@@ -60,3 +61,38 @@ def test_apply_without_a_field_manager_sends_nothing() -> None:
     with pytest.raises(ValueError, match="field manager"):
         Kube(api).apply(QUOTA, field_manager="")
     assert api.calls == []
+
+
+class _Raw:
+    def __init__(self, data: bytes | Exception) -> None:
+        self._data = data
+
+    @property
+    def data(self) -> bytes:
+        if isinstance(self._data, Exception):
+            raise self._data
+        return self._data
+
+    def release_conn(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("answer", "reason"),
+    [
+        (urllib3.exceptions.ProtocolError("Connection broken: IncompleteRead"), "Unreachable"),
+        (b"<html>502</html>", "BadResponse"),
+        (b"\xff\xfe", "BadResponse"),
+    ],
+)
+def test_an_answer_cut_short_or_not_json_is_an_api_error(answer: Any, reason: str) -> None:
+    """Every caller handles ApiError; these escaped as urllib3 or JSON errors (found by
+    a review: the node agent's publisher thread ended on one)."""
+
+    class Api:
+        def call_api(self, path: str, method: str, **kw: Any) -> _Raw:
+            return _Raw(answer)
+
+    with pytest.raises(ApiError) as e:
+        Kube(Api()).get(RESOURCES["Node"], "n1")  # type: ignore[arg-type]
+    assert (e.value.status, e.value.reason) == (0, reason)
