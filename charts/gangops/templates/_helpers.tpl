@@ -72,3 +72,27 @@ generic one, is what the user reads).
 {{- fail "resourceQuota is not a chart setting: quotas are per project, in the policy repository (Project spec.quota.max and spec.quota.guaranteed: gpu, cpu, memory), compiled by the controller into each project namespace's ResourceQuota. Remove resourceQuota from your values." -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+Values that render but could not run as asked: each refused with what to change.
+*/}}
+{{- define "gangops.refuseUnworkable" -}}
+{{- $c := .Values.controller -}}
+{{- if and (gt (int $c.replicas) 1) (not $c.leaderElect) -}}
+{{- fail (printf "controller.replicas is %d with controller.leaderElect false: every replica would schedule and write at once. Set controller.leaderElect: true, or controller.replicas: 1." (int $c.replicas)) -}}
+{{- end -}}
+{{- $l := $c.lease -}}
+{{- if not (and (lt (int $l.retryPeriodSeconds) (int $l.renewDeadlineSeconds)) (lt (int $l.renewDeadlineSeconds) (int $l.durationSeconds))) -}}
+{{- fail (printf "controller.lease: retryPeriodSeconds (%v) < renewDeadlineSeconds (%v) < durationSeconds (%v) must hold (gangops run refuses anything else at start)." $l.retryPeriodSeconds $l.renewDeadlineSeconds $l.durationSeconds) -}}
+{{- end -}}
+{{- if and (not $c.webhook.enabled) (or $c.alertmanager.token $c.alertmanager.existingSecret) -}}
+{{- fail "controller.alertmanager is set but controller.webhook.enabled is false: the Alertmanager receiver is served on the webhook address. Enable the webhook, or remove the alertmanager token." -}}
+{{- end -}}
+{{- if and $c.webhook.enabled (eq (int $c.webhook.port) (int $c.metricsPort)) -}}
+{{- fail (printf "controller.webhook.port and controller.metricsPort are both %d: give them different ports." (int $c.metricsPort)) -}}
+{{- end -}}
+{{- $pdb := $c.podDisruptionBudget -}}
+{{- if and $pdb.enabled (gt (int $c.replicas) 1) (kindIs "float64" $pdb.minAvailable) (ge (int $pdb.minAvailable) (int $c.replicas)) -}}
+{{- fail (printf "controller.podDisruptionBudget.minAvailable (%d) is not below controller.replicas (%d): no controller pod could ever be evicted, and kubectl drain would never finish on its nodes." (int $pdb.minAvailable) (int $c.replicas)) -}}
+{{- end -}}
+{{- end -}}

@@ -82,6 +82,40 @@ def test_seed_keys_that_are_policy_are_refused_saying_where_they_live(
     assert "is not a chart setting" in out.stderr and where in out.stderr, out.stderr
 
 
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"controller": {"leaderElect": False}}, "every replica would schedule and write at once"),
+        (
+            {"controller": {"lease": {"durationSeconds": 15, "renewDeadlineSeconds": 30}}},
+            "retryPeriodSeconds (2) < renewDeadlineSeconds (30) < durationSeconds (15)",
+        ),
+        (
+            {"controller": {"webhook": {"enabled": False}, "alertmanager": {"token": "t"}}},
+            "the Alertmanager receiver is served on the webhook address",
+        ),
+        ({"controller": {"webhook": {"port": 8080}}}, "are both 8080"),
+        (
+            {"controller": {"podDisruptionBudget": {"minAvailable": 2}}},
+            "kubectl drain would never finish",
+        ),
+        ({"agent": {"maxUnavailable": "0%"}}, "does not match"),
+        ({"agent": {"maxUnavailable": "101%"}}, "does not match"),
+        ({"networkPolicy": {"metricsFrom": []}}, "minItems: got 0, want 1"),
+    ],
+    ids=["replicas-without-lease", "lease", "alertmanager-without-webhook", "ports", "pdb",
+         "max-unavailable-0", "max-unavailable-101", "metrics-from-anyone"],
+)  # fmt: skip
+def test_values_that_could_not_run_as_asked_are_refused_saying_what_to_change(
+    values: dict[str, Any], message: str
+) -> None:
+    """Found by a review: each rendered, and failed (or did something else) only once
+    installed."""
+    out = template_text(values=values, check=False)
+    assert out.returncode != 0, out.stdout[:300]
+    assert message in out.stderr, out.stderr
+
+
 def test_the_seeds_whole_values_prod_file_is_refused_at_its_first_misplaced_key(
     tmp_path: Path,
 ) -> None:

@@ -103,7 +103,11 @@ def test_the_controller_deployment() -> None:
     assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
     assert {"name": "metrics", "containerPort": 8080} in c["ports"]
     assert c["resources"]["requests"] and c["resources"]["limits"]
-    assert pod["metadata"]["annotations"]["checksum/config"]
+    # no hash of the Secrets' plaintext on the pod: the files are read again when rotated
+    assert not (pod["metadata"].get("annotations") or {})
+    assert "strategy" not in dep["spec"]  # a rolling update: the Lease keeps one leader
+    secrets = {v["name"]: v["secret"] for v in pod["spec"]["volumes"] if "secret" in v}
+    assert secrets == {}  # none configured by default
     spread = pod["spec"]["topologySpreadConstraints"][0]
     assert spread["labelSelector"]["matchLabels"] == dep["spec"]["selector"]["matchLabels"]
     # Pod Security "restricted": non-root, no escalation, no capabilities, seccomp.
@@ -133,20 +137,16 @@ def test_alertmanagers_token_is_mounted_and_passed_only_when_given() -> None:
     objs = render(values={"controller": {"alertmanager": {"token": "t0ken"}}})
     secret = find(objs, "Secret", "-alertmanager")
     assert secret["data"] == {"token": "dDBrZW4="}
-    off = render(
-        values={"controller": {"webhook": {"enabled": False}, "alertmanager": {"token": "t"}}}
-    )
-    assert not [
-        o for o in off if o["kind"] == "Secret" and o["metadata"]["name"].endswith("-alertmanager")
-    ]
+    volumes = {
+        v["name"]: v for v in find(objs, "Deployment")["spec"]["template"]["spec"]["volumes"]
+    }
+    assert volumes["alertmanager-token"]["secret"]["items"] == [{"key": "token", "path": "token"}]
 
 
-def test_the_checksum_follows_the_webhook_secret() -> None:
-    def checksum(secret: str) -> str:
-        dep = find(render(values={"controller": {"webhook": {"secret": secret}}}), "Deployment")
-        return str(dep["spec"]["template"]["metadata"]["annotations"]["checksum/config"])
-
-    assert checksum("one") != checksum("two")
+def test_without_a_lease_one_replica_is_replaced_not_rolled_and_has_no_budget() -> None:
+    objs = render(values={"controller": {"replicas": 1, "leaderElect": False}})
+    assert find(objs, "Deployment", "-controller")["spec"]["strategy"] == {"type": "Recreate"}
+    assert not [o for o in objs if o["kind"] == "PodDisruptionBudget"]  # drains would hang
 
 
 def test_the_node_agent_daemonset() -> None:
@@ -156,6 +156,10 @@ def test_the_node_agent_daemonset() -> None:
     assert ds["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"] == "10%"
     assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod[
+        "tolerations"
+    ]
+    # gangops' own cordon: the agent keeps reporting the node it took out of service
+    assert {"key": "gangops.ai/gpu-fault", "operator": "Exists", "effect": "NoSchedule"} in pod[
         "tolerations"
     ]
     assert {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} in c[
