@@ -221,7 +221,8 @@ class Agent:
         if self._nvml_up:
             self._identify(now)
             self._read_owners(now)
-            self._sample(now)
+            # stamped when read: a slow pod-resources answer is not the samples' age
+            self._sample(self._clock())
         with self._lock:
             self._ticks += 1
             for g in self._gpus:

@@ -299,3 +299,35 @@ def test_the_xid_loop_waits_when_waiting_for_xids_fails_at_once() -> None:
     time.sleep(0.6)
     stop.set()
     assert _XidWaitFails.calls <= 5, f"{_XidWaitFails.calls} calls to wait_xids in 0.6 s"
+
+
+def test_a_slow_pod_resources_answer_does_not_withdraw_every_gpu_from_scrapes(
+    clock: Clock,
+) -> None:
+    """Samples were stamped with the round's start, before a pod-resources read of up
+    to the 2 s deadline, so with a slow kubelet every GPU's values aged out of
+    scrapes about a third of the time (found by a review)."""
+    scrapes: list[Any] = []
+    holder: dict[str, Agent] = {}
+
+    def reader() -> dict[str, Any]:
+        # the kubelet answers, within the 2 s deadline, but after 1.9 s
+        if scrapes or "agent" not in holder or holder["agent"].snapshot().ticks == 0:
+            clock.t += 1.9
+        else:
+            clock.t += 1.2
+            scrapes.append(holder["agent"].snapshot().fresh(clock.t))  # Prometheus scrapes
+            clock.t += 0.7
+        return {}
+
+    replay = Replay(node="n1", gpus=2, clock=clock)
+    agent = Agent(
+        replay, AgentConfig(node="n1", interval_s=1.0, deadline_s=2.0), owners=reader, clock=clock
+    )
+    holder["agent"] = agent
+    agent.tick()  # took 1.9 s: the loop starts the next round at once
+    agent.tick()  # a scrape lands 1.2 s into it
+    assert scrapes, "no scrape happened"
+    assert all(g.sample is not None for g in scrapes[0].gpus), [
+        (g.identity.index, g.sampled_at) for g in scrapes[0].gpus
+    ]
