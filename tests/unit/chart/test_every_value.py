@@ -86,6 +86,10 @@ CHANGES: dict[str, Case] = {
     "networkPolicy.enabled": (False, {}),
     "networkPolicy.metricsFrom": ([{"podSelector": {"matchLabels": {"app": "prom"}}}], {}),
     "networkPolicy.webhookFrom": ([{"namespaceSelector": {}}], {}),
+    "networkPolicy.alertmanagerFrom": (
+        [{"podSelector": {"matchLabels": {"app": "alertmanager"}}}],
+        {"networkPolicy.webhookFrom": [{"namespaceSelector": {"matchLabels": {"x": "y"}}}]},
+    ),
     "rbac.aggregateToDefaultRoles": (False, {}),
 }
 

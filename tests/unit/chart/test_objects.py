@@ -143,6 +143,19 @@ def test_alertmanagers_token_is_mounted_and_passed_only_when_given() -> None:
     assert volumes["alertmanager-token"]["secret"]["items"] == [{"key": "token", "path": "token"}]
 
 
+def test_the_webhook_port_admits_alertmanager_beside_the_webhook_peers() -> None:
+    """The receiver shares the webhook port: limiting it to the ingress controller cut
+    Alertmanager off (found by a review)."""
+    ingress = {"podSelector": {"matchLabels": {"app": "ingress-nginx"}}}
+    objs = render(values={"networkPolicy": {"webhookFrom": [ingress]}})
+    rules = find(objs, "NetworkPolicy", "-controller")["spec"]["ingress"]
+    (webhook,) = [r for r in rules if r["ports"] == [{"port": "webhook"}]]
+    monitoring = {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}
+    }
+    assert webhook["from"] == [ingress, monitoring]
+
+
 def test_without_a_lease_one_replica_is_replaced_not_rolled_and_has_no_budget() -> None:
     objs = render(values={"controller": {"replicas": 1, "leaderElect": False}})
     assert find(objs, "Deployment", "-controller")["spec"]["strategy"] == {"type": "Recreate"}
