@@ -27,6 +27,7 @@ from ruamel.yaml import YAML
 
 from controller.devcluster import Build, DevCluster
 from controller.kube.client import RESOURCES, ApiError, Kube, connect
+from controller.nodehealth import UNHEALTHY_ANNOTATION
 from tests.unit.chart.helm import CHART, helm, parse, render, value_files
 
 from .gang_helpers import GangEnv, policy_doc
@@ -173,7 +174,8 @@ def test_pod_security_admits_the_controller_at_restricted_and_the_agent_only_at_
 # --- least privilege ---------------------------------------------------------------
 
 
-Grant = Callable[[str, str], Path]
+Grant = Callable[..., Path]
+"""`grant(component, namespace, bound_to=None)`: see the fixture."""
 
 
 @pytest.fixture
@@ -183,12 +185,15 @@ def grant(dev_cluster: DevCluster, tmp_path: Path) -> Iterator[Grant]:
     its ServiceAccount from the TokenRequest API. Cluster-wide objects are deleted after."""
     rbac_api = client.RbacAuthorizationV1Api(_api(dev_cluster))
     core = client.CoreV1Api(_api(dev_cluster))
+    admission = client.CustomObjectsApi(_api(dev_cluster))
     made: list[Obj] = []
 
-    def apply(component: str, namespace: str) -> Path:
+    def apply(component: str, namespace: str, *, bound_to: Obj | None = None) -> Path:
         release = f"lp-{secrets.token_hex(3)}"
         objs = render(namespace=namespace, release=release)
         kinds = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
+        if bound_to is not None:  # with the admission policies, and a pod-bound token
+            kinds |= {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
         rbac = [
             o
             for o in objs
@@ -204,12 +209,27 @@ def grant(dev_cluster: DevCluster, tmp_path: Path) -> Iterator[Grant]:
                 rbac_api.create_cluster_role_binding(o)
             elif o["kind"] == "Role":
                 rbac_api.create_namespaced_role(namespace, o)
-            else:
+            elif o["kind"] == "RoleBinding":
                 rbac_api.create_namespaced_role_binding(namespace, o)
+            else:
+                plural = {"ValidatingAdmissionPolicy": "validatingadmissionpolicies"}.get(
+                    o["kind"], "validatingadmissionpolicybindings"
+                )
+                admission.create_cluster_custom_object(
+                    "admissionregistration.k8s.io", "v1", plural, o
+                )
             made.append(o)
         sa = next(o for o in rbac if o["kind"] == "ServiceAccount")["metadata"]["name"]
+        spec: dict[str, Any] = {"expirationSeconds": 3600}
+        if bound_to is not None:
+            pod = {**bound_to, "spec": {**bound_to["spec"], "serviceAccountName": sa}}
+            created = core.create_namespaced_pod(namespace, pod)
+            spec["boundObjectRef"] = {
+                "apiVersion": "v1", "kind": "Pod",
+                "name": created.metadata.name, "uid": created.metadata.uid,
+            }  # fmt: skip
         token = core.create_namespaced_service_account_token(
-            sa, namespace, {"spec": {"expirationSeconds": 3600}}
+            sa, namespace, {"spec": spec}
         ).status.token
         admin_cfg = YAML(typ="safe").load(dev_cluster.kubeconfig.read_text())
         cluster = admin_cfg["clusters"][0]["cluster"]
@@ -234,6 +254,16 @@ def grant(dev_cluster: DevCluster, tmp_path: Path) -> Iterator[Grant]:
             rbac_api.delete_cluster_role(o["metadata"]["name"])
         elif o["kind"] == "ClusterRoleBinding":
             rbac_api.delete_cluster_role_binding(o["metadata"]["name"])
+        elif o["kind"] == "ValidatingAdmissionPolicy":
+            admission.delete_cluster_custom_object(
+                "admissionregistration.k8s.io", "v1", "validatingadmissionpolicies",
+                o["metadata"]["name"],
+            )  # fmt: skip
+        elif o["kind"] == "ValidatingAdmissionPolicyBinding":
+            admission.delete_cluster_custom_object(
+                "admissionregistration.k8s.io", "v1", "validatingadmissionpolicybindings",
+                o["metadata"]["name"],
+            )  # fmt: skip
 
 
 _APIS: dict[str, client.ApiClient] = {}
@@ -497,6 +527,93 @@ def test_the_node_agent_publishes_gpu_health_as_the_charts_service_account_and_n
             call()
         assert e.value.status == 403, f"{what}: {e.value}"
     admin.delete(RESOURCES["Node"], node)
+
+
+def test_the_node_agent_writes_only_its_own_node_and_there_only_its_own_fields(
+    admin: Kube, namespace: str, grant: Grant, tmp_path: Path
+) -> None:
+    """The chart's admission policy, on the real API server, with a token bound to a
+    pod on the agent's Node (as a DaemonSet's is): its GPU health is published; any
+    other Node, a label, a taint or another condition of its own is refused (a review
+    found the RBAC alone let a stolen agent token taint every node)."""
+    mine, other = (f"chart-own-{secrets.token_hex(3)}" for _ in range(2))
+    for n in (mine, other):
+        admin.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": n}},
+                     field_manager="test")  # fmt: skip
+    restricted = {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "runAsNonRoot": True,
+        "runAsUser": 65532,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    probe = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"agent-{secrets.token_hex(3)}"},
+        "spec": {
+            "nodeName": mine,
+            "containers": [{"name": "agent", "image": "gangops", "securityContext": restricted}],
+        },
+    }
+    config = grant("agent", namespace, bound_to=probe)
+    sa = connect(str(config))
+    node = RESOURCES["Node"]
+
+    def refused(name: str, patch: Obj, sub: str | None = None) -> str:
+        with pytest.raises(ApiError) as e:
+            sa.merge_patch(node, name, patch, field_manager="t", subresource=sub)
+        assert e.value.status in (403, 422), e.value
+        return e.value.message
+
+    def policy_active() -> str | None:
+        try:
+            sa.merge_patch(node, other, {"metadata": {"annotations": {UNHEALTHY_ANNOTATION: "0"}}},
+                           field_manager="t")  # fmt: skip
+        except ApiError as e:
+            return e.message
+        return None
+
+    assert "only the Node its pod runs on" in wait_for(
+        "the policy in force", policy_active, timeout=30
+    )
+    scenario = tmp_path / "bad-gpu.yaml"
+    scenario.write_text("events:\n  - {at: 0, gpu: 2, kind: xid, xid: 79}\n")
+    log = tmp_path / "agent.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "controller.cli", "agent", "--node", mine,
+             "--listen", f"127.0.0.1:{free_port()}", "--scenario", str(scenario),
+             "--gpus", "8", "--pod-resources-socket", "", "--publish-node", "on",
+             "--kubeconfig", str(config)],
+            stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+
+        def published() -> Obj | None:
+            live = admin.get(node, mine) or {}
+            conds = (live.get("status") or {}).get("conditions") or []
+            cond = next((c for c in conds if c["type"] == "GPUProblem"), None)
+            has = (live["metadata"].get("annotations") or {}).get(UNHEALTHY_ANNOTATION)
+            return cond if cond and cond["status"] == "True" and has == "2" else None
+
+        wait_for("the agent's GPU health on its own Node", published, timeout=30)
+        assert "forbidden" not in log.read_text(errors="replace").lower()
+    finally:
+        proc.terminate()
+        proc.wait(20)
+    assert "only the Node its pod runs on" in refused(
+        other, {"status": {"conditions": [{"type": "GPUProblem", "status": "True"}]}}, "status"
+    )
+    only_ours = "may change only the gangops.ai/unhealthy-gpus annotation"
+    assert only_ours in refused(mine, {"metadata": {"labels": {"x": "y"}}})
+    assert only_ours in refused(mine, {"metadata": {"annotations": {"other": "x"}}})
+    assert only_ours in refused(mine, {"spec": {"taints": [{"key": "k", "effect": "NoExecute"}]}})
+    assert "only the GPUProblem condition" in refused(
+        mine, {"status": {"conditions": [{"type": "Ready", "status": "False"}]}}, "status"
+    )
+    for n in (mine, other):
+        admin.delete(node, n)
 
 
 def test_tenants_bound_to_edit_create_trainingjobs_and_view_only_reads_them(

@@ -55,12 +55,32 @@ def test_the_admission_policies_are_the_codes() -> None:
     got = [
         _without_chart_labels(o) for o in objs if o["kind"].endswith(("AdmissionPolicy", "Binding"))
     ]
-    got = [o for o in got if o["apiVersion"].startswith("admissionregistration")]
+    got = [
+        o
+        for o in got
+        if o["apiVersion"].startswith("admissionregistration")
+        and not o["metadata"]["name"].endswith("-agent-own-node")  # the chart's own, below
+    ]
 
     def key(o: Obj) -> tuple[str, str]:
         return (o["kind"], o["metadata"]["name"])
 
     assert sorted(got, key=key) == sorted(admission_objects() + mutating_objects(), key=key)
+
+
+def test_the_agents_own_node_policy_is_bound_and_matches_its_service_account() -> None:
+    objs = render()
+    policy = find(objs, "ValidatingAdmissionPolicy", "-agent-own-node")
+    binding = find(objs, "ValidatingAdmissionPolicyBinding", "-agent-own-node")
+    assert binding["spec"] == {
+        "policyName": policy["metadata"]["name"],
+        "validationActions": ["Deny"],
+    }
+    sa = find(objs, "ServiceAccount", "-agent")["metadata"]
+    (match,) = policy["spec"]["matchConditions"]
+    assert f'"system:serviceaccount:{sa["namespace"]}:{sa["name"]}"' in match["expression"]
+    off = render(values={"agent": {"publishNode": False}})
+    assert not [o for o in off if o["metadata"]["name"].endswith("-agent-own-node")]
 
 
 def test_the_mutating_policy_follows_what_the_cluster_serves() -> None:
