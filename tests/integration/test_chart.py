@@ -609,9 +609,24 @@ def test_the_node_agent_writes_only_its_own_node_and_there_only_its_own_fields(
     assert only_ours in refused(mine, {"metadata": {"labels": {"x": "y"}}})
     assert only_ours in refused(mine, {"metadata": {"annotations": {"other": "x"}}})
     assert only_ours in refused(mine, {"spec": {"taints": [{"key": "k", "effect": "NoExecute"}]}})
-    assert "only the GPUProblem condition" in refused(
+    owner = {"apiVersion": "v1", "kind": "Namespace", "name": "gone",
+             "uid": "00000000-0000-0000-0000-000000000000"}  # fmt: skip
+    assert only_ours in refused(mine, {"metadata": {"ownerReferences": [owner]}})
+    assert only_ours in refused(mine, {"metadata": {"finalizers": ["x/y"]}})
+    # a status write keeps the metadata it carries: checked there too
+    assert only_ours in refused(mine, {"metadata": {"labels": {"x": "y"}}}, "status")
+    assert only_ours in refused(mine, {"metadata": {"annotations": {"other": "x"}}}, "status")
+    only_condition = "only the GPUProblem condition"
+    assert only_condition in refused(
         mine, {"status": {"conditions": [{"type": "Ready", "status": "False"}]}}, "status"
     )
+    for field, value in [
+        ("addresses", [{"type": "InternalIP", "address": "10.9.9.9"}]),
+        ("daemonEndpoints", {"kubeletEndpoint": {"Port": 1}}),
+        ("capacity", {"nvidia.com/gpu": "64"}),
+        ("volumesInUse", ["kubernetes.io/csi/x^y"]),
+    ]:
+        assert only_condition in refused(mine, {"status": {field: value}}, "status"), field
     for n in (mine, other):
         admin.delete(node, n)
 

@@ -82,7 +82,7 @@ Values that render but could not run as asked: each refused with what to change.
 {{- fail (printf "controller.replicas is %d with controller.leaderElect false: every replica would schedule and write at once. Set controller.leaderElect: true, or controller.replicas: 1." (int $c.replicas)) -}}
 {{- end -}}
 {{- $l := $c.lease -}}
-{{- if not (and (lt (int $l.retryPeriodSeconds) (int $l.renewDeadlineSeconds)) (lt (int $l.renewDeadlineSeconds) (int $l.durationSeconds))) -}}
+{{- if not (and (lt (float64 $l.retryPeriodSeconds) (float64 $l.renewDeadlineSeconds)) (lt (float64 $l.renewDeadlineSeconds) (float64 $l.durationSeconds))) -}}
 {{- fail (printf "controller.lease: retryPeriodSeconds (%v) < renewDeadlineSeconds (%v) < durationSeconds (%v) must hold (gangops run refuses anything else at start)." $l.retryPeriodSeconds $l.renewDeadlineSeconds $l.durationSeconds) -}}
 {{- end -}}
 {{- if and (not $c.webhook.enabled) (or $c.alertmanager.token $c.alertmanager.existingSecret) -}}
@@ -92,7 +92,21 @@ Values that render but could not run as asked: each refused with what to change.
 {{- fail (printf "controller.webhook.port and controller.metricsPort are both %d: give them different ports." (int $c.metricsPort)) -}}
 {{- end -}}
 {{- $pdb := $c.podDisruptionBudget -}}
-{{- if and $pdb.enabled (gt (int $c.replicas) 1) (kindIs "float64" $pdb.minAvailable) (ge (int $pdb.minAvailable) (int $c.replicas)) -}}
+{{- if and $pdb.enabled (gt (int $c.replicas) 1) (ge (int $pdb.minAvailable) (int $c.replicas)) -}}
 {{- fail (printf "controller.podDisruptionBudget.minAvailable (%d) is not below controller.replicas (%d): no controller pod could ever be evicted, and kubectl drain would never finish on its nodes." (int $pdb.minAvailable) (int $c.replicas)) -}}
 {{- end -}}
+{{- end -}}
+
+{{/*
+CEL: the field at path (a list: "status" "capacity") is the same in object and
+oldObject, present in both or absent from both (each level checked with has()).
+*/}}
+{{- define "gangops.celUnchanged" -}}
+{{- $new := list -}}{{- $old := list -}}{{- $n := "object" -}}{{- $o := "oldObject" -}}
+{{- range . -}}
+{{- $n = printf "%s.%s" $n . -}}{{- $o = printf "%s.%s" $o . -}}
+{{- $new = append $new (printf "has(%s)" $n) -}}{{- $old = append $old (printf "has(%s)" $o) -}}
+{{- end -}}
+{{- $hasNew := join " && " $new -}}{{- $hasOld := join " && " $old -}}
+(({{ $hasNew }}) == ({{ $hasOld }}) && (!({{ $hasNew }}) || {{ $n }} == {{ $o }}))
 {{- end -}}

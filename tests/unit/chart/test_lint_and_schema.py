@@ -101,10 +101,14 @@ def test_seed_keys_that_are_policy_are_refused_saying_where_they_live(
         ),
         ({"agent": {"maxUnavailable": "0%"}}, "does not match"),
         ({"agent": {"maxUnavailable": "101%"}}, "does not match"),
-        ({"networkPolicy": {"metricsFrom": []}}, "minItems: got 0, want 1"),
+        ({"networkPolicy": {"metricsFrom": []}}, "a NetworkPolicy rule with no peers"),
+        (
+            {"controller": {"lease": {"retryPeriodSeconds": 2.9, "renewDeadlineSeconds": 2.8}}},
+            "retryPeriodSeconds (2.9) < renewDeadlineSeconds (2.8)",
+        ),
     ],
     ids=["replicas-without-lease", "lease", "alertmanager-without-webhook", "ports", "pdb",
-         "max-unavailable-0", "max-unavailable-101", "metrics-from-anyone"],
+         "max-unavailable-0", "max-unavailable-101", "metrics-from-anyone", "lease-fractions"],
 )  # fmt: skip
 def test_values_that_could_not_run_as_asked_are_refused_saying_what_to_change(
     values: dict[str, Any], message: str
@@ -114,6 +118,31 @@ def test_values_that_could_not_run_as_asked_are_refused_saying_what_to_change(
     out = template_text(values=values, check=False)
     assert out.returncode != 0, out.stdout[:300]
     assert message in out.stderr, out.stderr
+
+
+def test_values_set_on_the_command_line_are_checked_alike() -> None:
+    """`--set` gives integers where a values file gives floats (found by a review: the
+    budget check was skipped for them)."""
+    out = template_text(
+        extra=[
+            "--set",
+            "controller.replicas=2",
+            "--set",
+            "controller.podDisruptionBudget.minAvailable=2",
+        ],
+        check=False,
+    )
+    assert out.returncode != 0 and "kubectl drain would never finish" in out.stderr, out.stderr
+
+
+def test_reasonable_values_are_not_refused() -> None:
+    for values in (
+        {"controller": {"lease": {"retryPeriodSeconds": 2.5, "renewDeadlineSeconds": 2.8}}},
+        {"networkPolicy": {"enabled": False, "metricsFrom": []}},
+        {"networkPolicy": {"webhookFrom": [{"namespaceSelector": {}}], "alertmanagerFrom": None}},
+    ):
+        out = template_text(values=values, check=False)
+        assert out.returncode == 0, (values, out.stderr)
 
 
 def test_the_seeds_whole_values_prod_file_is_refused_at_its_first_misplaced_key(
