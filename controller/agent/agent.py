@@ -221,8 +221,7 @@ class Agent:
         if self._nvml_up:
             self._identify(now)
             self._read_owners(now)
-            # stamped when read: a slow pod-resources answer is not the samples' age
-            self._sample(self._clock())
+            self._sample(now)
         with self._lock:
             self._ticks += 1
             for g in self._gpus:
@@ -304,12 +303,14 @@ class Agent:
         outcomes = self._lanes.run_all(
             {(node, g.identity.index): partial(self._nvml.sample, g.identity.index) for g in gpus}
         )
+        # stamped once read: a slow pod-resources answer or NVML call is not their age
+        read_at = self._clock()
         down = False
         with self._lock:
             for g in gpus:
                 out = outcomes[(node, g.identity.index)]
                 if out.ok and out.value is not None:
-                    g.sample, g.sampled_at = out.value, now
+                    g.sample, g.sampled_at = out.value, read_at
                     self._set_health(g, h.after_sample(g.health, now))
                     continue
                 g.sample = None  # never a stale value

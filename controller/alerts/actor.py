@@ -271,7 +271,14 @@ class AlertActor:
             try:
                 incoming = [Incoming(i.alert, self._job_of(i.alert.pod, jobs)) for i in items]
                 acted = self._act(node, incoming, policy, now)
-            except (ApiError, OSError) as e:
+            except NotLeaderError:
+                raise
+            except Exception as e:
+                if not isinstance(e, (ApiError, OSError)):  # a defect: not this batch's others
+                    self._metrics.errors.inc()
+                    log.exception("alert actions crashed on a node; its alerts are dropped "
+                                  "node=%s", node)  # fmt: skip
+                    continue
                 if isinstance(e, ApiError) and not _transient(e):
                     self._metrics.errors.inc()
                     log.warning(
@@ -333,7 +340,15 @@ class AlertActor:
             state = NodeState.from_json(annotations.get(STATE_ANNOTATION))
             r = step(state, incoming, policy, self._facts(node, now, policy), node=name, now=now)
             for req in r.jobs:
-                self._request(req, now)
+                try:
+                    self._request(req, now)
+                except ApiError as e:
+                    if _transient(e):
+                        raise  # the node's alerts are tried again, the request with them
+                    # the job is gone or refuses the request: the node's own action stands
+                    self._metrics.errors.inc()
+                    log.warning("alert actions: job request refused job=%s kind=%s error=%r",
+                                req.job, req.kind, str(e))  # fmt: skip
             new = _node_after(node, r, now)
             if new != node:
                 try:

@@ -73,14 +73,16 @@ def pr_title(spec: QuotaRequestSpec, edit: Edit, *, revert: bool = False) -> str
 
 def _cell(text: str) -> str:
     """A requester's words as one table cell: no line ending of any kind CommonMark
-    knows (\\n, \\r), no '|' ending the cell, no raw HTML (an unclosed comment
-    would hide the rest of the body, the validation result with it)."""
+    knows (\\n, \\r), no raw HTML (an unclosed comment would hide the rest of the
+    body, the validation result with it), and '|' and '\\' as character references, so
+    no escape (a '\\' before an escaped '|') can end the cell."""
     return (
         " ".join(text.splitlines())
         .replace("&", "&amp;")
         .replace("<", "&lt;")
         .replace(">", "&gt;")
-        .replace("|", "\\|")
+        .replace("\\", "&#92;")
+        .replace("|", "&#124;")
     )
 
 

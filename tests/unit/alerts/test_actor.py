@@ -394,3 +394,38 @@ def test_the_taint_value_is_a_label_value(names: list[str]) -> None:
     (taint,) = [t for t in node(kube)["spec"]["taints"] if t["key"] == TAINT_KEY]
     assert re.fullmatch(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?", taint["value"])
     assert taint["value"].startswith(names[0].strip("_").replace(":", "_")[:10])
+
+
+def test_a_job_request_refused_leaves_the_nodes_own_action_standing() -> None:
+    """The job was deleted between its read and the checkpoint request (found by a
+    review: the 404 dropped the node's quarantine with it)."""
+    kube = world()
+    actor, inbox, clock, metrics = setup(kube)
+    real = kube.merge_patch
+
+    def merge_patch(res: Resource, name: str, patch: Obj, **kw: Any) -> Obj:
+        if res.kind == "TrainingJob":
+            raise ApiError(404, "NotFound", 'trainingjobs.ai.operator "train" not found')
+        return real(res, name, patch, **kw)
+
+    kube.merge_patch = merge_patch  # type: ignore[method-assign]
+    deliver(actor, inbox, clock, alert(LEAK, node="n1", gpu=2, fp="L", pod=("team-a", "train-0")))
+    assert unhealthy_gpus(node(kube)) == frozenset({2}) and len(inbox) == 0
+    assert metrics.errors._value.get() == 1
+
+
+def test_a_defect_on_one_node_does_not_cost_the_other_nodes_of_the_batch() -> None:
+    kube = world()
+    actor, inbox, clock, metrics = setup(kube)
+    real = kube.get
+
+    def get(res: Resource, name: str, namespace: str | None = None) -> Obj | None:
+        if res.kind == "Node" and name == "n1":
+            raise KeyError("a defect")
+        return real(res, name, namespace)
+
+    kube.get = get  # type: ignore[method-assign]
+    deliver(actor, inbox, clock, alert(XID, node="n1", gpu=None, fp="a"),
+            alert(XID, node="n2", gpu=None, fp="b"))  # fmt: skip
+    assert node(kube, "n2")["spec"].get("unschedulable") is True
+    assert metrics.errors._value.get() == 1 and len(inbox) == 0
