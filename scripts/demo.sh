@@ -49,8 +49,18 @@ fail() {
   if [[ -f "${work:-}/admin.kubeconfig" ]]; then
     printf -- '--- the TrainingJobs: phase reason GPUs: message\n' >&2
     k get tj -A -o jsonpath='{range .items[*]}{.metadata.namespace}/{.metadata.name} {.status.phase} {.status.reason} {.status.gpus}: {.status.message}{"\n"}{end}' >&2 || true
+    printf -- '--- the TrainingJobs: attempts refusals notBefore\n' >&2
+    k get tj -A -o jsonpath='{range .items[*]}{.metadata.namespace}/{.metadata.name} {.status.attempts} {.status.refusals} {.status.notBefore}{"\n"}{end}' >&2 || true
+    printf -- '--- the ResourceQuotas (used / hard GPUs):\n' >&2
+    k get resourcequota -A -o jsonpath='{range .items[*]}{.metadata.namespace}/{.metadata.name} {.status.used.requests\.nvidia\.com/gpu} / {.status.hard.requests\.nvidia\.com/gpu}{"\n"}{end}' >&2 || true
+    printf -- '--- the worker pods: attempt phase deleting\n' >&2
+    k get pods -A -l ai.operator/job-name -o jsonpath='{range .items[*]}{.metadata.namespace}/{.metadata.name} {.metadata.labels.ai\.operator/attempt} {.status.phase} {.metadata.deletionTimestamp}{"\n"}{end}' >&2 || true
+    printf -- '--- the Warning Events:\n' >&2
+    k get events -A --field-selector type=Warning -o jsonpath='{range .items[*]}{.involvedObject.namespace}/{.involvedObject.name} {.reason}: {.message}{"\n"}{end}' 2>/dev/null | tail -n 20 >&2 || true
   fi
   if [[ -f "${work:-}/gangops-run.log" ]]; then
+    printf -- '--- every launch gangops run refused, in the API server'"'"'s words:\n' >&2
+    grep -E 'launch refused|pod create refused' "$work/gangops-run.log" | tail -n 10 >&2 || true
     printf -- '--- the last warnings and errors of gangops run:\n' >&2
     grep -E 'level=(WARNING|ERROR)' "$work/gangops-run.log" | tail -n 15 >&2 || true
     printf -- '--- the last lines of gangops run:\n' >&2
@@ -253,7 +263,8 @@ say "bob (nlp) applies gpt-pretrain, 8 GPUs, tier high. No GPU is free outside t
 say "gangops takes back the workers bert-training grew by, instead of evicting anyone."
 show as bob apply -f "$demo/gpt-pretrain.yaml"
 wait_for "gpt-pretrain Running" 60 is_phase nlp gpt-pretrain Running
-shrunk() { [[ "$(gpus_of nlp bert-training)" == 8 ]]; }
+# at 8 GPUs and running: a refused relaunch also reads 8 (its gangSize) while it waits
+shrunk() { [[ "$(gpus_of nlp bert-training)" == 8 ]] && is_phase nlp bert-training Running; }
 wait_for "bert-training back at 8 GPUs" 30 shrunk
 tj_table
 

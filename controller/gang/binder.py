@@ -63,8 +63,9 @@ class LaunchRefused(Exception):
 def _refusal(
     kind: str, meta: Mapping[str, Any], run: Callable[..., object], *args: Any
 ) -> LaunchRefused | None:
-    """Run `run(*args)`; a refusal by the API server (any answer but 409, which
-    callers handle) is returned, an unreachable API server (status 0) raised."""
+    """Run `run(*args)`; a refusal by the API server (what the callers do not
+    handle or retry themselves) is returned, an unreachable API server (status 0)
+    raised."""
     try:
         run(*args)
     except ApiError as e:
@@ -72,6 +73,18 @@ def _refusal(
             raise
         return LaunchRefused(f"{kind} {meta.get('namespace')}/{meta['name']}", e)
     return None
+
+
+def _passing(e: ApiError) -> bool:
+    """Whether a pod create refused so may succeed in a moment: the namespace's
+    ResourceQuota exceeded (its usage is released a little after pods go) or not yet
+    computed ('status unknown for quota'), a conflict writing the quota's usage (409
+    Conflict: the quota check gave up after its own retries while other writers
+    changed it; not AlreadyExists), or the server busy (429) or failing (5xx, a
+    quota evaluation timed out among them)."""
+    if e.status == 403:
+        return "exceeded quota" in e.message or "status unknown for quota" in e.message
+    return (e.status == 409 and e.reason != "AlreadyExists") or e.status == 429 or e.status >= 500
 
 
 class Binder:
@@ -252,9 +265,11 @@ class Binder:
         self._pods.assume({**live, "spec": {**live["spec"], "nodeName": node}})
 
     def _create(self, manifest: Obj) -> Obj:
-        """Create a pod; one refused for exceeding the ResourceQuota is retried for
-        `quota_retry_s` (the quota controller releases an evicted gang's usage a
-        little after its pods go), then the refusal raised."""
+        """Create a pod; one refused for a reason that passes (`_passing`: the
+        ResourceQuota exceeded or its usage not yet computed, a conflict writing
+        that usage, the server busy or failing) is retried for `quota_retry_s` (the
+        quota controller releases an evicted gang's usage a little after its pods
+        go), then the refusal raised."""
         meta = manifest["metadata"]
         deadline = self._clock.monotonic() + self._quota_retry_s
         while True:
@@ -263,14 +278,16 @@ class Binder:
                 self._pods.assume(out)
                 return out
             except ApiError as e:
-                if e.status == 409:
+                if e.status == 409 and e.reason == "AlreadyExists":
                     live = self._kube.get(_POD, meta["name"], meta["namespace"])
                     if live is None:  # deleted meanwhile: created again by a later step
                         raise
                     return live
-                quota = e.status == 403 and "exceeded quota" in e.message
-                if not quota or self._clock.monotonic() > deadline or self._stop.is_set():
+                late = self._clock.monotonic() > deadline or self._stop.is_set()
+                if not _passing(e) or late:
                     raise
+                log.info("pod create refused; retrying pod=%s/%s error=%r",
+                         meta["namespace"], meta["name"], str(e))  # fmt: skip
             self._clock.wait(self._stop, 0.5)
 
     def _delete_pods(self, pods: tuple[Obj, ...]) -> None:

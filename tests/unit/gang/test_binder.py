@@ -51,9 +51,26 @@ def _launch(kube: FakeKube, clock: FakeClock, *, retry_s: float) -> None:
         binder.execute(Write("launch", v, launch=True))
 
 
-def test_a_pod_refused_by_quota_is_retried_then_created_and_bound() -> None:
+@pytest.mark.parametrize(
+    "refusal",
+    [
+        QUOTA,
+        # found by a review, the likeliest cause of a demo's LaunchRefused during a shrink:
+        # the quota check gave up writing the quota's usage while other writers changed it
+        ApiError(409, "Conflict", 'Operation cannot be fulfilled on resourcequotas '
+                 '"gangops-quota": the object has been modified; please apply your changes '
+                 "to the latest version and try again"),
+        ApiError(403, "Forbidden", 'pods "j-1-0" is forbidden: status unknown for quota: q'),
+        ApiError(500, "InternalError", "resource quota evaluates timeout"),
+        ApiError(429, "TooManyRequests", "the server has received too many requests"),
+    ],
+    ids=["exceeded-quota", "quota-conflict", "quota-unknown", "quota-timeout", "throttled"],
+)  # fmt: skip
+def test_a_pod_refused_for_a_passing_reason_is_retried_then_created_and_bound(
+    refusal: ApiError,
+) -> None:
     kube, clock = FakeKube(), FakeClock()
-    kube.refusals["j-1-0"] = [QUOTA, QUOTA]
+    kube.refusals["j-1-0"] = [refusal, refusal]
     _launch(kube, clock, retry_s=10)
     assert kube.refusals["j-1-0"] == []  # both refusals were met, then it was created
     assert _placed(kube) == {"j-1-0": "a", "j-1-1": "b"}
