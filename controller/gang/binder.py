@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 FIELD_MANAGER = "gangops-scheduler"
 _JOB = RESOURCES["TrainingJob"]
 _POD = RESOURCES["Pod"]
+_SERVICE = RESOURCES["Service"]
 _PAST = {"admit": "admitted", "resize": "resized", "nominate": "nominated"}
 """How a write is named in the log (a release is logged by its kind)."""
 
@@ -242,13 +243,25 @@ class Binder:
 
     def _create_service(self, svc: Obj) -> None:
         """The job's headless Service (it only names the workers, so it is created
-        beside them, not before them)."""
+        beside them, not before them). One of the same name owned by an earlier job
+        (deleted, recreated under its name before the garbage collector took the
+        Service) is replaced by this job's: kept, it would vanish with its owner."""
+        uid = svc["metadata"]["ownerReferences"][0]["uid"]
         try:
             self._kube.create(svc, field_manager=FIELD_MANAGER)
         except ApiError as e:
             if e.status != 409:
                 raise
-        self._services.add(svc["metadata"]["ownerReferences"][0]["uid"])
+            meta = svc["metadata"]
+            live = self._kube.get(_SERVICE, meta["name"], meta["namespace"])
+            owners = (live or {}).get("metadata", {}).get("ownerReferences") or []
+            if live is not None and not any(o.get("uid") == uid for o in owners):
+                rv = live["metadata"].get("resourceVersion")
+                self._kube.replace(
+                    {**svc, "metadata": {**meta, "resourceVersion": rv}},
+                    field_manager=FIELD_MANAGER,
+                )
+        self._services.add(uid)
 
     def _place_pod(self, manifest: Obj, node: str) -> None:
         """Create one worker, bound to its node (unless it exists); bind a worker

@@ -92,3 +92,21 @@ def test_any_other_refusal_is_not_retried() -> None:
     with pytest.raises(LaunchRefused, match=r"must specify requests\.cpu"):
         _launch(kube, clock, retry_s=10)
     assert len(kube.refusals["j-1-0"]) == 1
+
+
+def test_a_service_left_by_an_earlier_job_of_the_same_name_is_taken_over() -> None:
+    """The job was deleted and created again under its name before the garbage
+    collector took its Service (found by a review: the new job adopted it, and lost
+    its workers' DNS names when the collector came)."""
+    kube, clock = FakeKube(), FakeClock()
+    kube.objects[("Service", "p", "j")] = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "j", "namespace": "p", "resourceVersion": "7",
+                     "ownerReferences": [{"kind": "TrainingJob", "name": "j", "uid": "old"}]},
+        "spec": {"clusterIP": "None"},
+    }  # fmt: skip
+    _launch(kube, clock, retry_s=10)
+    owners = kube.objects[("Service", "p", "j")]["metadata"]["ownerReferences"]
+    assert [o["uid"] for o in owners] != ["old"] and len(owners) == 1
+    assert _placed(kube) == {"j-1-0": "a", "j-1-1": "b"}
