@@ -70,7 +70,7 @@ from controller.scheduler.policy import DEFAULT_SYSTEM_NAMESPACE, POLICY_CONFIGM
 from controller.secretfile import SecretFile
 from controller.sim.whatif import quota_what_if, recent_workload
 
-__all__ = ["add_subcommand"]
+__all__ = ["accepts_alerts", "add_subcommand"]
 
 
 log = logging.getLogger("gangops.run")
@@ -104,6 +104,13 @@ endpoints:
 With leader election (the default) replicas share a Lease; only the holder
 writes, and a holder that loses it exits with status 1 to be restarted.
 """
+
+
+def accepts_alerts(actor: AlertActor | None, elector: LeaseElector | None) -> bool:
+    """Whether this replica takes Alertmanager's deliveries: it runs the actor and
+    still leads (its fence up). Otherwise its 503 has Alertmanager retry, and the
+    alerts reach the leader; accepted, they would wait for a term that is over."""
+    return actor is not None and (elector is None or elector.is_leader())
 
 
 def _preflight(kube: Kube, *, system_namespace: str, scheduler: bool) -> str | None:
@@ -289,7 +296,7 @@ def _run(args: argparse.Namespace) -> int:
         credentials,
         inbox,
         alert_metrics,
-        accepting=lambda: alert_actor is not None,
+        accepting=lambda: accepts_alerts(alert_actor, elector),
         monotonic=clock.monotonic,
     )
 
@@ -325,16 +332,17 @@ def _run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, on_signal)
 
     if args.leader_elect:
+        election = ElectionSettings(
+            name=args.lease_name,
+            namespace=args.lease_namespace or args.system_namespace,
+            lease_duration_s=args.lease_duration,
+            renew_deadline_s=args.renew_deadline,
+            retry_period_s=args.retry_period,
+        )
         elector = LeaseElector(
-            kube,
+            kube.with_timeout(election.request_timeout_s),
             identity=identity,
-            settings=ElectionSettings(
-                name=args.lease_name,
-                namespace=args.lease_namespace or args.system_namespace,
-                lease_duration_s=args.lease_duration,
-                renew_deadline_s=args.renew_deadline,
-                retry_period_s=args.retry_period,
-            ),
+            settings=election,
             clock=clock,
         )
         campaign = threading.Thread(

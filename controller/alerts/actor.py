@@ -267,11 +267,14 @@ class AlertActor:
         jobs: dict[tuple[str, str], str] = {}
         again: list[Received] = []
         error: Exception | None = None
-        for node, items in by_node.items():
+        nodes = list(by_node.items())
+        for k, (node, items) in enumerate(nodes):
             try:
                 incoming = [Incoming(i.alert, self._job_of(i.alert.pod, jobs)) for i in items]
                 acted = self._act(node, incoming, policy, now)
             except NotLeaderError:
+                # not this replica's to act on now: kept, in order, should it lead again
+                self._inbox.put_back(again + [i for _, rest in nodes[k:] for i in rest])
                 raise
             except Exception as e:
                 if not isinstance(e, (ApiError, OSError)):  # a defect: not this batch's others

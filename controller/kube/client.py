@@ -299,6 +299,10 @@ class Kube:
         """The same connection, whose writes fail with NotLeaderError unless `fence()`."""
         return Kube(self._api, fence=fence, timeout_s=self._timeout)
 
+    def with_timeout(self, timeout_s: float) -> Kube:
+        """The same connection, whose requests give up after `timeout_s`."""
+        return Kube(self._api, fence=self._fence, timeout_s=timeout_s)
+
     # -- transport
 
     def _call(

@@ -47,6 +47,13 @@ class ElectionSettings:
     retry_period_s: float = 2.0
     """How often the leader renews and candidates retry."""
 
+    @property
+    def request_timeout_s(self) -> float:
+        """How long one Lease request may take: half the time between the renew
+        deadline and the lease's end, so a renewal hanging on a slow API server
+        cannot keep the wings running past the moment another replica may lead."""
+        return min(30.0, max(1.0, (self.lease_duration_s - self.renew_deadline_s) / 2))
+
 
 def _micro_time(t: dt.datetime) -> str:
     return t.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
@@ -72,6 +79,8 @@ class LeaseElector:
         self._renewed_at: float | None = None
         self._observed: tuple[Any, ...] | None = None
         self._observed_at = 0.0
+        self._observed_for = 0.0
+        """How long the Lease last seen held by another replica keeps it (seconds)."""
 
     def is_leader(self) -> bool:
         """True while this replica holds a Lease renewed within the renew deadline."""
@@ -82,17 +91,28 @@ class LeaseElector:
         """One attempt to take or renew the Lease; True if this replica holds it now."""
         s = self.settings
         now_mono, now = self._clock.monotonic(), self._clock.now()
+        if self._renewed_at is not None and now_mono - self._renewed_at >= s.renew_deadline_s:
+            # The renew deadline passed: this term is over (the fence is down, and the
+            # wings are told so) even if a renewal would still succeed, as in client-go.
+            self._renewed_at = None
+            return False
         try:
             lease = self._kube.get(_LEASE, s.name, s.namespace)
             if lease is None:
+                held = self._observed is not None and self._observed[0] not in ("", self.identity)
+                if held and now_mono - self._observed_at < self._observed_for:
+                    # deleted by hand while another replica held it: that replica may
+                    # still be writing until its Lease would have run out
+                    return False
                 self._kube.create(self._record(None, now), field_manager=_MANAGER)
                 return self._won(now_mono)
             spec = lease.get("spec", {})
             holder = spec.get("holderIdentity") or ""
             observed = (holder, spec.get("renewTime"), spec.get("leaseTransitions"))
+            duration = float(spec.get("leaseDurationSeconds") or s.lease_duration_s)
             if observed != self._observed:
                 self._observed, self._observed_at = observed, now_mono
-            duration = float(spec.get("leaseDurationSeconds") or s.lease_duration_s)
+                self._observed_for = duration
             mine = holder == self.identity
             if holder and not mine and now_mono - self._observed_at < duration:
                 self._renewed_at = None

@@ -40,3 +40,21 @@ def test_help_says_what_run_starts(capsys: pytest.CaptureFixture[str]) -> None:
     assert "gang scheduler" in out
     assert "gangops install-crds" in out
     assert "--no-scheduler" in out
+
+
+def test_alerts_are_taken_only_by_the_leader_while_its_fence_is_up() -> None:
+    """Found by a review: a replica whose fence had dropped answered 200 and queued
+    alerts no term of it would act on."""
+    from controller.run import accepts_alerts
+
+    class Elector:
+        leading = True
+
+        def is_leader(self) -> bool:
+            return self.leading
+
+    actor, elector = object(), Elector()
+    assert accepts_alerts(actor, elector)  # type: ignore[arg-type]
+    elector.leading = False
+    assert not accepts_alerts(actor, elector)  # type: ignore[arg-type]
+    assert not accepts_alerts(None, None) and accepts_alerts(actor, None)  # type: ignore[arg-type]

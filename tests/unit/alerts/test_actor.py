@@ -19,7 +19,7 @@ from controller.alerts.metrics import AlertMetrics
 from controller.alerts.payload import Alert
 from controller.alerts.receiver import Inbox
 from controller.jobs.pods import LABEL_JOB
-from controller.kube.client import ApiError, Resource
+from controller.kube.client import ApiError, NotLeaderError, Resource
 from controller.kube.clock import FakeClock
 from controller.nodehealth import (
     CHECKPOINT_ANNOTATION,
@@ -429,3 +429,26 @@ def test_a_defect_on_one_node_does_not_cost_the_other_nodes_of_the_batch() -> No
             alert(XID, node="n2", gpu=None, fp="b"))  # fmt: skip
     assert node(kube, "n2")["spec"].get("unschedulable") is True
     assert metrics.errors._value.get() == 1 and len(inbox) == 0
+
+
+def test_alerts_the_fence_refuses_are_kept_for_when_it_lifts() -> None:
+    """Found by a review: NotLeaderError dropped the batch Alertmanager had its 200 for."""
+    kube = world(nodes=50)  # the breaker lets 5 nodes go at once
+    actor, inbox, clock, _ = setup(kube)
+    real = kube.replace
+    fenced = [True]
+
+    def replace(obj: Obj, *, field_manager: str) -> Obj:
+        if fenced[0]:
+            raise NotLeaderError("refusing PUT: this replica is not the leader")
+        return real(obj, field_manager=field_manager)
+
+    kube.replace = replace  # type: ignore[method-assign]
+    inbox.put([alert(XID, node="n1", gpu=None, fp="a"), alert(XID, node="n2", gpu=None, fp="b")],
+              clock.monotonic())  # fmt: skip
+    with pytest.raises(NotLeaderError):
+        actor.run_once()
+    assert len(inbox) == 2
+    fenced[0] = False
+    actor.run_once()
+    assert all(node(kube, n)["spec"].get("unschedulable") for n in ("n1", "n2"))

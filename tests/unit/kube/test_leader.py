@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import threading
+from typing import Any
+
+from controller.kube.client import ApiError, Resource
 from controller.kube.clock import FakeClock
 from controller.kube.leader import ElectionSettings, LeaseElector
 
@@ -83,3 +87,120 @@ def test_renew_deadline_must_be_shorter_than_the_lease() -> None:
             identity="x",
             settings=ElectionSettings(lease_duration_s=5, renew_deadline_s=5),
         )
+
+
+class FlakyKube(FakeKube):
+    """Down while `outage(t)` is true; counts the gets."""
+
+    def __init__(self, clock: FakeClock, outage: Any) -> None:
+        super().__init__()
+        self.clock, self.outage = clock, outage
+
+    def get(self, res: Resource, name: str, namespace: str | None = None) -> Any:
+        self.down = self.outage(self.clock.monotonic())
+        return super().get(res, name, namespace)
+
+
+class ProbingClock(FakeClock):
+    """Advances in 0.5 s steps and reads the fence at each, as a wing's write would."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fence: Any = None
+        self.readings: list[tuple[float, bool]] = []
+        self.until = 0.0
+
+    def wait(self, event: threading.Event, seconds: float) -> bool:
+        for _ in range(int(seconds / 0.5)):
+            self.advance(0.5)
+            self.readings.append((self.monotonic(), self.fence()))
+        if self.monotonic() >= self.until:
+            event.set()
+        return event.is_set()
+
+
+def test_a_lease_request_gives_up_before_the_lease_could_run_out() -> None:
+    assert SETTINGS.request_timeout_s == 2.5  # (15 - 10) / 2
+    assert ElectionSettings(lease_duration_s=137, renew_deadline_s=15).request_timeout_s == 30
+    assert ElectionSettings(lease_duration_s=11, renew_deadline_s=10).request_timeout_s == 1
+
+
+def test_once_the_fence_has_dropped_the_term_is_over() -> None:
+    """Renewals fail from t0+1 to t0+10; the fence drops at t0+10 (wings get
+    NotLeaderError). A renewal that succeeds after that does not bring the term
+    back, as in client-go (found by a review: it did, and the wings had stopped)."""
+    clock = ProbingClock()
+    t0 = clock.monotonic()
+    kube = FlakyKube(clock, lambda t: t0 + 1 <= t < t0 + 11)
+    slow = ElectionSettings(
+        name="lease", namespace="sys", lease_duration_s=15, renew_deadline_s=10, retry_period_s=3
+    )
+    a = LeaseElector(kube, identity="a", settings=slow, clock=clock)
+    clock.fence, clock.until = a.is_leader, t0 + 20
+    stopped: list[float] = []
+    a.run(
+        threading.Event(),
+        on_started=lambda: None,
+        on_stopped=lambda: stopped.append(clock.monotonic()),
+    )
+    dropped = next(t for t, leader in clock.readings if not leader)
+    back = [t for t, leader in clock.readings if leader and t > dropped]
+    # The fence refused writes at `dropped`, yet the same term resumed writing later
+    # and on_stopped was called only by the final stop.
+    assert not back, f"fence dropped at {dropped - t0}, leading again at {back[0] - t0}"
+
+
+def test_a_deleted_lease_is_not_taken_while_its_holder_still_writes() -> None:
+    """Found by a review: a candidate created it at once, beside a leader whose
+    fence still said so; the holder itself takes it again."""
+    kube, clock = FakeKube(), FakeClock()
+    a = LeaseElector(kube, identity="a", settings=SETTINGS, clock=clock)
+    b = LeaseElector(kube, identity="b", settings=SETTINGS, clock=clock)
+    assert a.try_acquire_or_renew()
+    assert not b.try_acquire_or_renew()  # b has seen a hold it
+    del kube.objects[("Lease", "sys", "lease")]  # an operator's `kubectl delete lease`
+    clock.advance(1)
+    b_leads = b.try_acquire_or_renew()
+    assert not (b_leads and a.is_leader()), "split brain: both fences say leader"
+    assert a.try_acquire_or_renew() and not b.try_acquire_or_renew()
+    # a stops renewing, and the Lease is deleted again: b takes it once a's would
+    # have run out
+    del kube.objects[("Lease", "sys", "lease")]
+    clock.advance(SETTINGS.lease_duration_s)
+    assert b.try_acquire_or_renew()
+
+
+class HangingKube(FakeKube):
+    """After the first renewal the API server hangs each request for the client's
+    timeout, then the connection fails (run.py gives the elector's client
+    `request_timeout_s`)."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__()
+        self.clock, self.hang = clock, False
+
+    def get(self, res: Resource, name: str, namespace: str | None = None) -> Any:
+        if self.hang:
+            self.clock.advance(SETTINGS.request_timeout_s)
+            raise ApiError(0, "Unreachable", "read timed out")
+        return super().get(res, name, namespace)
+
+
+def test_leadership_ends_before_the_lease_runs_out_even_if_renewals_hang() -> None:
+    """Found by a review: with the 30 s client a hung renewal kept the wings running
+    for 33 s, past the 15 s after which another replica may lead."""
+    clock = FakeClock()
+    t0 = clock.monotonic()
+    kube = HangingKube(clock)
+    a = LeaseElector(kube, identity="a", settings=SETTINGS, clock=clock)
+    stopped: list[float] = []
+
+    def started() -> None:
+        kube.hang = True
+
+    a.run(
+        threading.Event(), on_started=started, on_stopped=lambda: stopped.append(clock.monotonic())
+    )
+    assert stopped[0] - t0 <= SETTINGS.lease_duration_s, (
+        f"on_stopped at t0+{stopped[0] - t0}, after any other replica may lead (t0+15)"
+    )
