@@ -49,10 +49,11 @@ class ElectionSettings:
 
     @property
     def request_timeout_s(self) -> float:
-        """How long one Lease request may take: half the time between the renew
-        deadline and the lease's end, so a renewal hanging on a slow API server
-        cannot keep the wings running past the moment another replica may lead."""
-        return min(30.0, max(1.0, (self.lease_duration_s - self.renew_deadline_s) / 2))
+        """How long one Lease request may take: the time between the renew deadline
+        and the lease's end, so a renewal hanging on a slow API server cannot keep
+        the wings running past the moment another replica may lead (it counts the
+        lease from when it saw the last renewal, later than it was made)."""
+        return min(30.0, max(1.0, self.lease_duration_s - self.renew_deadline_s))
 
 
 def _micro_time(t: dt.datetime) -> str:

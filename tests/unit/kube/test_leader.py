@@ -120,9 +120,9 @@ class ProbingClock(FakeClock):
 
 
 def test_a_lease_request_gives_up_before_the_lease_could_run_out() -> None:
-    assert SETTINGS.request_timeout_s == 2.5  # (15 - 10) / 2
+    assert SETTINGS.request_timeout_s == 5  # 15 - 10
     assert ElectionSettings(lease_duration_s=137, renew_deadline_s=15).request_timeout_s == 30
-    assert ElectionSettings(lease_duration_s=11, renew_deadline_s=10).request_timeout_s == 1
+    assert ElectionSettings(lease_duration_s=10.5, renew_deadline_s=10).request_timeout_s == 1
 
 
 def test_once_the_fence_has_dropped_the_term_is_over() -> None:
