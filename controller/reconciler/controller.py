@@ -371,8 +371,14 @@ class Reconciler:
     def reconcile(self, name: str, *, fetch: bool = True) -> float | None:
         """Reconcile one source; returns when to poll it next (None: only on events)."""
         if name == CR_SOURCE:
-            self._crs.reconcile()
-            return None
+            outcome = self._crs.reconcile()
+            with self._lock:
+                state = self._states.setdefault(name, _State())
+            if outcome is None or outcome[0] or outcome[1] in STALLING:
+                state.failures = 0
+                return None  # done, or needs a person: the next event says when
+            state.failures += 1  # an apply or prune failed midway: tried again
+            return self._backoff(state)
         cached = self.sources.get(name)
         if cached is None:
             return None
@@ -433,6 +439,8 @@ class Reconciler:
         if result.ok:
             state.failures = 0
             state.good = (revision, objects)
+        elif result.reason in STALLING:  # refused as a whole: nothing of it applied
+            self._keep_good(name, spec, state, status)
         if result.ok or result.reason in STALLING:  # needs nothing, or needs a person
             return self._poll(spec)
         state.failures += 1

@@ -136,16 +136,18 @@ class CrSource:
         self._report = report
         self._max_diagnostics = max_diagnostics
 
-    def reconcile(self) -> None:
+    def reconcile(self) -> tuple[bool, str] | None:
         """Reconcile the policy custom resources as one policy set; each CR's status says
-        how its set fared. Nothing happens while there are none."""
+        how its set fared, and so does the result: (ok, reason). Nothing happens (None)
+        while there are none."""
         crs = [o for inf in self._informers.policy_crs.values() for o in inf.items()]
         if not crs:
-            return
+            return None
         crs.sort(key=lambda o: (POLICY_KINDS.index(o["kind"]), o["metadata"]["name"]))
         ok, reason, message = self._apply(crs)
         for obj in crs:
             self._report.cr_status(obj, ok=ok, reason=reason, message=message)
+        return ok, reason
 
     def _apply(self, crs: list[Obj]) -> tuple[bool, str, str]:
         """Build and apply the custom resources' policy set: (ok, reason, message)."""

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from controller.kube.client import RESOURCES
+from controller.kube.client import RESOURCES, ApiError
 from controller.kube.clock import FakeClock
 from controller.reconciler.controller import Reconciler, ReconcilerSettings
 from controller.reconciler.fetch import GitRevisions
@@ -279,3 +279,24 @@ def test_a_reconcile_that_crashes_says_so_on_the_source_and_is_retried(world: Wo
     assert (ready["status"], ready["reason"]) == ("False", "ReconcileFailed")
     assert "RuntimeError: something nobody foresaw" in ready["message"]
     assert f"keeping main@sha1:{GOOD}" in ready["message"]
+
+
+def test_dry_run_refused_revision_still_keeps_last_good_state(world: World) -> None:
+    """docs/reconciler.md: 'Nothing of a refused revision is applied; the last
+    good revision stays.' A hand-deleted GPU quota comes back while the newest
+    revision is refused at dry-run (found by a review: only invalid or unreachable
+    revisions kept it; a DryRunFailed one re-applied itself, refused, each drift)."""
+    world.git.push(URL, "main", GOOD, FILES)
+    world.reconcile()
+    world.git.push(
+        URL,
+        "main",
+        NEXT,
+        policy_files(project("nlp").max(gpu=8).build(), project("cv").max(gpu=4).build()),
+    )
+    world.kube.refuse = {"cv": ApiError(403, "Forbidden", "denied by admission webhook")}
+    world.reconcile()
+    assert world.condition("Stalled")["reason"] == "DryRunFailed"
+    _delete_by_hand(world, "ResourceQuota", "gangops-quota", "nlp")
+    world.reconcile(fetch=False)  # the drift event
+    assert ("ResourceQuota", "nlp", "gangops-quota") in world.kube.objects
