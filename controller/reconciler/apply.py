@@ -425,7 +425,8 @@ def sync(
     # 4. staged apply
     failed = _apply_stages(kube, live, pool, plan.recreate, to_apply, current, inventory, result)
     if failed:
-        return _refused(result, "ApplyFailed", failed, result.inventory)
+        reason = "RecreateRefused" if result.reason == "RecreateRefused" else "ApplyFailed"
+        return _refused(result, reason, failed, result.inventory)
 
     # 5. prune
     result.left += plan.left
@@ -482,12 +483,21 @@ def _apply_stages(
 
     def apply_one(obj: Obj) -> Obj:
         ref = Ref.of(obj)
-        if ref in to_recreate:
-            have = current[ref] or {}
-            uid = have.get("metadata", {}).get("uid")
-            kube.delete(resource_for(obj), ref.name, uid=uid)
-            live.forget(ref)
-        return kube.apply(obj, field_manager=FIELD_MANAGER)
+        if ref not in to_recreate:
+            return kube.apply(obj, field_manager=FIELD_MANAGER)
+        have = current[ref] or {}
+        uid = have.get("metadata", {}).get("uid")
+        kube.delete(resource_for(obj), ref.name, uid=uid)
+        live.forget(ref)
+        try:
+            return kube.apply(obj, field_manager=FIELD_MANAGER)
+        except ApiError as e:
+            if not have:
+                raise
+            _restore(kube, live, have)  # never left without the class pods name
+            if e.status in (0, 409, 429) or e.status >= 500:
+                raise
+            raise RecreateRefused(e.status, e.reason, e.message) from None
 
     for rank in range(len(APPLY_ORDER) + 1):
         stage = [o for o in [*recreate, *to_apply] if object_key(o)[0] == rank]
@@ -496,6 +506,8 @@ def _apply_stages(
             ref = Ref.of(obj)
             if err is not None:
                 failed.append(f"{ref}: {err.message}")
+                if isinstance(err, RecreateRefused):
+                    result.reason = "RecreateRefused"
                 continue
             assert out is not None
             live.assume(out)
@@ -513,6 +525,21 @@ def _apply_stages(
             result.inventory = sorted(applied, key=Ref.rank) + kept
             return failed
     return []
+
+
+class RecreateRefused(ApiError):
+    """The API server refused the recreated object as written; the old one is back."""
+
+
+def _restore(kube: KubeApi, live: LiveObjects, have: Obj) -> None:
+    """Create `have` (a PriorityClass deleted to be recreated) again as it was."""
+    meta = {k: v for k, v in have["metadata"].items() if k in ("name", "labels", "annotations")}
+    try:
+        live.assume(kube.create({**have, "metadata": meta}, field_manager=FIELD_MANAGER))
+        log.warning("recreate refused; the old object is back object=%s", Ref.of(have))
+    except ApiError as e:
+        log.error("recreate refused and the old object could not be restored object=%s "
+                  "error=%r", Ref.of(have), str(e))  # fmt: skip
 
 
 def _prune(

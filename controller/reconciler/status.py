@@ -48,6 +48,7 @@ STALLING = frozenset(
         "ValidationFailed",
         "DryRunFailed",
         "ImmutableFieldChange",
+        "RecreateRefused",
         "OwnershipConflict",
         "MixedSources",
         "InvalidSpec",

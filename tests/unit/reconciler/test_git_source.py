@@ -22,7 +22,7 @@ from controller.reconciler.fetch import GitRevisions
 from controller.reconciler.git import GitAuth, GitRef
 from controller.scheduler.policy import DEFAULT_SYSTEM_NAMESPACE, POLICY_CONFIGMAP
 from tests.unit.kube.fakes import FakeKube
-from tests.unit.policy.builders import policy_files, project
+from tests.unit.policy.builders import TIERS, policy_files, project, tier
 
 from .fake_git import FakeGit
 
@@ -300,3 +300,37 @@ def test_dry_run_refused_revision_still_keeps_last_good_state(world: World) -> N
     _delete_by_hand(world, "ResourceQuota", "gangops-quota", "nlp")
     world.reconcile(fetch=False)  # the drift event
     assert ("ResourceQuota", "nlp", "gangops-quota") in world.kube.objects
+
+
+def test_a_recreated_priorityclass_the_api_server_refuses_leaves_the_old_one(
+    tmp_path: Path,
+) -> None:
+    """With allowRecreate the class is deleted, then created at its new value; refused
+    as written (admission), the old class is created again and the revision stalls
+    (found by a review: the class stayed deleted, and pods naming it were refused)."""
+    w = World(tmp_path, spec={"url": URL, "ref": {"branch": "main"}, "allowRecreate": True})
+    try:
+        real = w.kube.apply
+
+        def apply(obj: dict[str, Any], **kw: Any) -> dict[str, Any]:
+            if obj["kind"] == "PriorityClass" and obj.get("value") == 2_000:
+                raise ApiError(403, "Forbidden", "denied by admission webhook")
+            return real(obj, **kw)
+
+        w.kube.apply = apply  # type: ignore[method-assign]
+        w.git.push(URL, "main", GOOD, FILES)
+        w.reconcile()
+        before = w.kube.objects[("PriorityClass", "", "normal")]["value"]
+        tiers = tuple(
+            tier("normal", 2_000, globalDefault=True) if t["metadata"]["name"] == "normal" else t
+            for t in TIERS
+        )
+        w.git.push(URL, "main", NEXT, policy_files(project("nlp").max(gpu=8).build(), tiers=tiers))
+        w.reconcile()
+        assert w.condition("Stalled")["reason"] == "RecreateRefused"
+        assert w.kube.objects[("PriorityClass", "", "normal")]["value"] == before
+        w.clock.advance(300)
+        w.reconcile()  # the next poll: still there, still refused
+        assert w.kube.objects[("PriorityClass", "", "normal")]["value"] == before
+    finally:
+        w.reconciler.stop()
