@@ -34,7 +34,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from controller.kube.client import FIELD_MANAGER, ApiError, KubeApi, resource_for
+from controller.kube.client import FIELD_MANAGER, RESOURCES, ApiError, KubeApi, resource_for
 from controller.policy.compiler import ANNOTATION_REVISION, APPLY_ORDER, object_key
 
 __all__ = [
@@ -376,13 +376,15 @@ def plan_sync(
 
 
 def prunable(ref: Ref, have: Obj, options: SyncOptions) -> bool:
-    """May prune delete `have`? Never a Namespace unless the source opts in, never
-    an object annotated `gangops.ai/prune: disabled` or claimed by another source."""
+    """May prune delete `have`? Only an object labelled with this source (an
+    unlabelled one of the same name is somebody else's: made by hand after ours
+    went); never a Namespace unless the source opts in, never an object annotated
+    `gangops.ai/prune: disabled`."""
     annotations = have["metadata"].get("annotations") or {}
     return not (
         (ref.kind == "Namespace" and not options.prune_namespaces)
         or annotations.get(ANNOTATION_PRUNE) == "disabled"
-        or _owner(have) not in ("", options.source)
+        or _owner(have) != options.source
     )
 
 
@@ -527,6 +529,13 @@ def _apply_stages(
     return []
 
 
+def _holds_pods(kube: KubeApi, namespace: str) -> bool:
+    """Whether `namespace` has pods: deleting it would delete them (workloads gangops
+    did not place there, in a namespace it may only have adopted)."""
+    pods, _ = kube.list(RESOURCES["Pod"], namespace=namespace)
+    return bool(pods)
+
+
 class RecreateRefused(ApiError):
     """The API server refused the recreated object as written; the old one is back."""
 
@@ -554,6 +563,10 @@ def _prune(
             continue
         if not prunable(ref, have, options):
             result.left.append(str(ref))
+            continue
+        if ref.kind == "Namespace" and _holds_pods(kube, ref.name):
+            log.warning("prune keeps a namespace that holds pods namespace=%s", ref.name)
+            result.left.append(f"{ref} (holds pods)")
             continue
         try:
             kube.delete(

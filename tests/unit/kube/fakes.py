@@ -101,7 +101,15 @@ class FakeKube:
         label_selector: str | None = None,
     ) -> tuple[list[Obj], str]:
         self._check()
-        return self.lists.pop(0)
+        if self.lists:
+            return self.lists.pop(0)
+        # nothing queued: what it stores of that kind (no label selection)
+        found = [
+            copy.deepcopy(o)
+            for (kind, ns, _), o in sorted(self.objects.items())
+            if kind == res.kind and (namespace is None or ns == namespace)
+        ]
+        return found, str(self.rv)
 
     def watch(
         self,

@@ -252,6 +252,13 @@ def test_plan_sync(
         (Ref.of(NS_A), _live(NS_A), {}, False),
         (Ref.of(NS_A), _live(NS_A), {"prune_namespaces": True}, True),
         (Ref.of(PC), _live(PC, source="other"), {}, False),
+        # made by hand under the name after ours went (found by a review: pruned)
+        (
+            Ref.of(QUOTA_A),
+            {**QUOTA_A, "metadata": {**QUOTA_A["metadata"], "labels": {}}},
+            {},
+            False,
+        ),
         (
             Ref.of(PC),
             {
@@ -270,6 +277,7 @@ def test_plan_sync(
         "a namespace is kept",
         "... unless the source prunes namespaces",
         "an object claimed by another source is kept",
+        "an unlabelled object of the same name is kept",
         "an object with prune disabled is kept",
     ],
 )

@@ -334,3 +334,29 @@ def test_a_recreated_priorityclass_the_api_server_refuses_leaves_the_old_one(
         assert w.kube.objects[("PriorityClass", "", "normal")]["value"] == before
     finally:
         w.reconciler.stop()
+
+
+def test_prune_keeps_a_namespace_that_holds_pods(tmp_path: Path) -> None:
+    """With pruneNamespaces, a project that leaves the repository takes its namespace
+    with it, but never one holding pods: deleting it would delete them (found by a
+    review: a team's namespace, adopted by the apply, went with its running job)."""
+    w = World(tmp_path, spec={"url": URL, "ref": {"branch": "main"}, "pruneNamespaces": True})
+    try:
+        w.kube.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "cv"}},
+                      field_manager="kubectl")  # fmt: skip
+        w.kube.create({"apiVersion": "v1", "kind": "Pod",
+                       "metadata": {"name": "train-0", "namespace": "cv"}},
+                      field_manager="kubectl")  # fmt: skip
+        both = policy_files(project("nlp").max(gpu=8).build(), project("cv").max(gpu=4).build())
+        w.git.push(URL, "main", GOOD, both)
+        w.reconcile()
+        w.git.push(URL, "main", NEXT, FILES)  # cv leaves the policy repository
+        w.reconcile()
+        assert ("Namespace", "", "cv") in w.kube.objects and (
+            "Pod",
+            "cv",
+            "train-0",
+        ) in w.kube.objects
+        assert ("ResourceQuota", "cv", "gangops-quota") not in w.kube.objects  # the rest goes
+    finally:
+        w.reconciler.stop()
