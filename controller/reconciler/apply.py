@@ -405,6 +405,11 @@ def sync(
     refs = [Ref.of(o) for o in desired]
     result = SyncResult(ok=True, reason="ReconciliationSucceeded", message="", inventory=refs)
     current = {ref: live.get(ref) for ref in refs}
+    for ref, have in current.items():
+        if have is None and ref.kind == "Namespace":
+            # the cache holds only labelled objects: a namespace made by hand exists
+            # all the same, and what goes into it can be dry-run
+            current[ref] = kube.get(resource_for(ref.skeleton()), ref.name)
     owners = {_owner(have) for have in current.values()} - {"", options.source}
 
     # 1-2. what must change, and what may not

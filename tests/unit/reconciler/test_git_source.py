@@ -360,3 +360,27 @@ def test_prune_keeps_a_namespace_that_holds_pods(tmp_path: Path) -> None:
         assert ("ResourceQuota", "cv", "gangops-quota") not in w.kube.objects  # the rest goes
     finally:
         w.reconciler.stop()
+
+
+def test_what_goes_into_a_namespace_made_by_hand_is_dry_run(world: World) -> None:
+    """The cache holds only labelled objects, so a namespace made by hand read as new,
+    and its objects skipped the dry-run: refused at apply, half of the revision had
+    been written (found by a review). Now the whole revision is refused first."""
+    real = world.kube.apply
+
+    def apply(obj: dict[str, Any], **kw: Any) -> dict[str, Any]:
+        if obj["kind"] == "ResourceQuota" and obj["metadata"].get("namespace") == "cv":
+            raise ApiError(403, "Forbidden", "quotas in cv are managed by the platform team")
+        return real(obj, **kw)
+
+    world.kube.apply = apply  # type: ignore[method-assign]
+    world.kube.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "cv"}},
+                      field_manager="kubectl")  # fmt: skip
+    world.git.push(URL, "main", GOOD, FILES)
+    world.reconcile()
+    world.git.push(URL, "main", NEXT, policy_files(
+        project("nlp").max(gpu=16).build(), project("cv").max(gpu=4).build()))  # fmt: skip
+    world.reconcile()
+    assert world.condition("Stalled")["reason"] == "DryRunFailed"
+    nlp = world.kube.objects[("ResourceQuota", "nlp", "gangops-quota")]["spec"]["hard"]
+    assert nlp["requests.nvidia.com/gpu"] == "8", "half of the refused revision was applied"
