@@ -240,6 +240,7 @@ def _run(args: argparse.Namespace) -> int:
                     cache_dir=Path(args.cache_dir), system_namespace=args.system_namespace
                 ),
                 clock=clock,
+                fence=elector.is_leader if elector is not None else None,
             )
             quota.what_if = cluster_what_if(fenced, system_namespace=args.system_namespace)
             if args.prometheus_url:

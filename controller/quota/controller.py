@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from controller.gitauth import GitError, auth_from_secret
-from controller.kube.client import FIELD_MANAGER, RESOURCES, ApiError, KubeApi
+from controller.kube.client import FIELD_MANAGER, RESOURCES, ApiError, KubeApi, NotLeaderError
 from controller.kube.clock import Clock, SystemClock
 from controller.kube.informer import Informer
 from controller.quota.approval import approval
@@ -150,6 +150,9 @@ class QuotaController:
     usage_fraction: Callable[[str, float | None], float | None] = lambda project, max_gpus: None
     """The project's use of its max GPUs over the last 14 days (0..1), for
     auto-approval (`usage.PrometheusUsage.fraction`)."""
+    fence: Callable[[], bool] | None = None
+    """The leader's write fence (`LeaseElector.is_leader`): Git pushes and forge
+    writes are refused outside a term, like the API writes of the fenced client."""
     _sources: dict[str, tuple[str, SourceInfo]] = field(default_factory=dict)
     _polled: dict[tuple[str, int], tuple[float, PullRequest]] = field(default_factory=dict)
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -165,6 +168,12 @@ class QuotaController:
     def __post_init__(self) -> None:
         self.jobs = Informer(self.kube, _JOB, clock=self.clock, transform=_job_summary)
 
+    def _leading(self, what: str) -> None:
+        """Raise NotLeaderError unless this replica leads (a push, a pull request
+        opened, updated or merged by a deposed replica would race the leader's)."""
+        if self.fence is not None and not self.fence():
+            raise NotLeaderError(f"refusing to {what}: this replica is not the leader")
+
     # --- the loop -------------------------------------------------------------
 
     def run(self) -> None:
@@ -175,6 +184,8 @@ class QuotaController:
             try:
                 self.step()
                 missing = False
+            except NotLeaderError as e:
+                log.warning("quota-request pass stopped: %s", e)
             except ApiError as e:
                 if e.status != 404:
                     log.warning("quota-request pass failed: %s", e)
@@ -484,6 +495,7 @@ class QuotaController:
                 + "\n\nRequested by "
                 + ", ".join(f"{s.namespace}/{s.name} ({s.requester})" for s in specs)
             )
+            self._leading(f"push {branch}")
             proposed = info.repo.propose(branch=branch, file=path, text=edit.text, message=message)
             workdir = info.repo.checkout(proposed.commit)
             checked = check_tree(
@@ -499,6 +511,7 @@ class QuotaController:
             )
             title = pr_title(first, edit)
             pr = info.forge.find_open(head=branch)
+            self._leading(f"open or update the pull request of {branch}")
             if pr is None:
                 pr = info.forge.open(head=branch, base=info.repo.base, title=title, body=body)
                 log.info("opened pull request url=%s branch=%s", pr.url, branch)
@@ -555,6 +568,7 @@ class QuotaController:
             if pr.state != "open" or not info.forge.checks_green(pr):
                 log.info("auto-approval waits for green checks url=%s rule=%r", pr.url, why)
                 return
+            self._leading(f"merge pull request {number}")
             info.forge.merge(number)
             self._polled.pop(key, None)
             log.info("auto-approved pull request url=%s rule=%r", pr.url, why)
@@ -615,6 +629,7 @@ class QuotaController:
             )
             branch = revert_branch(spec.namespace, spec.name)
             title = pr_title(spec, edit, revert=True)
+            self._leading(f"push {branch}")
             proposed = info.repo.propose(branch=branch, file=path, text=edit.text, message=title)
             workdir = info.repo.checkout(proposed.commit)
             checked = check_tree(
@@ -629,6 +644,7 @@ class QuotaController:
                 what_if=None,
                 revert_of=spec,
             )
+            self._leading(f"open the pull request of {branch}")
             pr = info.forge.find_open(head=branch) or info.forge.open(
                 head=branch, base=info.repo.base, title=title, body=body
             )

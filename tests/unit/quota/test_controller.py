@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from controller.kube.client import RESOURCES, Resource
+from controller.kube.client import RESOURCES, NotLeaderError, Resource
 from controller.kube.clock import FakeClock
 from controller.quota.controller import QuotaController, QuotaSettings
 from tests.unit.kube.fakes import FakeKube
@@ -435,3 +435,19 @@ def test_passes_read_the_watched_job_cache_not_a_list_of_every_job_each_second(
     assert w.kube.listed.get("TrainingJob") == 1  # the cache's one list
     cached = w.ctl.jobs.get("bert", "nlp")
     assert cached is not None and set(cached["status"]) == {"phase", "reason", "message"}
+
+
+def test_a_replica_that_does_not_lead_pushes_and_opens_nothing(world: World) -> None:
+    """The API writes are fenced by the client; the Git push and the forge's writes
+    by the controller's own fence (found by a review: a deposed replica pushed the
+    branch and opened the pull request before its first refused API write)."""
+    leading = [False]
+    world.ctl.fence = lambda: leading[0]
+    world.request("more-gpus")
+    with pytest.raises(NotLeaderError):
+        world.step()
+    branches = git(world.remote, "branch", "--list")
+    assert world.forge.prs == {} and "gangops/quota" not in branches
+    leading[0] = True
+    world.step()
+    assert len(world.forge.prs) == 1
