@@ -69,6 +69,37 @@ _POD = "object.spec.template.spec"
 _POD_SA = f"{_POD}.?serviceAccountName.orValue({_POD}.?serviceAccount.orValue('default'))"
 
 
+def _may_get_secret(name: str) -> str:
+    """CEL: the user may get Secret `name` (an expression) in the job's namespace."""
+    return (
+        "authorizer.group('').resource('secrets').namespace(request.namespace)"
+        f".name({name}).check('get').allowed()"
+    )
+
+
+def _container_secrets_ok(c: str) -> str:
+    """CEL: every Secret container `c`'s environment reads, the user may get."""
+    key = _may_get_secret("e.valueFrom.secretKeyRef.?name.orValue('')")
+    every = _may_get_secret("f.secretRef.?name.orValue('')")
+    return (
+        f"{c}.?env.orValue([]).all(e, !has(e.valueFrom) || !has(e.valueFrom.secretKeyRef) || "
+        f"{key}) && {c}.?envFrom.orValue([]).all(f, !has(f.secretRef) || {every})"
+    )
+
+
+_VOLUME_SECRET = _may_get_secret("v.secret.?secretName.orValue('')")
+_PROJECTED_SECRET = _may_get_secret("s.secret.?name.orValue('')")
+_SECRETS_OK = (
+    f"{_POD}.?volumes.orValue([]).all(v, (!has(v.secret) || {_VOLUME_SECRET}) && "
+    "(!has(v.projected) || v.projected.?sources.orValue([]).all(s, !has(s.secret) || "
+    f"{_PROJECTED_SECRET}))) && "
+    f"{_POD}.?containers.orValue([]).all(c, {_container_secrets_ok('c')}) && "
+    f"{_POD}.?initContainers.orValue([]).all(c, {_container_secrets_ok('c')})"
+)
+"""CEL: every Secret the job's workers would mount or read into their environment,
+its submitter may get: the workers' logs would otherwise show what they may not."""
+
+
 def _user_label_fixed(names: str) -> dict[str, Any]:
     """The rule that an UPDATE keeps label `LABEL_USER`, which names `names`."""
     return {
@@ -133,6 +164,19 @@ _VALIDATIONS: list[dict[str, Any]] = [
         ),
         "reason": "Forbidden",
     },
+    {
+        # The workers could print a Secret into their logs, which the submitter may
+        # read: a job may name only Secrets its submitter may get.
+        "expression": (
+            "(request.operation == 'UPDATE' && "
+            f"object.?spec.orValue({{}}) == oldObject.?spec.orValue({{}})) || {_SECRETS_OK}"
+        ),
+        "message": (
+            "the workers may mount or read a Secret (volumes, env, envFrom) only if you "
+            "may get it yourself in this namespace"
+        ),
+        "reason": "Forbidden",
+    },
 ]
 
 
@@ -167,7 +211,20 @@ _QUOTA_VALIDATIONS: list[dict[str, Any]] = [
         ),
         "reason": "Forbidden",
     },
-    _only_owner_changes_spec("requester", "the request"),
+    {
+        # Its grant, and the revert of a temporary one, follow what was asked: a spec
+        # changed afterwards (another user, a smaller amount) would revert something
+        # else than was granted.
+        "expression": (
+            "request.operation != 'UPDATE' || "
+            "object.?spec.orValue({}) == oldObject.?spec.orValue({})"
+        ),
+        "message": (
+            "a QuotaRequest's spec cannot change once it is created (what is granted, "
+            "and reverted when a temporary grant ends, is what was asked): create a new one"
+        ),
+        "reason": "Forbidden",
+    },
 ]
 
 

@@ -337,6 +337,13 @@ def test_the_requester_is_the_authenticated_creator(
     assert "you may request more quota for yourself only" in str(err)
     mine = q.request("mine", as_=alice_requests, user="alice")
     assert mine["metadata"]["labels"]["ai.operator/user"] == "alice"
+    # found by a review: retargeted (or shrunk) after the grant, the revert of a
+    # temporary one took from someone else (or less than was granted)
+    for change in ({"user": "bob"}, {"amount": 1}):
+        with pytest.raises(ApiError) as e:
+            alice_requests.merge_patch(_QR, "mine", {"spec": change}, field_manager="t",
+                                       namespace=mine["metadata"]["namespace"])  # fmt: skip
+        assert e.value.status == 403 and "spec cannot change" in e.value.message, e.value
 
 
 def test_gangops_quota_request_labels_the_request_with_who_the_api_server_says_you_are(

@@ -164,6 +164,7 @@ def _pod(**spec: Any) -> dict[str, Any]:
 
 
 _PRIVILEGED = {"securityContext": {"privileged": True}}
+_SECRET = "read a Secret (volumes, env, envFrom) only if you may get it yourself"
 
 
 @pytest.mark.parametrize(
@@ -190,9 +191,24 @@ _PRIVILEGED = {"securityContext": {"privileged": True}}
             "privileged containers",
         ),
         (_pod(serviceAccountName="builder"), 'service account "builder" only if you may create'),
+        # found by a review: the workers' logs would show the tenant a Secret they may
+        # not read
+        (_pod(volumes=[{"name": "s", "secret": {"secretName": "db"}}]), _SECRET),
+        (
+            _pod(volumes=[{"name": "s", "projected": {"sources": [{"secret": {"name": "db"}}]}}]),
+            _SECRET,
+        ),
+        (
+            _pod(container={"env": [{"name": "P", "valueFrom": {
+                "secretKeyRef": {"name": "db", "key": "password"}}}]}),
+            _SECRET,
+        ),
+        (_pod(initContainers=[{"name": "i", "image": "x", "envFrom": [{"secretRef": {
+            "name": "db"}}]}]), _SECRET),
     ],
     ids=["hostNetwork", "hostPID", "hostIPC", "hostPath", "privileged", "SYS_ADMIN", "hostPort",
-         "privileged-init", "serviceAccount"],
+         "privileged-init", "serviceAccount", "secret-volume", "projected-secret",
+         "secret-env", "secret-envFrom-init"],
 )  # fmt: skip
 def test_a_trainingjob_cannot_ask_for_what_its_submitter_could_not_run(
     gang_env: GangEnv,
@@ -211,6 +227,36 @@ def test_a_trainingjob_cannot_ask_for_what_its_submitter_could_not_run(
     assert err.status in (403, 422), err
     assert message in err.message, err.message
     assert env.kube.get(_JOB, "root", env.namespace) is None
+
+
+def test_a_job_may_name_a_secret_its_submitter_may_get(
+    gang_env: GangEnv, bob: Kube, api: object
+) -> None:
+    env = gang_env
+    read = [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"],
+             "resourceNames": ["wandb"]}]  # fmt: skip
+    _bind(api, env.namespace, "bob", "secret-wandb", read)
+    _create_once_policy_active(env, env.job("plain-b", gang=1, user="bob"), bob)
+    manifest = env.job("with-secret", gang=1, user="bob")
+    manifest["spec"]["template"]["spec"] = _pod(
+        container={"env": [{"name": "K", "valueFrom": {"secretKeyRef": {"name": "wandb",
+                                                                          "key": "k"}}}]}
+    )  # fmt: skip
+
+    def created() -> bool:
+        try:
+            env.create(manifest, as_=bob)
+        except ApiError as e:  # until the authorizer sees bob's new Role
+            assert e.status == 403 and _SECRET in e.message, e
+            return False
+        return True
+
+    wait_for("bob's job reading a Secret he may get to be admitted", created)
+    other = env.job("other-secret", gang=1, user="bob")
+    other["spec"]["template"]["spec"] = _pod(
+        volumes=[{"name": "s", "secret": {"secretName": "db"}}]
+    )
+    assert _refused(lambda: env.create(other, as_=bob)).status == 403
 
 
 def test_a_service_account_is_for_submitters_who_may_create_pods(
