@@ -280,11 +280,25 @@ class _Victims:
         """A superset of the gangs `_victim_ok` accepts for `g`: all of them when `g`'s
         project may reclaim its guarantee from borrowers, else the preemptible ones
         of a lower priority (or equal, for the holder of the reservation)."""
-        gp = policy.projects[g.project]
-        if snap.project_usage.get(g.project, 0) + g.gpu_total <= gp.guaranteed:
+        if _reclaims(snap, policy, g) or _reclaims_user(snap, policy, g):
             return self.old
         top = bisect_right(self.priorities, g.priority if holder else g.priority - 1)
         return self.preemptible[:top]
+
+
+def _reclaims(snap: Snapshot, policy: SchedulingPolicy, g: Gang) -> bool:
+    """Whether `g` stays within its project's guarantee (it may take it back)."""
+    gp = policy.projects[g.project]
+    return snap.project_usage.get(g.project, 0) + g.gpu_total <= gp.guaranteed
+
+
+def _reclaims_user(snap: Snapshot, policy: SchedulingPolicy, g: Gang) -> bool:
+    """Whether `g` stays within its user's guarantee (it may take it back from the
+    project's other users above theirs)."""
+    guaranteed = policy.projects[g.project].user(g.user).guaranteed
+    return (
+        guaranteed > 0 and snap.user_usage.get((g.project, g.user), 0) + g.gpu_total <= guaranteed
+    )
 
 
 @dataclass
@@ -337,22 +351,29 @@ def _excluded(state: _State, g: Gang, now: float) -> frozenset[str]:
 
 def _victim_ok(
     snap: Snapshot, policy: SchedulingPolicy, g: Gang, r: Running, now: float, holder: bool
-) -> tuple[bool, bool]:
-    """(may this running gang be evicted for `g`, is it borrowed work)."""
+) -> tuple[bool, int]:
+    """(may this running gang be evicted for `g`, how borrowed it is: 0 when its
+    project stays at or above its guarantee without it, 1 when its project borrows
+    but losing it would cut into the guarantee, 2 when its project does not borrow).
+    Borrowed work goes first, and of it what leaves the lender its guarantee."""
     v = r.gang
     if r.started >= now or now - r.started < policy.min_runtime_seconds:
-        return False, False  # admitted this cycle, or too young to lose its progress
+        return False, 2  # admitted this cycle, or too young to lose its progress
     vp = policy.projects.get(v.project)
-    borrowed = vp is not None and snap.project_usage.get(v.project, 0) > vp.guaranteed
+    usage = snap.project_usage.get(v.project, 0)
+    if vp is None or usage <= vp.guaranteed:
+        level = 2
+    else:
+        level = 0 if usage - v.gpu_total >= vp.guaranteed else 1
+    borrowed = level < 2
     if v.preemptible and (v.priority < g.priority or (holder and v.priority <= g.priority)):
-        return True, borrowed
-    gp = policy.projects[g.project]
-    reclaim = (
-        v.project != g.project
-        and borrowed
-        and snap.project_usage.get(g.project, 0) + g.gpu_total <= gp.guaranteed
-    )
-    return reclaim, borrowed
+        return True, level
+    if v.project != g.project:
+        return borrowed and _reclaims(snap, policy, g), level
+    # Within the project: a user's guarantee is taken back from users above theirs.
+    vg = policy.projects[v.project].user(v.user).guaranteed
+    above = snap.user_usage.get((v.project, v.user), 0) > vg
+    return v.user != g.user and above and _reclaims_user(snap, policy, g), level
 
 
 def _preempt(
@@ -368,7 +389,8 @@ def _preempt(
     hints: Hints | None = None,
     victims: _Victims | None = None,
 ) -> tuple[list[Running], Placement] | None:
-    """The fewest whole gangs to evict so `g` fits: borrowed work first, then
+    """The fewest whole gangs to evict so `g` fits: borrowed work first (of it, what
+    leaves its project its guarantee), then
     the lowest tier, then the idlest GPUs over the telemetry's window (friendly
     reclamation; unknown counts as busy), then the most recently started (least
     progress lost); never the `protected` ones. The snapshot is left as it was found.
@@ -381,10 +403,10 @@ def _preempt(
     for r in pool:
         if r.gang.id in protected or snap.running.get(r.gang.id) is not r:
             continue
-        ok, borrowed = _victim_ok(snap, policy, g, r, now, holder)
+        ok, level = _victim_ok(snap, policy, g, r, now, holder)
         if ok:
             idle = _busy_level(hints, r.gang.id)
-            ranked.append(((not borrowed, r.gang.priority, idle, -r.started, r.gang.id), r))
+            ranked.append(((level, r.gang.priority, idle, -r.started, r.gang.id), r))
     if not ranked:
         return None
     ranked.sort(key=lambda kr: kr[0])
@@ -453,8 +475,10 @@ def _shrink(
     holder: bool,
     project: str | None = None,
     protected: frozenset[JobId] = frozenset(),
+    hints: Hints | None = None,
 ) -> tuple[list[tuple[Running, int]], Placement] | None:
-    """Elastic gangs to shrink, and by how much, so `g` fits (its quota included):
+    """Elastic gangs to shrink, and by how much, so `g` fits (its quota included,
+    and with `hints` the lending limit):
     grown workers first, then the lowest tier, then the most recently started;
     only gangs of `project` when given (to give back quota). Each gang is shrunk
     by no more workers than needed, and none that the placement turns out not
@@ -462,7 +486,11 @@ def _shrink(
     left as it was found."""
 
     def fits() -> Placement | None:
-        return _fit(snap, policy, g, exclude) if quota(snap, policy, g) is None else None
+        if quota(snap, policy, g) is not None:
+            return None
+        if hints is not None and _lend_limit(snap, policy, hints, g) is not None:
+            return None
+        return _fit(snap, policy, g, exclude)
 
     ranked = []
     for r in snap.running.values():
@@ -528,6 +556,7 @@ def _shrink_for(
         snap.forget(r.gang.id)
         snap.assume(_shrunk(r, keep, now))
     snap.assume(Running(g, placement, now))
+    _placed(state, g)
     state.budget -= sum(1 for r, keep in done if keep < r.gang.submitted_workers)
     names = ", ".join(
         f"{r.gang.id} from {format_gpus(r.gang.gpu_total)} to "
@@ -742,11 +771,17 @@ def _admit(
 ) -> Admit:
     borrowed = _borrowed(snap, policy, g)
     snap.assume(Running(g, placement, now))
+    _placed(state, g)
+    return Admit(g, placement, borrowed)
+
+
+def _placed(state: _State, g: Gang) -> None:
+    """`g` is placed (admitted, or nominated where it preempts or shrinks others): the
+    nodes it held this cycle (its reservation) are free for the gangs after it."""
     for n in [n for n, owner in state.held.items() if owner == g.id]:
         del state.held[n]
     if state.reserved_for is not None and state.reserved_for.id == g.id:
         state.reserved_for = None
-    return Admit(g, placement, borrowed)
 
 
 def _kind(state: _State, g: Gang, now: float) -> tuple[object, ...]:
@@ -811,7 +846,7 @@ def _decided(
         # The project's (or user's) own elastic gangs give back what they grew by.
         lent = _shrink(
             snap, policy, g, now=now, budget=0, exclude=exclude, holder=False, project=g.project,
-            protected=state.protected,
+            protected=state.protected, hints=state.hints,
         )  # fmt: skip
         if lent is not None:
             return _shrink_for(snap, state, g, lent, now)
@@ -840,6 +875,7 @@ def _decided(
         for r in needed:
             snap.forget(r.gang.id)
         snap.assume(Running(g, placement, now))
+        _placed(state, g)
         state.budget -= len(needed)
         names = ", ".join(sorted(r.gang.id for r in needed))
         return Preempt(

@@ -3,13 +3,14 @@ admitted, pending and preempted out."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pytest
 
 from controller.scheduler.cycle import schedule
 from controller.scheduler.policy import SchedulingPolicy
 from controller.scheduler.snapshot import Foreign, Snapshot, Usage
+from controller.scheduler.telemetry import Hints
 from controller.scheduler.types import (
     Admit,
     Gang,
@@ -502,3 +503,81 @@ def test_a_victim_still_running_is_not_counted_twice_with_its_nominee() -> None:
     # after the eviction p holds 24 (n) + 8 (x) = 32: x fits, on the node n does not hold
     assert isinstance(by_name["x"], Admit), by_name["x"]
     assert by_name["x"].placement.nodes() == {"n4": 2}
+
+
+def test_reclaiming_a_guarantee_takes_the_borrowed_work_that_leaves_the_lender_its_own() -> None:
+    """a and b are each guaranteed 8 of 16 GPUs; b holds 12: b4 (4 GPUs) and b8 (8,
+    started later). a asks for its 8 with 4 free: evicting b4 is enough, and leaves b
+    its guarantee (found by a review: b8, the most recent, went, leaving b at 4)."""
+    pol = policy({"a": {"guaranteed": 8}, "b": {"guaranteed": 8}})
+    b8 = job("b8").project("b").gang(8).build()
+    b4 = job("b4").project("b").gang(4).build()
+    snap = Snapshot(
+        [node("n1"), node("n2")], levels=LEVELS,
+        running=[running(b4, {"n1": 4}, started=-20_000), running(b8, {"n2": 8}, started=-10_000)],
+    )  # fmt: skip
+    a = job("a").project("a").gang(8, per_worker=1).build()
+    (d,) = schedule(snap, [a], pol, now=0.0).decisions
+    assert isinstance(d, Preempt) and list(d.victims) == ["b4"], d
+    assert snap.project_usage["b"] == 8_000
+
+
+def test_shrinking_its_own_elastic_job_does_not_let_a_project_borrow_past_the_forecast() -> None:
+    """b is forecast to want its idle guarantee (8) back, so a may not borrow it; taking
+    a worker from a's own grown job does not change that (found by a review: the
+    shrink path checked the quota only, and a1 was admitted)."""
+    pol = policy({"a": {"guaranteed": 4}, "b": {"guaranteed": 8}})
+    hints = Hints(protect={"b": 8_000})
+    a1 = job("a1").project("a").gang(4).build()
+    plain = job("x").project("a").gang(4).build()
+    ref = Snapshot([node("n1", 12)], levels=LEVELS, running=[running(plain, {"n1": 4})])
+    (r,) = schedule(ref, [a1], pol, now=0.0, hints=hints).decisions
+    assert isinstance(r, Pending), r
+    e = job("e").project("a").gang(2).elastic(2, 4).build().resized(4)
+    snap = Snapshot([node("n1", 12)], levels=LEVELS, running=[running(e, {"n1": 4})])
+    (d,) = schedule(snap, [a1], pol, now=0.0, hints=hints).decisions
+    assert isinstance(d, Pending), (d, snap.project_usage)
+
+
+def test_a_holder_that_preempts_on_retry_releases_its_reserved_nodes() -> None:
+    """Found by a review: admitted, a holder gave its reservation back; preempting
+    (or shrinking) for other nodes, it kept it, and z waited as Reserved in vain."""
+    # n0: 8 GPUs, another scheduler holds 4. n1: v (high, preemptible) 8. n2: y (batch) 8.
+    nodes = [node("n0", rack="r1"), node("n1", rack="r1"), node("n2", rack="r2")]
+    v = replace(job("v").tier("high").gang(8).build(), preemptible=True)
+    y = job("y").tier("batch").gang(8).build()
+    snap = Snapshot(
+        nodes,
+        levels=LEVELS,
+        foreign=[Foreign("n0", 4)],
+        running=[running(v, {"n1": 8}), running(y, {"n2": 8})],
+    )
+    h = job("h").tier("high").gang(8).on("topology.kubernetes.io/rack", "r1").at(0).build()
+    x = job("x").tier("normal").gang(8).at(1).build()
+    z = job("z").tier("normal").gang(4).at(2).build()
+    res = schedule(snap, [h, x, z], policy(), now=0.0)
+    by = {d.gang.id: d for d in res.decisions}
+    assert isinstance(by["x"], Preempt) and by["x"].victims == ("y",)
+    assert isinstance(by["h"], Preempt) and by["h"].victims == ("v",), by["h"]
+    assert by["h"].placement.nodes() == {"n1": 8}
+    # h is placed on n1; n0's 4 free GPUs are not needed by anyone ahead of z
+    assert not isinstance(by["z"], Pending), (by["z"], res.reserved_for, res.reserved_nodes)
+
+
+def test_a_users_guarantee_is_taken_back_from_a_user_above_theirs() -> None:
+    """alice and bob are each guaranteed 4 of project p's 8; bob holds all 8 GPUs of
+    the only node. alice's 4 are taken back from bob (found by a review: she waited
+    for capacity for good; the guarantee only ordered the queue)."""
+    pol = policy({"p": {"guaranteed": 8, "users": {"alice": (4, 8), "bob": (4, 8)}}})
+    bob = job("bob").user("bob").gang(8).build()
+    snap = Snapshot([node("n1")], levels=LEVELS, running=[running(bob, {"n1": 8})])
+    alice = job("alice").user("alice").gang(4).build()
+    (d,) = schedule(snap, [alice], pol, now=0.0).decisions
+    assert isinstance(d, Preempt) and list(d.victims) == ["bob"], d
+    # not beyond alice's guarantee, nor from a user within theirs
+    carol = job("carol").user("alice").gang(8).build()
+    snap = Snapshot([node("n1")], levels=LEVELS, running=[running(bob, {"n1": 8})])
+    assert isinstance(schedule(snap, [carol], pol, now=0.0).decisions[0], Pending)
+    half = job("bob").user("bob").gang(4).build()
+    snap = Snapshot([node("n1", 4)], levels=LEVELS, running=[running(half, {"n1": 4})])
+    assert isinstance(schedule(snap, [alice], pol, now=0.0).decisions[0], Pending)
