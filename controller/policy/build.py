@@ -49,7 +49,9 @@ def build(
     at `revision` (or what calling it returns: it is only asked for a valid set);
     `source_root` (default `root`) names the policy root in the
     objects' annotations."""
-    result = validate_sources(sources, root=root, resolve=resolve, limits=limits)
+    result = validate_sources(
+        sources, root=root, resolve=resolve, limits=limits, system_namespace=system_namespace
+    )
     if result.policy_set is None:
         return Built(result, None)
     objects = compile_policy_set(

@@ -74,7 +74,7 @@ CODES: dict[str, Code] = _codes(
     Code("GP306", "max-overcommit", I, "The projects' maxima add up to more than the capacity. This is allowed (idle GPUs are lent), and reported so it is a choice."),
     Code("GP307", "unknown-tier", E, "A tier is referenced (by a project or the reserve) but no PriorityTier of that name exists."),
     Code("GP308", "tier-value-out-of-range", E, "A tier's value is outside -2147483648..1000000000 (higher values are reserved for system classes)."),
-    Code("GP309", "reserved-name", E, "A name uses a prefix or a namespace reserved by Kubernetes (`system-` tiers; `kube-*` or `default` namespaces)."),
+    Code("GP309", "reserved-name", E, "A name uses a prefix or a namespace reserved by Kubernetes or gangops (`system-` tiers; `kube-*`, `default` or gangops' own system namespace)."),
     Code("GP310", "multiple-global-defaults", E, "More than one tier sets `globalDefault: true`."),
     Code("GP311", "invalid-name", E, "A name is not a valid DNS-1123 name (lower-case alphanumerics and '-', at most 63 characters for namespaces)."),
     Code("GP312", "invalid-quantity", E, "An amount is not a Kubernetes quantity (examples: 8, 500m, 64Gi, 2Ti) or is negative."),

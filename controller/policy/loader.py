@@ -153,6 +153,11 @@ def sources_from_paths(paths: Iterable[str | Path], *, root: Path | None = None)
         if p.is_dir():
             for dirpath, dirnames, filenames in os.walk(p):
                 dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+                # a linked directory is not walked: it is refused like a linked
+                # file (GP112), not dropped from the policy without a word
+                links = [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]
+                dirnames[:] = [d for d in dirnames if d not in links]
+                found.extend(Path(dirpath, d) for d in links)
                 found.extend(
                     Path(dirpath, f) for f in sorted(filenames) if f.endswith(YAML_SUFFIXES)
                 )

@@ -22,6 +22,7 @@ from controller.policy.model import (
     QuotaPair,
     format_amount,
 )
+from controller.scheduler.policy import DEFAULT_SYSTEM_NAMESPACE
 
 __all__ = ["check"]
 
@@ -45,6 +46,7 @@ def check(
     tiers: Sequence[PriorityTier],
     projects: Sequence[Project],
     root: str,
+    system_namespace: str = DEFAULT_SYSTEM_NAMESPACE,
 ) -> list[Diagnostic]:
     """Every semantic problem of the set. `documents` are all policy documents
     (also those that failed the schema), for name checks; the model lists hold
@@ -54,7 +56,7 @@ def check(
     out += _names(documents)
     out += _cluster_count(clusters, root)
     out += _tiers(tiers)
-    out += _namespaces(projects)
+    out += _namespaces(projects, system_namespace)
     # Tiers that failed the schema still exist: naming one is no second error.
     tier_names = {d.name for d in documents if d.kind == "PriorityTier" and d.name}
     for p in projects:
@@ -138,7 +140,7 @@ def _tiers(tiers: Sequence[PriorityTier]) -> Iterator[Diagnostic]:
         )
 
 
-def _namespaces(projects: Sequence[Project]) -> Iterator[Diagnostic]:
+def _namespaces(projects: Sequence[Project], system_namespace: str) -> Iterator[Diagnostic]:
     owner: dict[str, Project] = {}
     for p in projects:
         for i, ns in enumerate(p.namespaces):
@@ -157,6 +159,16 @@ def _namespaces(projects: Sequence[Project]) -> Iterator[Diagnostic]:
                     p.doc,
                     "GP309",
                     f"namespace {ns!r} is reserved by Kubernetes and cannot belong to a project",
+                    "spec",
+                    "namespaces",
+                    i,
+                )
+            elif ns == system_namespace:
+                yield _at(
+                    p.doc,
+                    "GP309",
+                    f"namespace {ns!r} is gangops' own (its controller, agents, Lease and "
+                    "policy) and cannot belong to a project",
                     "spec",
                     "namespaces",
                     i,

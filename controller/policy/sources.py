@@ -116,7 +116,11 @@ def tree_sources(
         base = posixpath.dirname(root)
     elif isinstance(item, git.Tree):
         for obj in item.traverse(prune=_hidden):
-            if isinstance(obj, git.Blob) and str(obj.path).endswith(YAML_SUFFIXES):
+            # a link to a directory is refused (as on disk, where it is not walked):
+            # its projects would otherwise leave the policy without a word
+            if isinstance(obj, git.Blob) and (
+                str(obj.path).endswith(YAML_SUFFIXES) or _links_to_tree(commit, obj)
+            ):
                 sources.append(_blob_source(obj, source))
     sources.sort(key=lambda s: s.path)
 
@@ -135,6 +139,23 @@ def tree_sources(
 
 _LINK_MODE = 0o120000
 """A tree entry's mode for a symbolic link (its blob holds the target's path)."""
+
+
+def _links_to_tree(commit: git.Commit, blob: git.Blob) -> bool:
+    """Whether `blob` is a symbolic link to a directory of `commit`."""
+    if blob.mode != _LINK_MODE or blob.size > 4096:
+        return False
+    target = posixpath.normpath(
+        posixpath.join(
+            posixpath.dirname(str(blob.path)), blob.data_stream.read().decode(errors="replace")
+        )
+    )
+    if target.startswith(("..", "/")):
+        return False
+    try:
+        return isinstance(commit.tree / target, git.Tree)
+    except KeyError:
+        return False
 
 
 def _blob_source(blob: git.Blob, source: Callable[[git.Blob], Source]) -> Source:

@@ -42,7 +42,7 @@ from controller.policy.model import (
     build_tier,
 )
 from controller.quantity import QuantityError, parse_quantity
-from controller.scheduler.policy import POLICY_CONFIGMAP, POLICY_KEY
+from controller.scheduler.policy import DEFAULT_SYSTEM_NAMESPACE, POLICY_CONFIGMAP, POLICY_KEY
 
 __all__ = [
     "OutsideRepository",
@@ -127,8 +127,10 @@ def validate_sources(
     root: str,
     resolve: Resolver,
     limits: Limits = DEFAULT_LIMITS,
+    system_namespace: str = DEFAULT_SYSTEM_NAMESPACE,
 ) -> ValidationResult:
-    """Validate a policy set given as files. `root` labels set-wide problems."""
+    """Validate a policy set given as files. `root` labels set-wide problems;
+    `system_namespace` (gangops' own) may not belong to a project."""
     loaded = load_sources(sources, limits=limits)
     result = ValidationResult(files=loaded.files, documents=len(loaded.documents))
     diags = list(loaded.diagnostics)
@@ -157,6 +159,7 @@ def validate_sources(
             tiers=tiers,
             projects=projects,
             root=root,
+            system_namespace=system_namespace,
         )
     result.diagnostics = sorted(set(diags), key=sort_key)
     if result.ok and len(clusters) == 1:

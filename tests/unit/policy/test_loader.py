@@ -372,3 +372,17 @@ def test_unreadable_file_on_disk(tmp_path: Path) -> None:
     result = load_sources(sources_from_paths([tmp_path], root=tmp_path))
     assert where(result) == [("GP112", 0, 0)]
     assert result.diagnostics[0].file == "link.yaml"
+
+
+def test_a_linked_directory_is_refused_not_dropped(tmp_path: Path) -> None:
+    """os.walk does not follow it, so its projects left the policy without a word
+    (found by a review); like a linked file, and as the Git reader sees it (a link
+    of any name), it is refused."""
+    (tmp_path / "real").mkdir()
+    (tmp_path / "real" / "p.yaml").write_text(PROJECT)
+    (tmp_path / "policies").mkdir()
+    (tmp_path / "policies" / "projects2").symlink_to(tmp_path / "real")
+    result = load_sources(sources_from_paths([tmp_path / "policies"], root=tmp_path))
+    (refused,) = result.diagnostics
+    assert (refused.code, refused.file) == ("GP112", "policies/projects2")
+    assert "is a symbolic link" in refused.message

@@ -518,3 +518,16 @@ def test_symbolic_links_get_the_same_verdict_from_disk_and_from_git(repo: GitRep
         ("GP112", "policies/team.yaml"),
     ]
     assert all("is a symbolic link; links are not followed" in m for *_, m in on_disk)
+
+
+def test_a_linked_directory_gets_the_same_verdict_from_disk_and_from_git(repo: GitRepo) -> None:
+    """Found by a review: both readers skipped it, and its projects left the policy
+    without a word (a pruning source would then delete their objects)."""
+    files = policy_files(A(), B)
+    repo.write(files)
+    repo.write({"team.yaml": files["projects/b.yaml"].replace("b", "team")}, under="shared")
+    os.symlink("../shared", repo.root / "policies" / "more")
+    repo.commit()
+    on_disk = _verdicts(Path("policies"), None)
+    assert on_disk == _verdicts(Path("policies"), "HEAD")
+    assert [(code, file) for code, file, _, _ in on_disk] == [("GP112", "policies/more")]

@@ -367,6 +367,13 @@ CASES = [
         [("GP309", "p.yaml", 5), ("GP309", "p.yaml", 5)],
     ),
     Case(
+        # found by a review: compiled, it labelled gangops' namespace Pod Security
+        # baseline, which refuses the node agent
+        "GP309 gangops' own namespace",
+        {"p.yaml": PROJECT_P.replace("[p]", "[p, gangops-system]")},
+        [("GP309", "p.yaml", 5)],
+    ),
+    Case(
         "GP310 two global defaults",
         {"tiers.yaml": TIERS.replace("{value: 10,", "{value: 10, globalDefault: true,")},
         [("GP310", "tiers.yaml", 14)],
