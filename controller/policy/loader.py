@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import stat
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
@@ -194,6 +195,11 @@ def _file_source(f: Path, display: str) -> Source:
     return Source(display, st.st_size, lambda: _read_regular(f))
 
 
+_YAML_DIRECTIVE = re.compile(r"^%YAML[ \t]+(\S+)", re.MULTILINE)
+"""A `%YAML` directive: the loader reads YAML 1.2 whatever it says, ruamel's other
+readers (the quota edits) follow it, so one file must not mean two things."""
+
+
 def _read_regular(f: Path) -> bytes:
     """The bytes of `f`, opened without following a link or waiting on a FIFO, and
     read only if it is (still) a regular file."""
@@ -311,6 +317,16 @@ def _compose(
                 col,
             )
         )
+        return None
+    directive = _YAML_DIRECTIVE.search(text)
+    if directive is not None and directive.group(1) != "1.2":
+        line = text.count("\n", 0, directive.start()) + 1
+        msg = (
+            f"%YAML {directive.group(1)}: policy files are YAML 1.2 (the tools that edit "
+            "them, such as the quota-request loop, would read 0100 or yes otherwise); "
+            "remove the directive"
+        )
+        diags.append(Diagnostic("GP101", msg, src.path, line, 1))
         return None
     deep = _too_deep(yaml, text, limits.max_depth)
     if deep is not None:

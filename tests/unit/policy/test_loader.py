@@ -386,3 +386,14 @@ def test_a_linked_directory_is_refused_not_dropped(tmp_path: Path) -> None:
     (refused,) = result.diagnostics
     assert (refused.code, refused.file) == ("GP112", "policies/projects2")
     assert "is a symbolic link" in refused.message
+
+
+def test_a_yaml_directive_other_than_1_2_is_refused(tmp_path: Path) -> None:
+    """Found by a review: read as YAML 1.2 here, as 1.1 by ruamel's other readers (the
+    quota edits), `max: {gpu: 0100}` was 100 to validate and 64 to the edit."""
+    (tmp_path / "p.yaml").write_text("%YAML 1.1\n---\n" + PROJECT)
+    (tmp_path / "q.yaml").write_text("%YAML 1.2\n---\n" + PROJECT.replace("name: p", "name: q"))
+    result = load_sources(sources_from_paths([tmp_path], root=tmp_path))
+    (refused,) = result.diagnostics
+    assert (refused.code, refused.file, refused.line) == ("GP101", "p.yaml", 1)
+    assert "%YAML 1.1" in refused.message
