@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from controller.gitauth import GitError, auth_from_secret
+from controller.jobs.spec import LABEL_USER
 from controller.kube.client import FIELD_MANAGER, RESOURCES, ApiError, KubeApi, NotLeaderError
 from controller.kube.clock import Clock, SystemClock
 from controller.kube.informer import Informer
@@ -711,7 +712,17 @@ class QuotaController:
             self._mirror(spec, state, message, body)
 
     def _mirror(self, spec: QuotaRequestSpec, state: State, message: str, body: Obj) -> None:
-        """The request's state on the TrainingJob waiting for it."""
+        """The request's state on the TrainingJob waiting for it, if that job is the
+        requester's: a request naming someone else's job would otherwise put its
+        state there, and stop the job's own proposal (it skips a job that has one)."""
+        job = self.jobs.get(spec.training_job or "", spec.namespace)
+        owner = ((job or {}).get("metadata", {}).get("labels") or {}).get(LABEL_USER)
+        if job is None or owner != spec.requester:
+            log.warning(
+                "quota request %s/%s names TrainingJob %s, which is not its requester's; "
+                "its state is not written there", spec.namespace, spec.name, spec.training_job,
+            )  # fmt: skip
+            return
         mirror = {
             "name": spec.name,
             "state": state,

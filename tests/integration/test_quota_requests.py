@@ -201,7 +201,7 @@ def test_a_blocked_job_gets_its_quota_through_a_merged_pull_request(quota_env: Q
     before = q.main_project()
 
     t0 = time.monotonic()
-    q.request("more", trainingJob="big", amount=4)
+    q.request("more", trainingJob="big", amount=4, requester="admin")  # the job's owner
     pending = q.wait_state("more", "Pending", timeout=10)
     opened_s = time.monotonic() - t0
     pr = pending["pullRequest"]

@@ -223,11 +223,12 @@ def test_merged_is_ready_only_once_the_reconciler_applied_it(world: World) -> No
         {
             "apiVersion": "ai.operator/v1",
             "kind": "TrainingJob",
-            "metadata": {"name": "bert", "namespace": "nlp"},
+            "metadata": {"name": "bert", "namespace": "nlp",
+                         "labels": {"ai.operator/user": "alice"}},
             "status": {"phase": "Pending"},
         },
         field_manager="test",
-    )
+    )  # fmt: skip
     w.step()
     job = w.kube.get(RESOURCES["TrainingJob"], "bert", "nlp")
     assert job is not None and job["status"]["quotaRequest"]["state"] == "Pending"
@@ -451,3 +452,23 @@ def test_a_replica_that_does_not_lead_pushes_and_opens_nothing(world: World) -> 
     leading[0] = True
     world.step()
     assert len(world.forge.prs) == 1
+
+
+def test_a_request_naming_someone_elses_job_leaves_that_job_alone(world: World) -> None:
+    """Found by a review: alice's request named bob's blocked job, put its state there,
+    and so stopped bob's own automatic proposal (a job that has one is skipped)."""
+    w = world
+    w.kube.create(
+        {
+            "apiVersion": "ai.operator/v1",
+            "kind": "TrainingJob",
+            "metadata": {"name": "bobs", "namespace": "nlp",
+                         "labels": {"ai.operator/user": "bob"}},
+            "status": {"phase": "Queued"},
+        },
+        field_manager="test",
+    )  # fmt: skip
+    w.request("grow", trainingJob="bobs")  # alice's
+    w.step()
+    job = w.kube.get(RESOURCES["TrainingJob"], "bobs", "nlp")
+    assert job is not None and "quotaRequest" not in job["status"]
