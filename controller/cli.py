@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from controller import __version__
+from controller.cliargs import positive_count
 from controller.scheduler.policy import DEFAULT_SYSTEM_NAMESPACE
 
 __all__ = ["main"]
@@ -58,7 +59,7 @@ project guarantee cut. Exit 0 when a plan was made (with or without changes),
 def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--max-file-size",
-        type=int,
+        type=positive_count,
         default=None,
         metavar="BYTES",
         help="refuse policy files larger than this (default 1048576)",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-__all__ = ["non_negative_count", "non_negative_seconds", "positive_seconds"]
+__all__ = ["non_negative_count", "non_negative_seconds", "positive_count", "positive_seconds"]
 
 
 def _seconds(raw: str) -> float:
@@ -39,4 +39,15 @@ def non_negative_count(raw: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {raw!r}") from None
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be 0 or more, got {raw!r}")
+    return value
+
+
+def positive_count(raw: str) -> int:
+    """A whole number, 1 or more."""
+    try:
+        value = int(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {raw!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {raw!r}")
     return value

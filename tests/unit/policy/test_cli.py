@@ -230,6 +230,11 @@ def test_render_revision_defaults_to_the_commit(
 def test_max_file_size(in_repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["validate", "policies", "--max-file-size", "100"]) == 1
     assert "error GP103" in capsys.readouterr().out
+    for bad in ("0", "-5", "ten"):  # a usage error, not every file refused (found by a review)
+        with pytest.raises(SystemExit) as e:
+            main(["validate", "policies", "--max-file-size", bad])
+        assert e.value.code == 2
+        assert "--max-file-size" in capsys.readouterr().err
 
 
 def test_the_installed_console_script() -> None:
