@@ -31,23 +31,21 @@ def non_negative_seconds(raw: str) -> float:
     return value
 
 
-def non_negative_count(raw: str) -> int:
-    """A whole number, 0 or more."""
+def _count(raw: str, least: int) -> int:
     try:
         value = int(raw)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {raw!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {raw!r}")
+    if value < least:
+        raise argparse.ArgumentTypeError(f"must be {least} or more, got {raw!r}")
     return value
+
+
+def non_negative_count(raw: str) -> int:
+    """A whole number, 0 or more."""
+    return _count(raw, 0)
 
 
 def positive_count(raw: str) -> int:
     """A whole number, 1 or more."""
-    try:
-        value = int(raw)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {raw!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be 1 or more, got {raw!r}")
-    return value
+    return _count(raw, 1)

@@ -472,6 +472,21 @@ def test_the_controller_schedules_as_the_charts_service_account_and_no_more(
         assert e.value.status == 403, f"{what}: {e.value}"
 
 
+def _agent(node: str, kubeconfig: Path, scenario: str, log: Path) -> subprocess.Popen[bytes]:
+    """`gangops agent` for `node` with fake GPUs playing `scenario`, publishing on the
+    Node with `kubeconfig`; its output in `log`."""
+    played = log.with_suffix(".scenario.yaml")
+    played.write_text(scenario)
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "controller.cli", "agent", "--node", node,
+             "--listen", f"127.0.0.1:{free_port()}", "--scenario", str(played),
+             "--gpus", "8", "--pod-resources-socket", "", "--publish-node", "on",
+             "--kubeconfig", str(kubeconfig)],
+            stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+
+
 def test_the_node_agent_publishes_gpu_health_as_the_charts_service_account_and_no_more(
     admin: Kube,
     namespace: str,
@@ -484,17 +499,8 @@ def test_the_node_agent_publishes_gpu_health_as_the_charts_service_account_and_n
     admin.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}},
                  field_manager="test")  # fmt: skip
     sa_config = grant("agent", namespace)
-    scenario = tmp_path / "healthy.yaml"
-    scenario.write_text("events: []\n")
     log = tmp_path / "agent.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "controller.cli", "agent", "--node", node,
-             "--listen", f"127.0.0.1:{free_port()}", "--scenario", str(scenario),
-             "--gpus", "8", "--pod-resources-socket", "", "--publish-node", "on",
-             "--kubeconfig", str(sa_config)],
-            stdout=out, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+    proc = _agent(node, sa_config, "events: []\n", log)
     try:
 
         def published() -> Obj | None:
@@ -577,17 +583,8 @@ def test_the_node_agent_writes_only_its_own_node_and_there_only_its_own_fields(
     assert "only the Node its pod runs on" in wait_for(
         "the policy in force", policy_active, timeout=30
     )
-    scenario = tmp_path / "bad-gpu.yaml"
-    scenario.write_text("events:\n  - {at: 0, gpu: 2, kind: xid, xid: 79}\n")
     log = tmp_path / "agent.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "controller.cli", "agent", "--node", mine,
-             "--listen", f"127.0.0.1:{free_port()}", "--scenario", str(scenario),
-             "--gpus", "8", "--pod-resources-socket", "", "--publish-node", "on",
-             "--kubeconfig", str(config)],
-            stdout=out, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+    proc = _agent(mine, config, "events:\n  - {at: 0, gpu: 2, kind: xid, xid: 79}\n", log)
     try:
 
         def published() -> Obj | None:

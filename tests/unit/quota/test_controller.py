@@ -216,19 +216,23 @@ def test_passes_are_idempotent_and_a_second_request_updates_the_same_pull_reques
     assert "`nlp/first`" in body and "`nlp-dev/second`" in body
 
 
-def test_merged_is_ready_only_once_the_reconciler_applied_it(world: World) -> None:
-    w = world
-    w.request("grow", trainingJob="bert")
+def _job(w: World, name: str, owner: str, phase: str) -> None:
+    """A TrainingJob of `owner` in nlp, in `phase`."""
     w.kube.create(
         {
             "apiVersion": "ai.operator/v1",
             "kind": "TrainingJob",
-            "metadata": {"name": "bert", "namespace": "nlp",
-                         "labels": {"ai.operator/user": "alice"}},
-            "status": {"phase": "Pending"},
+            "metadata": {"name": name, "namespace": "nlp", "labels": {"ai.operator/user": owner}},
+            "status": {"phase": phase},
         },
         field_manager="test",
-    )  # fmt: skip
+    )
+
+
+def test_merged_is_ready_only_once_the_reconciler_applied_it(world: World) -> None:
+    w = world
+    w.request("grow", trainingJob="bert")
+    _job(w, "bert", "alice", "Pending")
     w.step()
     job = w.kube.get(RESOURCES["TrainingJob"], "bert", "nlp")
     assert job is not None and job["status"]["quotaRequest"]["state"] == "Pending"
@@ -458,16 +462,7 @@ def test_a_request_naming_someone_elses_job_leaves_that_job_alone(world: World) 
     """Found by a review: alice's request named bob's blocked job, put its state there,
     and so stopped bob's own automatic proposal (a job that has one is skipped)."""
     w = world
-    w.kube.create(
-        {
-            "apiVersion": "ai.operator/v1",
-            "kind": "TrainingJob",
-            "metadata": {"name": "bobs", "namespace": "nlp",
-                         "labels": {"ai.operator/user": "bob"}},
-            "status": {"phase": "Queued"},
-        },
-        field_manager="test",
-    )  # fmt: skip
+    _job(w, "bobs", "bob", "Queued")
     w.request("grow", trainingJob="bobs")  # alice's
     w.step()
     job = w.kube.get(RESOURCES["TrainingJob"], "bobs", "nlp")
