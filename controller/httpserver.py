@@ -271,7 +271,10 @@ class HttpServer:
         """Stop listening, close every connection and stop the worker threads."""
         server = self._server
         # Sockets belong to the loop's thread: close them there, which ends the loop.
-        server.trigger.pull_trigger(lambda: wasyncore.close_all(server._map))
+        try:
+            server.trigger.pull_trigger(lambda: wasyncore.close_all(server._map))
+        except OSError:  # the loop closed every socket already, its trigger with them
+            log.debug("http server already closed name=%s", self.name)
         self._thread.join(5)
         server.task_dispatcher.shutdown(timeout=5)
         with HttpServer._fd_lock:
