@@ -93,12 +93,6 @@ def _summary(node: Obj) -> Obj:
     }
 
 
-def _transient(e: ApiError) -> bool:
-    """Whether a refusal may pass by itself: the server unreachable (0), busy (429),
-    a conflict, or failing (5xx); not a request it refuses as written."""
-    return e.status in (0, 409, 429) or e.status >= 500
-
-
 def _label_value(text: str) -> str:
     """`text` as a label value (what a taint's value must be): up to 63 of letters,
     digits, '-', '_' and '.', beginning and ending with a letter or digit; alert
@@ -282,7 +276,7 @@ class AlertActor:
                     log.exception("alert actions crashed on a node; its alerts are dropped "
                                   "node=%s", node)  # fmt: skip
                     continue
-                if isinstance(e, ApiError) and not _transient(e):
+                if isinstance(e, ApiError) and not e.transient:
                     self._metrics.errors.inc()
                     log.warning(
                         "alert actions refused; these alerts are dropped node=%s alerts=%s "
@@ -346,7 +340,7 @@ class AlertActor:
                 try:
                     self._request(req, now)
                 except ApiError as e:
-                    if _transient(e):
+                    if e.transient:
                         raise  # the node's alerts are tried again, the request with them
                     # the job is gone or refuses the request: the node's own action stands
                     self._metrics.errors.inc()

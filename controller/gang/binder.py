@@ -85,7 +85,7 @@ def _passing(e: ApiError) -> bool:
     quota evaluation timed out among them)."""
     if e.status == 403:
         return "exceeded quota" in e.message or "status unknown for quota" in e.message
-    return (e.status == 409 and e.reason != "AlreadyExists") or e.status == 429 or e.status >= 500
+    return e.transient and e.status != 0 and e.reason != "AlreadyExists"
 
 
 class Binder:

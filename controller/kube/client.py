@@ -170,6 +170,12 @@ class ApiError(Exception):
         """The Status `reason` (NotFound, Conflict, Invalid, ...), or Unreachable."""
         self.message = message
 
+    @property
+    def transient(self) -> bool:
+        """Whether the refusal may pass by itself: the server unreachable (0), a
+        conflict (409), busy (429) or failing (5xx); not a request refused as written."""
+        return self.status in (0, 409, 429) or self.status >= 500
+
     @classmethod
     def from_exception(cls, e: ApiException) -> ApiError:
         body: Any = e.body

@@ -121,7 +121,7 @@ class LeaseElector:
             updated = self._record(lease, now)
             self._kube.replace(updated, field_manager=_MANAGER)
         except ApiError as e:
-            if e.status not in (409, 0) and e.status < 500:
+            if not e.transient:
                 log.warning("lease request refused lease=%s error=%r", s.name, str(e))
             return self.is_leader()
         if not mine:

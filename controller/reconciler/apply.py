@@ -502,7 +502,7 @@ def _apply_stages(
             if not have:
                 raise
             _restore(kube, live, have)  # never left without the class pods name
-            if e.status in (0, 409, 429) or e.status >= 500:
+            if e.transient:
                 raise
             raise RecreateRefused(e.status, e.reason, e.message) from None
 
