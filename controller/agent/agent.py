@@ -243,10 +243,11 @@ class Agent:
         driver, count = out.value
         with self._lock:
             self._driver, self._count = driver, count
-            self._nvml_up = True
             # GPUs seen before NVML went down stay, unread until they answer again
             self._gpus = [g for g in self._gpus if g.identity.index < count]
         self._identify(now)
+        with self._lock:  # up once identified: an XID polled before would find no GPU
+            self._nvml_up = True
         log.info("NVML up node=%s gpus=%d driver=%s", self.config.node, count, driver)
 
     def _identify(self, now: float) -> None:
