@@ -38,6 +38,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from controller import httpread
+from controller.httpread import BodyTooLarge
 from controller.scheduler.telemetry import PodUsage, Signal, Telemetry
 
 __all__ = ["QUERIES", "PrometheusTelemetry", "TelemetryMetrics"]
@@ -60,6 +62,10 @@ QUERIES = {
 node, so each is an instant selection of a few thousand series even at 40,000 GPUs.
 Without those rules loaded, utilisation reads as unknown (busy) and bad GPUs are not
 cleared by Prometheus (the agents' Node annotations still are)."""
+
+ANSWER_LIMIT = 64 * 1024 * 1024
+"""The longest answer read (a few thousand series are well under a MiB): a longer
+one, or one not read whole within the query timeout, fails the query."""
 
 _STAT = {
     "pod:DCGM_FI_DEV_GPU_UTIL:avg_avg1m": "avg1m",
@@ -108,7 +114,7 @@ class PrometheusTelemetry:
         max_age_s: float = 120.0,
         clock: Callable[[], float] = time.time,
         metrics: TelemetryMetrics | None = None,
-        fetch: Callable[[str, float], bytes] | None = None,
+        fetch: Callable[[str, float], tuple[int, bytes]] | None = None,
     ) -> None:
         self.url = url.rstrip("/")
         self.interval_s = interval_s
@@ -177,12 +183,9 @@ class PrometheusTelemetry:
         query = QUERIES[name]
         url = f"{self.url}/api/v1/query?" + urllib.parse.urlencode({"query": query})
         try:
-            raw = self._fetch(url, self.timeout_s)
-        except urllib.error.HTTPError as e:
-            # Prometheus answers a failed query with 4xx/5xx and its error as JSON
-            raw = e.read()
-            if not raw.lstrip().startswith(b"{"):
-                raise QueryError("error", f"Prometheus at {self.url}: HTTP {e.code}") from None
+            status, raw = self._fetch(url, self.timeout_s)
+        except BodyTooLarge as e:
+            raise QueryError("malformed", f"Prometheus at {self.url}: {e}") from None
         except TimeoutError:
             raise QueryError(
                 "timeout", f"Prometheus at {self.url}: no answer in {self.timeout_s:g}s"
@@ -190,6 +193,9 @@ class PrometheusTelemetry:
         except (urllib.error.URLError, OSError, http.client.HTTPException) as e:
             # HTTPException: not an HTTP answer, or one cut short (IncompleteRead)
             raise QueryError("unreachable", f"Prometheus at {self.url}: {e!r}") from None
+        if status >= 400 and not raw.lstrip().startswith(b"{"):
+            # Prometheus answers a failed query with 4xx/5xx and its error as JSON
+            raise QueryError("error", f"Prometheus at {self.url}: HTTP {status}")
         try:
             doc = json.loads(raw)
         except ValueError:
@@ -220,10 +226,8 @@ class PrometheusTelemetry:
         return result
 
 
-def _http_get(url: str, timeout_s: float) -> bytes:
-    with urllib.request.urlopen(url, timeout=timeout_s) as r:
-        body: bytes = r.read()
-        return body
+def _http_get(url: str, timeout_s: float) -> tuple[int, bytes]:
+    return httpread.get(url, timeout_s=timeout_s, limit_bytes=ANSWER_LIMIT)
 
 
 def _index(label: object) -> bool:

@@ -22,6 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from controller import httpread
+
 __all__ = [
     "Forge",
     "ForgeError",
@@ -82,6 +84,11 @@ class ForgeUnavailable(ForgeError):
     """The forge could not be reached or answered 5xx/429: try again later."""
 
 
+ANSWER_LIMIT = 16 * 1024 * 1024
+"""The longest forge answer read: a page of pull requests or check runs is far
+shorter; a longer one is refused (`ForgeError`) rather than held in memory."""
+
+
 def urllib_transport(*, timeout_s: float = 30.0) -> Transport:
     """The real transport: one HTTPS request per call, JSON in and out."""
 
@@ -92,11 +99,10 @@ def urllib_transport(*, timeout_s: float = 30.0) -> Transport:
             headers["Content-Type"] = "application/json"
         r = urllib.request.Request(req.url, data=data, method=req.method, headers=headers)
         try:
-            with urllib.request.urlopen(r, timeout=timeout_s) as resp:
-                status, raw = resp.status, resp.read()
-        except urllib.error.HTTPError as e:
-            status, raw = e.code, e.read()
-        except (urllib.error.URLError, OSError, http.client.HTTPException) as e:
+            status, raw = httpread.get(r, timeout_s=timeout_s, limit_bytes=ANSWER_LIMIT)
+        except httpread.BodyTooLarge as e:
+            raise ForgeError(f"{req.method} {req.url}: {e}") from None
+        except (OSError, http.client.HTTPException) as e:
             # HTTPException: not an HTTP answer (BadStatusLine), or one cut short
             raise ForgeUnavailable(f"{req.method} {req.url}: {e!r}") from None
         text = raw.decode("utf-8", "replace")

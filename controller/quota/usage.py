@@ -9,13 +9,15 @@ answer, the body says so and auto-approval rules with `minUsage` do not match.
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
-import urllib.error
+import math
 import urllib.parse
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+from controller import httpread
 
 __all__ = ["PrometheusUsage", "Usage"]
 
@@ -31,10 +33,19 @@ class Usage:
     peak: float
 
 
+ANSWER_LIMIT = 1024 * 1024
+"""An instant query for one scalar answers in well under a KiB."""
+
+
+class QueryFailed(Exception):
+    """Prometheus answered, but not with a usable number."""
+
+
 def _get(url: str, timeout_s: float) -> bytes:
-    with urllib.request.urlopen(url, timeout=timeout_s) as r:
-        body: bytes = r.read()
-        return body
+    status, body = httpread.get(url, timeout_s=timeout_s, limit_bytes=ANSWER_LIMIT)
+    if status >= 400:
+        raise QueryFailed(f"HTTP {status}: {body[:200].decode('utf-8', 'replace')}")
+    return body
 
 
 @dataclass
@@ -47,14 +58,11 @@ class PrometheusUsage:
     def _scalar(self, query: str) -> float | None:
         url = f"{self.url.rstrip('/')}/api/v1/query?" + urllib.parse.urlencode({"query": query})
         try:
-            doc = json.loads(self.fetch(url, self.timeout_s))
-        except (urllib.error.URLError, OSError, ValueError) as e:
+            return _number(json.loads(self.fetch(url, self.timeout_s)))
+        except (QueryFailed, OSError, ValueError, http.client.HTTPException) as e:
+            # OSError: urllib's URLError and timeouts; ValueError: not JSON, or too long
             log.warning("usage query failed url=%s error=%r", self.url, str(e))
             return None
-        result = (doc.get("data") or {}).get("result") if doc.get("status") == "success" else None
-        if not result:
-            return None
-        return float(result[0]["value"][1])
 
     def usage(self, project: str) -> Usage | None:
         """The project's average and peak GPUs held over the last 14 days."""
@@ -80,3 +88,23 @@ class PrometheusUsage:
         """Average use over the window as a share of `max_gpus`."""
         u = self.usage(project)
         return None if u is None or not max_gpus else u.average / max_gpus
+
+
+def _number(doc: object) -> float | None:
+    """The value of an instant query's first sample; None where it has none (no
+    series: the project held no GPU in the window)."""
+    if not isinstance(doc, dict) or doc.get("status") != "success":
+        raise QueryFailed(f"not a successful answer: {str(doc)[:200]}")
+    data = doc.get("data")
+    result = data.get("result") if isinstance(data, dict) else None
+    if not isinstance(result, list):
+        raise QueryFailed("no result in the answer")
+    if not result:
+        return None
+    try:
+        v = float(result[0]["value"][1])
+    except (KeyError, IndexError, TypeError, ValueError):
+        raise QueryFailed(f"not a sample: {str(result[0])[:200]}") from None
+    if math.isnan(v) or math.isinf(v):
+        raise QueryFailed(f"not a number: {v}")
+    return v

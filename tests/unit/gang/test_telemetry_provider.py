@@ -5,7 +5,6 @@ as zero load; each signal keeps its last good value and ages."""
 from __future__ import annotations
 
 import http.client
-import io
 import json
 import urllib.error
 import urllib.parse
@@ -14,6 +13,7 @@ from typing import Any
 import pytest
 
 from controller.gang.telemetry import QUERIES, PrometheusTelemetry
+from controller.httpread import BodyTooLarge
 
 
 class Prom:
@@ -23,14 +23,16 @@ class Prom:
         self.answers: dict[str, Any] = {}
         self.asked: list[str] = []
 
-    def __call__(self, url: str, timeout: float) -> bytes:
+    def __call__(self, url: str, timeout: float) -> tuple[int, bytes]:
         query = urllib.parse.parse_qs(urllib.parse.urlparse(url).query)["query"][0]
         name = next(n for n, q in QUERIES.items() if q == query)
         self.asked.append(name)
         a = self.answers[name]
         if isinstance(a, BaseException):
             raise a
-        return a if isinstance(a, bytes) else json.dumps(a).encode()
+        if isinstance(a, tuple):
+            return a
+        return 200, a if isinstance(a, bytes) else json.dumps(a).encode()
 
 
 def vector(*rows: tuple[dict[str, str], str], warnings: list[str] | None = None) -> dict[str, Any]:
@@ -84,8 +86,8 @@ def good(prom: Prom) -> None:
     }
 
 
-def _http_error(code: int, body: bytes) -> urllib.error.HTTPError:
-    return urllib.error.HTTPError("http://prom:9090", code, "x", {}, io.BytesIO(body))  # type: ignore[arg-type]
+def _http_error(code: int, body: bytes) -> tuple[int, bytes]:
+    return code, body
 
 
 class Clock:
@@ -128,6 +130,7 @@ def test_three_queries_make_the_snapshot() -> None:
         (_http_error(422, b'{"status":"error","error":"too many samples"}'), "error"),
         (_http_error(502, b"<html>bad gateway</html>"), "error"),
         (vector(stat("p", "avg5m", "0"), warnings=["partial response"]), "warnings"),
+        (BodyTooLarge("answer longer than 67108864 bytes"), "malformed"),
     ],
 )
 def test_a_failed_usage_query_keeps_the_last_values_and_says_why(answer: Any, reason: str) -> None:

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from controller.quota import forge
 from controller.quota.branch import GitUnavailable, PolicyRepo
-from controller.quota.forge import ForgeUnavailable, HttpRequest, urllib_transport
+from controller.quota.forge import ForgeError, ForgeUnavailable, HttpRequest, urllib_transport
 
 
 @pytest.fixture
@@ -76,3 +77,18 @@ def test_a_git_remote_that_never_answers_is_given_up_on(
     with pytest.raises(GitUnavailable):
         repo.base_commit()
     assert time.monotonic() - t0 < 30
+
+
+def test_an_answer_longer_than_the_limit_is_refused_not_held(
+    server: tuple[socket.socket, list[bytes | None]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The transport stops reading past `ANSWER_LIMIT` (a misbehaving forge or a
+    proxy streaming without end would otherwise fill the controller's memory); it is
+    not an outage to retry at once, so it is a `ForgeError`, not `ForgeUnavailable`."""
+    srv, replies = server
+    monkeypatch.setattr(forge, "ANSWER_LIMIT", 1000)
+    replies.append(b"HTTP/1.1 200 OK\r\nContent-Length: 5000\r\n\r\n" + b"[" + b" " * 4998 + b"]")
+    url = f"http://127.0.0.1:{srv.getsockname()[1]}/api/v1/repos/a/b/pulls"
+    with pytest.raises(ForgeError, match="longer than 1000 bytes") as e:
+        urllib_transport(timeout_s=5)(HttpRequest("GET", url, {}))
+    assert not isinstance(e.value, ForgeUnavailable)

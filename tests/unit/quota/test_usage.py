@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import urllib.parse
 
-from controller.quota.usage import PrometheusUsage, Usage
+import pytest
+
+from controller.httpread import BodyTooLarge
+from controller.quota.usage import PrometheusUsage, QueryFailed, Usage
 
 
 def _vector(value: str) -> bytes:
@@ -47,3 +51,31 @@ def test_no_answer_is_no_usage() -> None:
     assert PrometheusUsage("http://prom", fetch=down).usage("nlp") is None
     assert PrometheusUsage("http://prom", fetch=empty).fraction("nlp", 8) is None
     assert PrometheusUsage("http://prom", fetch=empty).markdown("nlp", 8) is None
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        b"[]",
+        b'"success"',
+        b'{"status": "success", "data": []}',
+        b'{"status": "success", "data": {"result": [{}]}}',
+        b'{"status": "success", "data": {"result": [{"value": [1, "lots"]}]}}',
+        b'{"status": "success", "data": {"result": [{"value": [1, "NaN"]}]}}',
+        b'{"status": "succ',
+        http.client.IncompleteRead(b'{"status": "succ', 100),
+        BodyTooLarge("answer longer than 1048576 bytes"),
+        QueryFailed("HTTP 503: <html>"),
+    ],
+)
+def test_an_answer_that_is_not_a_number_is_no_usage(answer: bytes | Exception) -> None:
+    """Found by a review: a list, a sample without a value or a cut-short answer
+    raised out of the pull request's write, so a misbehaving Prometheus stopped
+    every quota request; usage is only an aid to the reviewer."""
+
+    def fetch(url: str, timeout_s: float) -> bytes:
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    assert PrometheusUsage("http://prom", fetch=fetch).markdown("nlp", 8) is None
