@@ -43,13 +43,29 @@ def key_of(obj: Obj) -> tuple[str, str]:
     return (meta.get("namespace", "") or "", meta["name"])
 
 
-def _newer(a: Obj, b: Obj) -> bool:
-    """Is `a` at least as new as `b`? resourceVersions are opaque, but etcd's are
-    increasing integers; anything else is taken as newer."""
-    ra, rb = a["metadata"].get("resourceVersion", ""), b["metadata"].get("resourceVersion", "")
-    if ra.isdigit() and rb.isdigit():
-        return int(ra) >= int(rb)
-    return True
+def _rv(obj: Obj) -> int | None:
+    """The object's resourceVersion as etcd's increasing integer; None where it is
+    not one (resourceVersions are opaque: such an object is taken as newer)."""
+    rv = obj["metadata"].get("resourceVersion", "")
+    return int(rv) if isinstance(rv, str) and rv.isdigit() else None
+
+
+def _newer(a: Obj, b: Obj, *, strictly: bool = False) -> bool:
+    """Is `a` at least as new as `b` (`strictly`: newer)?"""
+    ra, rb = _rv(a), _rv(b)
+    if ra is None or rb is None:
+        return True
+    return ra > rb if strictly else ra >= rb
+
+
+_TOMBSTONES = 4096
+"""How many deleted keys the cache remembers (with the resourceVersion of their
+deletion), so that a write's answer assumed after its object's DELETED event does
+not bring the object back."""
+
+_SHORT_WATCH_S = 1.0
+"""A watch stream that ends sooner than this having delivered nothing is an error
+(client-go's "very short watch"): reopened at once it would hammer the server."""
 
 
 class Informer:
@@ -81,6 +97,7 @@ class Informer:
         self._clock = clock or SystemClock()
         self._watch_timeout = watch_timeout_s
         self._store: dict[tuple[str, str], Obj] = {}
+        self._deleted: dict[tuple[str, str], int] = {}
         self._lock = threading.Lock()
         self._synced = threading.Event()
         self._stop = threading.Event()
@@ -89,6 +106,8 @@ class Informer:
         self.resource_version = ""
         self.relists = 0
         """How many times the loop listed (1 after the first sync)."""
+        self.events = 0
+        """How many events the watches delivered, bookmarks included."""
 
     # -- the cache
 
@@ -112,7 +131,11 @@ class Informer:
         if self._transform is not None:
             obj = self._transform(obj)
         key = key_of(obj)
+        rv = _rv(obj)
         with self._lock:
+            gone = self._deleted.get(key)
+            if gone is not None and rv is not None and rv <= gone:
+                return  # its DELETED event came first
             old = self._store.get(key)
             if old is None or _newer(obj, old):
                 self._store[key] = obj
@@ -133,6 +156,15 @@ class Informer:
     def _stored(self, key: tuple[str, str], obj: Obj | None) -> None:
         if self._on_store is not None:
             self._on_store(key, obj)
+
+    def _tombstone(self, key: tuple[str, str], rv: int | None) -> None:
+        """Remember a deletion seen at `rv` (under the lock); the oldest go first."""
+        if rv is None:
+            return
+        self._deleted.pop(key, None)
+        self._deleted[key] = rv
+        while len(self._deleted) > _TOMBSTONES:
+            del self._deleted[next(iter(self._deleted))]
 
     @property
     def synced(self) -> bool:
@@ -166,17 +198,34 @@ class Informer:
             self._thread.join(10)
 
     def run(self) -> None:
-        """List and watch until stopped."""
+        """List and watch until stopped. The backoff (0.5 s doubling to 30 s) starts
+        again only once a watch has worked (delivered an event, or lasted): a list
+        that works before a watch that is refused (no `watch` right, 429, a proxy)
+        does not reset it, and neither does a stream that ends at once, empty."""
         backoff = 0.5
         while not self._stop.is_set():
+            delivered = self.events
             try:
                 self._list()
-                backoff = 0.5
-                while not self._stop.is_set() and self._watch():
-                    pass
-            except ApiError as e:
+                while not self._stop.is_set():
+                    start, before = self._clock.monotonic(), self.events
+                    again = self._watch()
+                    if self.events > before or self._clock.monotonic() - start >= _SHORT_WATCH_S:
+                        backoff = 0.5
+                    elif again:
+                        raise ApiError(0, "ShortWatch", "the watch stream ended at once, empty")
+                    if not again:
+                        break  # 410 Gone: relist at once
+            except Exception as e:
+                # ApiError: the server; anything else: a defect in `transform` or
+                # `on_store`, which must not end the loop while `synced` says the
+                # cache is live. Either way: wait, relist.
                 if self._stop.is_set():
                     return
+                if not isinstance(e, ApiError):
+                    log.exception("informer failed resource=%s", self.resource.plural)
+                if self.events > delivered:
+                    backoff = 0.5  # a watch worked before this failure
                 log.warning(
                     "informer error resource=%s error=%r retry_in_s=%.1f",
                     self.resource.plural,
@@ -199,11 +248,26 @@ class Informer:
         )
         if self._transform is not None:
             items = [self._transform(o) for o in items]
-        fresh = {key_of(o): o for o in items}
+        listed = {key_of(o): o for o in items}
+        at = int(rv) if rv.isdigit() else None
         with self._lock:
             old = self._store
+            fresh = dict(listed)
+            # What this process wrote while the list was served, assumed here, is
+            # newer than the list's snapshot: keep it (the watch from the list's
+            # resourceVersion delivers those writes, and any delete after them).
+            for key, mine in old.items():
+                listed_obj = listed.get(key)
+                if listed_obj is not None:
+                    # as new and richer, too (see `_watch`): a bound pod at its create's
+                    if None not in (_rv(mine), _rv(listed_obj)) and _newer(mine, listed_obj):
+                        fresh[key] = mine
+                elif at is not None and (_rv(mine) or 0) > at:
+                    fresh[key] = mine
             self._store = fresh
             self.resource_version = rv
+            for key in old.keys() - fresh.keys():
+                self._tombstone(key, at)
             if self._on_store is not None:
                 for key, obj in fresh.items():
                     if old.get(key) is not obj:
@@ -216,7 +280,9 @@ class Informer:
             prev = old.get(key)
             if prev is None:
                 self._emit("ADDED", obj)
-            elif prev["metadata"].get("resourceVersion") != obj["metadata"].get("resourceVersion"):
+            elif prev is not obj and prev["metadata"].get("resourceVersion") != obj["metadata"].get(
+                "resourceVersion"
+            ):
                 self._emit("MODIFIED", obj)
         for key, obj in old.items():
             if key not in fresh:
@@ -224,7 +290,7 @@ class Informer:
 
     def _watch(self) -> bool:
         """One watch stream; True to watch again from the latest resourceVersion,
-        False to relist (410 Gone)."""
+        False to relist (410 Gone). Counts what it delivers in `events`."""
 
         def opened(resp: Any) -> None:
             self._resp = resp
@@ -248,6 +314,7 @@ class Informer:
                         log.info("watch expired; relisting resource=%s", self.resource.plural)
                         return False
                     raise ApiError(int(obj.get("code", 0)), str(obj.get("reason")), str(obj))
+                self.events += 1
                 self.resource_version = obj["metadata"].get(
                     "resourceVersion", self.resource_version
                 )
@@ -258,14 +325,18 @@ class Informer:
                 key = key_of(obj)
                 with self._lock:
                     # A watch a little behind this process's own writes delivers the
-                    # object as it was before them: what `assume` put here is newer.
+                    # object as it was before them: what `assume` put here is newer,
+                    # or as new and richer (a bound pod assumed at its create's
+                    # resourceVersion, since a binding's answer carries no object).
                     old = self._store.get(key)
-                    if kind != "DELETED" and (old is None or _newer(obj, old)):
+                    if kind != "DELETED" and (old is None or _newer(obj, old, strictly=True)):
                         self._store[key] = obj
                         self._stored(key, obj)
-                    elif kind == "DELETED" and old is not None and _newer(obj, old):
-                        del self._store[key]
-                        self._stored(key, None)
+                    elif kind == "DELETED":
+                        self._tombstone(key, _rv(obj))
+                        if old is not None and _newer(obj, old):
+                            del self._store[key]
+                            self._stored(key, None)
                 self._emit(kind, obj)
         except ApiError as e:
             if e.status == 410:
