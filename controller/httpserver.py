@@ -14,15 +14,18 @@ connection cap instead of running out of file descriptors.
 What waitress lacks is a deadline for reading one request: a client that trickles a
 byte every few seconds is never idle. `_Channel` and `_Server` add it (as Go's
 `ReadTimeout`): a request not received completely within `read_timeout_s` of its
-first byte has its connection closed.
+first byte has its connection closed; blank lines sent between requests count as
+neither a request nor activity, so they do not keep a connection open.
 
 The process's file-descriptor limit is part of the same budget: `serve` raises the
 soft limit to the hard one (as Go's runtime does) and refuses to start a server whose
-connection cap does not fit, with room kept for the API client and Git.
+connection cap does not fit (two descriptors a connection where a body may be
+spooled to a file), with room kept for the API client and Git.
 """
 
 from __future__ import annotations
 
+import argparse
 import logging
 import resource
 import threading
@@ -36,13 +39,26 @@ from waitress.adjustments import Adjustments
 from waitress.channel import HTTPChannel
 from waitress.server import TcpWSGIServer
 
-__all__ = ["HttpServer", "Limits", "Request", "Response", "Route", "ServerError", "text"]
+__all__ = [
+    "HttpServer",
+    "Limits",
+    "Request",
+    "Response",
+    "Route",
+    "ServerError",
+    "address_arg",
+    "parse_addr",
+    "text",
+]
 
 log = logging.getLogger(__name__)
 
 _FD_RESERVE = 512
 """File descriptors kept for everything that is not an HTTP connection (API client
 pools, Git, logs, the informers' watches)."""
+
+_INBUF_OVERFLOW = 64 * 1024
+"""A request body longer than this is spooled by waitress to a temporary file."""
 
 _STATUS = {
     200: "OK",
@@ -107,9 +123,19 @@ class _Channel(HTTPChannel):  # type: ignore[misc]
     """A connection that remembers when the request it is reading began."""
 
     request_started: float | None = None
+    _active_at: float | None = None
 
     def received(self, data: bytes) -> bool:
         before = self.request
+        if before is None and data and not data.strip(b"\r\n"):
+            # Blank lines between requests (which HTTP allows, and waitress reads as
+            # empty requests): neither a request nor activity, or a client sending
+            # only CRLFs would hold a connection slot for ever.
+            self.last_activity = (
+                self._active_at if self._active_at is not None else self.creation_time
+            )
+            return True
+        self._active_at = self.last_activity
         result: bool = super().received(data)
         if self.request is None:
             self.request_started = None
@@ -173,9 +199,35 @@ def _routes_app(routes: Mapping[str, Route], limits: Limits) -> Callable[..., It
             f"{code} {_STATUS.get(code, 'Status')}",
             [("Content-Type", ctype), ("Content-Length", str(len(payload)))],
         )
-        return [payload]
+        # A response to HEAD ends with its headers (waitress sends what it is given:
+        # on a kept-alive connection a body would read as the next response).
+        return [] if environ.get("REQUEST_METHOD") == "HEAD" else [payload]
 
     return app
+
+
+def parse_addr(addr: str) -> tuple[str, int]:
+    """(host, port) of `HOST:PORT` or `:PORT` (any address); ValueError otherwise."""
+    host, sep, port = addr.rpartition(":")
+    if not sep or not (port.isascii() and port.isdigit()) or int(port) > 65535:
+        raise ValueError(f"expected HOST:PORT (or :PORT), a port from 0 to 65535; got {addr!r}")
+    return host.strip("[]"), int(port)
+
+
+def address_arg(addr: str) -> str:
+    """argparse's type for a listening address: refused as a usage error (exit 2)."""
+    try:
+        parse_addr(addr)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return addr
+
+
+def _fds(limits: Limits) -> int:
+    """Descriptors a server's connections may hold: a body larger than waitress keeps
+    in memory is spooled to a file, a second descriptor for its connection."""
+    per_connection = 2 if limits.max_body_bytes > _INBUF_OVERFLOW else 1
+    return limits.max_connections * per_connection
 
 
 def _raise_fd_limit(needed: int) -> int:
@@ -201,41 +253,62 @@ class HttpServer:
     def __init__(
         self, addr: str, routes: Mapping[str, Route], *, limits: Limits, name: str
     ) -> None:
-        host, _, port = addr.rpartition(":")
+        try:
+            host, port = parse_addr(addr)
+        except ValueError as e:
+            raise ServerError(f"{name} server: {e}") from None
         self.name = name
         self._limits = limits
+        self._fds = _fds(limits)
         with HttpServer._fd_lock:
-            needed = HttpServer._fds_promised + limits.max_connections + _FD_RESERVE
+            needed = HttpServer._fds_promised + self._fds + _FD_RESERVE
             have = _raise_fd_limit(needed)
             if needed > have:
                 raise ServerError(
-                    f"{name} server: {limits.max_connections} connections do not fit in the"
-                    f" file descriptor limit ({have}; {HttpServer._fds_promised} already"
-                    f" promised to other servers, {_FD_RESERVE} kept for the rest): raise"
-                    " the limit (ulimit -n) or lower the connection cap"
+                    f"{name} server: {limits.max_connections} connections ({self._fds} file"
+                    f" descriptors) do not fit in the file descriptor limit ({have};"
+                    f" {HttpServer._fds_promised} already promised to other servers,"
+                    f" {_FD_RESERVE} kept for the rest): raise the limit (ulimit -n) or"
+                    " lower the connection cap"
                 )
-            adj = Adjustments(
-                host=host or "0.0.0.0",
-                port=int(port),
-                threads=limits.threads,
-                connection_limit=limits.max_connections,
-                channel_timeout=int(max(1, limits.idle_timeout_s)),
-                cleanup_interval=1,
-                max_request_body_size=limits.max_body_bytes,
-                max_request_header_size=limits.max_header_bytes,
-                inbuf_overflow=64 * 1024,
-                asyncore_use_poll=True,  # select() cannot watch descriptors above 1024
-                ident="gangops",
-                expose_tracebacks=False,
-                clear_untrusted_proxy_headers=True,
-            )
             try:
-                self._server = _Server(_routes_app(routes, limits), adj=adj)
+                adj = self._adjustments(host, port, limits)
+            except ValueError as e:  # a host name that does not resolve
+                raise ServerError(f"{name} server: cannot listen on {addr!r}: {e}") from None
+            # Bound after it is built, so that a failed bind can close what waitress
+            # opened first (its worker threads, its trigger pipe, its socket).
+            server = _Server(_routes_app(routes, limits), adj=adj, _start=False, bind_socket=False)
+            try:
+                server.bind_server_socket()
+                server.accept_connections()
             except OSError as e:
+                server.task_dispatcher.shutdown(timeout=5)
+                server.trigger.close()
+                server.close()
                 raise ServerError(f"{name} server: cannot listen on {addr!r}: {e}") from e
-            self._server.read_timeout_s = limits.read_timeout_s
-            HttpServer._fds_promised += limits.max_connections
+            server.effective_host, server.effective_port = server.getsockname()
+            server.read_timeout_s = limits.read_timeout_s
+            self._server = server
+            HttpServer._fds_promised += self._fds
         self._thread = threading.Thread(target=self._run, name=f"http-{name}", daemon=True)
+
+    @staticmethod
+    def _adjustments(host: str, port: int, limits: Limits) -> Adjustments:
+        return Adjustments(
+            host=host or "0.0.0.0",
+            port=port,
+            threads=limits.threads,
+            connection_limit=limits.max_connections,
+            channel_timeout=int(max(1, limits.idle_timeout_s)),
+            cleanup_interval=1,
+            max_request_body_size=limits.max_body_bytes,
+            max_request_header_size=limits.max_header_bytes,
+            inbuf_overflow=_INBUF_OVERFLOW,
+            asyncore_use_poll=True,  # select() cannot watch descriptors above 1024
+            ident="gangops",
+            expose_tracebacks=False,
+            clear_untrusted_proxy_headers=True,
+        )
 
     @property
     def port(self) -> int:
@@ -270,12 +343,15 @@ class HttpServer:
     def stop(self) -> None:
         """Stop listening, close every connection and stop the worker threads."""
         server = self._server
-        # Sockets belong to the loop's thread: close them there, which ends the loop.
-        try:
-            server.trigger.pull_trigger(lambda: wasyncore.close_all(server._map))
-        except OSError:  # the loop closed every socket already, its trigger with them
-            log.debug("http server already closed name=%s", self.name)
-        self._thread.join(5)
+        if self._thread.ident is None:  # never started: no loop owns the sockets
+            wasyncore.close_all(server._map)
+        else:
+            # Sockets belong to the loop's thread: close them there, which ends the loop.
+            try:
+                server.trigger.pull_trigger(lambda: wasyncore.close_all(server._map))
+            except OSError:  # the loop closed every socket already, its trigger with them
+                log.debug("http server already closed name=%s", self.name)
+            self._thread.join(5)
         server.task_dispatcher.shutdown(timeout=5)
         with HttpServer._fd_lock:
-            HttpServer._fds_promised -= self._limits.max_connections
+            HttpServer._fds_promised -= self._fds

@@ -56,7 +56,15 @@ from controller.gang.metrics import GangMetrics
 from controller.gang.telemetry import PrometheusTelemetry, TelemetryMetrics
 from controller.gang.view import node_of, node_ready
 from controller.gang.workload import WINDOW_PODS
-from controller.httpserver import HttpServer, Limits, Request, Response, ServerError, text
+from controller.httpserver import (
+    HttpServer,
+    Limits,
+    Request,
+    Response,
+    ServerError,
+    address_arg,
+    text,
+)
 from controller.kube.client import RESOURCES, ApiError, Kube, KubeApi, connect
 from controller.kube.clock import SystemClock
 from controller.kube.leader import ElectionSettings, LeaseElector
@@ -452,9 +460,17 @@ def add_subcommand(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
         help="the controller's namespace: policy ConfigMap, Git secrets, the Lease "
         f"(default: $POD_NAMESPACE, else {DEFAULT_SYSTEM_NAMESPACE})",
     )
-    p.add_argument("--metrics-addr", default=":8080", help="metrics and health (default :8080)")
     p.add_argument(
-        "--webhook-addr", default=":9292", help="Git push webhooks; '' disables (default :9292)"
+        "--metrics-addr",
+        default=":8080",
+        type=address_arg,
+        help="metrics and health, HOST:PORT or :PORT (default :8080)",
+    )
+    p.add_argument(
+        "--webhook-addr",
+        default=":9292",
+        type=lambda v: address_arg(v) if v else v,
+        help="Git push webhooks and Alertmanager, HOST:PORT or :PORT; '' disables (default :9292)",
     )
     p.add_argument(
         "--webhook-secret-file",

@@ -27,6 +27,7 @@ from controller.httpserver import (
     Response,
     Route,
     ServerError,
+    address_arg,
     text,
 )
 
@@ -69,13 +70,6 @@ endpoints:
 """
 
 
-def _addr(v: str) -> str:
-    _host, sep, port = v.rpartition(":")
-    if not sep or not port.isdigit():
-        raise argparse.ArgumentTypeError(f"expected HOST:PORT (or :PORT), got {v!r}")
-    return v
-
-
 def _xid_class(v: str) -> tuple[int, health.XidClass]:
     try:
         return health.parse_xid_class(v)
@@ -93,7 +87,7 @@ def add_subcommand(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
     )
     p.add_argument(
         "--listen",
-        type=_addr,
+        type=address_arg,
         default=":9400",
         help="metrics and health address (default :9400, dcgm-exporter's port)",
     )

@@ -175,7 +175,7 @@ def handle_push(
         return WebhookResponse(200, f"delivery {delivery[:80]} was already handled", "ignored")
     try:
         payload = json.loads(body or b"{}")
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested too deep to read
         return WebhookResponse(400, "the body is not JSON", "rejected")
     try:
         source = kube.get(_SOURCE, name)

@@ -7,12 +7,15 @@ loaded machine makes the tests slower, not flaky.
 
 from __future__ import annotations
 
+import os
 import socket
+import threading
 import time
 from collections.abc import Iterator
 
 import pytest
 
+from controller import httpserver
 from controller.httpserver import HttpServer, Limits, Request, Response, ServerError, text
 
 LIMITS = Limits(
@@ -139,3 +142,76 @@ def test_many_idle_connections_do_not_keep_others_out(server: HttpServer) -> Non
 def test_a_connection_cap_beyond_the_file_descriptor_limit_is_refused() -> None:
     with pytest.raises(ServerError, match="do not fit in the file descriptor limit"):
         HttpServer("127.0.0.1:0", {}, limits=Limits(max_connections=10**9), name="greedy")
+
+
+def test_a_response_to_head_ends_with_its_headers(server: HttpServer) -> None:
+    """Found by a review: the route's body followed a HEAD response, and on a kept-alive
+    connection read as the start of the next response."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
+        s.sendall(
+            b"HEAD /echo/x HTTP/1.1\r\nHost: a\r\n\r\n"
+            + b"GET /echo/y HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"
+        )
+        answer = b""
+        while chunk := s.recv(4096):
+            answer += chunk
+    head, _, rest = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200") and b"Content-Length: 15" in head
+    assert rest.startswith(b"HTTP/1.1 200") and rest.endswith(b"GET /echo/y 0\n")
+
+
+def test_blank_lines_alone_do_not_keep_a_connection_open(server: HttpServer) -> None:
+    """Found by a review: each CRLF pair was an empty request to waitress, activity
+    that reset the idle timer, so a client sending nothing else held its connection
+    slot for ever (a few of them, the whole connection cap)."""
+    with socket.create_connection(("127.0.0.1", server.port)) as s:
+        s.settimeout(0.3)
+        deadline = time.monotonic() + 8  # 4 idle timeouts
+        closed = False
+        while not closed and time.monotonic() < deadline:
+            try:
+                s.send(b"\r\n")
+                closed = s.recv(4096) == b""
+            except TimeoutError:
+                continue
+            except OSError:
+                closed = True
+        assert closed
+
+
+@pytest.mark.parametrize(
+    "addr", ["localhost", "no-such-host.invalid:0", "127.0.0.1:-1", "127.0.0.1:70000", ":８０"]
+)
+def test_an_address_that_is_not_host_and_port_is_refused(addr: str) -> None:
+    """Found by a review: some raised ValueError past the callers (a traceback), and
+    port 70000 listened on 4464."""
+    with pytest.raises(ServerError):
+        HttpServer(addr, {}, limits=Limits(max_connections=8), name="bad")
+
+
+def test_a_server_that_cannot_listen_leaves_nothing_open() -> None:
+    """Found by a review: waitress starts its worker threads and opens its trigger and
+    socket before it binds; a failed bind left them all behind."""
+    busy = HttpServer("127.0.0.1:0", {}, limits=Limits(max_connections=8), name="busy").start()
+    try:
+        fds, threads = len(os.listdir("/proc/self/fd")), threading.active_count()
+        for _ in range(3):
+            with pytest.raises(ServerError, match="cannot listen"):
+                HttpServer(f"127.0.0.1:{busy.port}", {}, limits=Limits(max_connections=8), name="x")
+        assert (len(os.listdir("/proc/self/fd")), threading.active_count()) == (fds, threads)
+    finally:
+        busy.stop()
+
+
+def test_connections_whose_bodies_may_spool_to_a_file_count_two_descriptors(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found by a review: a body over waitress's 64 KiB in memory is spooled to a
+    file, so half-sent 70 KiB bodies took the descriptors kept for the API client."""
+    monkeypatch.setattr(httpserver, "_raise_fd_limit", lambda needed: 2000)
+    small = HttpServer(
+        "127.0.0.1:0", {}, limits=Limits(max_body_bytes=1024, max_connections=1000), name="s"
+    )
+    small.stop()
+    with pytest.raises(ServerError, match="1000 connections \\(2000 file descriptors\\)"):
+        HttpServer("127.0.0.1:0", {}, limits=Limits(max_connections=1000), name="big")

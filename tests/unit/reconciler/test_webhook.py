@@ -140,3 +140,20 @@ def test_deliveries_remember_the_latest_ids_only() -> None:
     for i in "abc":
         d.add(i)
     assert [d.seen(i) for i in "abc"] == [False, True, True]
+
+
+def test_a_signed_body_nested_too_deep_to_read_is_refused_as_not_json() -> None:
+    """Found by a review: json.loads raised RecursionError, which reached the
+    server's catch-all: a 500 and a traceback in the log instead of a 400."""
+    body = b"[" * 100_000 + b"]" * 100_000
+    sig = "sha256=" + hmac.new(SECRET, body, hashlib.sha256).hexdigest()
+    r = handle_push(
+        _kube(),
+        path="/hook/main",
+        headers={"X-GitHub-Event": "push", "X-Hub-Signature-256": sig},
+        body=body,
+        secret=SECRET,
+        clock=FakeClock(),
+        deliveries=Deliveries(),
+    )
+    assert (r.status, r.message) == (400, "the body is not JSON")
