@@ -3,10 +3,12 @@
 client is (no `type: ignore`).
 
 It keeps objects in a dict with increasing resourceVersions and honours
-compare-and-swap on replace, which is all the Lease elector relies on; list
-and watch replay scripted pages and events for the informer; merge patches
-(the gang binder's record and status writes) follow RFC 7386; binds are
-noted in `bound`.
+the preconditions the API server does (409 Conflict): compare-and-swap on
+replace (the Lease elector) and on a merge patch that names a
+resourceVersion (the binder's record), a delete's uid, a bind of a pod
+already bound. List and watch replay scripted pages and events for the
+informer; merge patches follow RFC 7386 (the status subresource takes only
+status); binds are noted in `bound`.
 """
 
 from __future__ import annotations
@@ -83,6 +85,11 @@ class FakeKube:
         have = self.objects.get(key)
         if have is None:
             raise ApiError(404, "NotFound", name)
+        want = (patch.get("metadata") or {}).get("resourceVersion")
+        if want is not None and want != have["metadata"].get("resourceVersion"):
+            raise ApiError(409, "Conflict", "the object has been modified")
+        if subresource == "status":  # the status subresource takes status only
+            patch = {"status": patch["status"]} if "status" in patch else {}
         return self._store(key, _merged(have, patch), "merge_patch")
 
     def _store(self, key: tuple[str, str, str], obj: Obj, verb: str) -> Obj:
@@ -173,12 +180,18 @@ class FakeKube:
         uid: str | None = None,
     ) -> bool:
         self._check()
-        gone = self.objects.pop(self._key(res.kind, name, namespace), None)
+        key = self._key(res.kind, name, namespace)
+        have_uid = (self.objects.get(key) or {"metadata": {}})["metadata"].get("uid")
+        if uid is not None and have_uid is not None and have_uid != uid:
+            raise ApiError(409, "Conflict", "Precondition failed: UID in precondition")
+        gone = self.objects.pop(key, None)
         self.writes.append(("delete", name))
         return gone is not None
 
     def bind(self, namespace: str, pod: str, node: str, *, field_manager: str) -> None:
         self._check()
+        if f"{namespace}/{pod}" in self.bound:
+            raise ApiError(409, "Conflict", f"pod {pod} is already assigned to a node")
         self.bound[f"{namespace}/{pod}"] = node
 
 
