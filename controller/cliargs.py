@@ -1,11 +1,19 @@
-"""argparse types the commands share: a number of seconds or a count, with the error
-argparse prints for a value that is not one."""
+"""argparse types the commands share: a number of seconds, a number or a count, with
+the error argparse prints for a value that is not one."""
 
 from __future__ import annotations
 
 import argparse
+import math
 
-__all__ = ["non_negative_count", "non_negative_seconds", "positive_count", "positive_seconds"]
+__all__ = [
+    "non_negative_count",
+    "non_negative_number",
+    "non_negative_seconds",
+    "positive_count",
+    "positive_number",
+    "positive_seconds",
+]
 
 
 def _seconds(raw: str) -> float:
@@ -26,6 +34,32 @@ def positive_seconds(raw: str) -> float:
 def non_negative_seconds(raw: str) -> float:
     """A number of seconds, 0 or more."""
     value = _seconds(raw)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {raw!r}")
+    return value
+
+
+def _number(raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a number, got {raw!r}")
+    return value
+
+
+def positive_number(raw: str) -> float:
+    """A finite number, more than 0 (a factor, a mean)."""
+    value = _number(raw)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {raw!r}")
+    return value
+
+
+def non_negative_number(raw: str) -> float:
+    """A finite number, 0 or more."""
+    value = _number(raw)
     if not value >= 0:
         raise argparse.ArgumentTypeError(f"must be 0 or more, got {raw!r}")
     return value

@@ -13,21 +13,21 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from controller.cliargs import (
+    non_negative_count,
+    non_negative_number,
+    positive_count,
+    positive_number,
+)
 from controller.clusterspec import ClusterSpecError
 from controller.scheduler.policy import SchedulingPolicy
 from controller.sim.faults import FaultError
 from controller.sim.generator import generate, to_csv
 from controller.sim.plot import PlotUnavailable, write_figures
 from controller.sim.report import figures, format_table, write_report
-from controller.sim.run import Experiment, run, run_jobs
+from controller.sim.run import Experiment, policy_doc, run, run_jobs
 from controller.sim.schedulers import SCHEDULERS
-from controller.sim.tenants import (
-    SESSION_MEAN,
-    PolicyError,
-    load_policy_doc,
-    open_policy_doc,
-    scale_policy_doc,
-)
+from controller.sim.tenants import SESSION_MEAN, PolicyError
 from controller.sim.traces import TRACES_ENV, TraceError, load_cluster_file, traces_dir
 from controller.sim.variants import VARIANTS
 
@@ -111,11 +111,7 @@ def _simulate(args: argparse.Namespace) -> int:
         if args.generate is not None:
             nodes = load_cluster_file(exp.cluster)
             gpus = sum(n.gpus for n in nodes)
-            doc = (
-                scale_policy_doc(load_policy_doc(exp.policies), gpus)
-                if exp.policies
-                else open_policy_doc(gpus)
-            )
+            doc = policy_doc(exp, gpus)
             policy = SchedulingPolicy.from_dict(doc)
             load = args.load or 0.9
             jobs = generate(
@@ -169,7 +165,7 @@ def add_subcommand(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
     )
     p.add_argument("--cluster", required=True, metavar="FILE", help="cluster description")
     p.add_argument("--trace", metavar="FILE", help="trace file")
-    p.add_argument("--generate", type=int, metavar="N", help="simulate N generated jobs")
+    p.add_argument("--generate", type=positive_count, metavar="N", help="simulate N generated jobs")
     p.add_argument("--save-trace", metavar="FILE", help="with --generate: write the jobs as CSV")
     p.add_argument("--policies", metavar="DIR", help="policy set (default: one open project)")
     p.add_argument(
@@ -193,12 +189,18 @@ def add_subcommand(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
     )
     p.add_argument("--arrivals-only", action="store_true", help="FGD's experiment: never leave")
     p.add_argument("--seed", type=int, default=42, help="first random seed (default 42)")
-    p.add_argument("--seeds", type=int, default=1, help="arrivals-only: seeds averaged (default 1)")
+    p.add_argument(
+        "--seeds",
+        type=positive_count,
+        default=1,
+        help="arrivals-only: seeds averaged, 1 or more (default 1)",
+    )
     p.add_argument(
         "--tune",
-        type=float,
+        type=non_negative_number,
         default=1.3,
-        help="arrivals-only: inflate the trace to this x capacity by resampling (default 1.3)",
+        help="arrivals-only: inflate the trace to this x capacity by resampling; 0 or at "
+        "most the trace's own demand: as is (default 1.3)",
     )
     p.add_argument(
         "--order",
@@ -208,18 +210,18 @@ def add_subcommand(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
     )
     p.add_argument(
         "--load",
-        type=float,
-        help="with departures: re-time arrivals so the offered load is this x capacity",
+        type=positive_number,
+        help="with departures: re-time arrivals so the offered load is this x capacity (> 0)",
     )
     p.add_argument(
         "--max-duration",
-        type=float,
+        type=non_negative_number,
         metavar="SECONDS",
-        help="with departures: cap job durations (censored trace tails)",
+        help="with departures: cap job durations (censored trace tails), 0 or more",
     )
     p.add_argument(
         "--repeat",
-        type=int,
+        type=positive_count,
         default=1,
         metavar="K",
         help="with departures and --load: replay K shuffled passes of the trace as one "
@@ -227,11 +229,11 @@ def add_subcommand(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
     )
     p.add_argument(
         "--session-mean",
-        type=float,
+        type=positive_number,
         default=SESSION_MEAN,
         metavar="N",
-        help="traces without tenants: mean number of consecutive jobs one project submits "
-        f"(default {SESSION_MEAN})",
+        help="traces without tenants: mean number of consecutive jobs one project submits, "
+        f"> 0 (default {SESSION_MEAN})",
     )
     p.add_argument(
         "--telemetry",
@@ -247,8 +249,19 @@ def add_subcommand(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
         action="store_true",
         help="gangops schedules by requests alone; the telemetry and faults are still measured",
     )
-    p.add_argument("--tick", type=float, default=10.0, help="seconds between cycles (default 10)")
-    p.add_argument("--limit", type=int, metavar="N", help="only the first N jobs of the trace")
+    p.add_argument(
+        "--tick",
+        type=non_negative_number,
+        default=10.0,
+        metavar="SECONDS",
+        help="seconds between cycles; 0: a cycle at every event (default 10)",
+    )
+    p.add_argument(
+        "--limit",
+        type=non_negative_count,
+        metavar="N",
+        help="only the first N jobs of the trace (0 or more)",
+    )
     p.add_argument(
         "--progress",
         action=argparse.BooleanOptionalAction,

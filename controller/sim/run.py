@@ -26,6 +26,7 @@ from controller.sim.schedulers import SCHEDULERS, make_scheduler
 from controller.sim.telemetry import Feed, Replayed
 from controller.sim.tenants import (
     SESSION_MEAN,
+    PolicyError,
     assign_tenants,
     load_policy_doc,
     open_policy_doc,
@@ -35,7 +36,7 @@ from controller.sim.traces import TraceError, TraceJob, load_cluster_file, load_
 from controller.sim.variants import make_variant
 from controller.telemetry_data import load_recording
 
-__all__ = ["Experiment", "SchedulerRun", "prepare_arrivals", "run", "run_jobs"]
+__all__ = ["Experiment", "SchedulerRun", "policy_doc", "prepare_arrivals", "run", "run_jobs"]
 
 
 @dataclass(frozen=True)
@@ -151,10 +152,18 @@ def stationary(
     return out
 
 
-def _policy_doc(exp: Experiment, capacity_gpus: int) -> dict[str, Any]:
-    if exp.policies is None:
-        return open_policy_doc(capacity_gpus)
-    return scale_policy_doc(load_policy_doc(exp.policies), capacity_gpus)
+def policy_doc(exp: Experiment, capacity_gpus: int) -> dict[str, Any]:
+    """The compiled policy for `exp` scaled to `capacity_gpus` (one open project
+    without `policies`); a PolicyError when the policy cannot be built, e.g. for a
+    capacity beyond what a compiled policy may hold."""
+    try:
+        if exp.policies is None:
+            return open_policy_doc(capacity_gpus)
+        return scale_policy_doc(load_policy_doc(exp.policies), capacity_gpus)
+    except PolicyError:
+        raise
+    except ValueError as e:
+        raise PolicyError(f"no policy for a cluster of {capacity_gpus} GPUs: {e}") from None
 
 
 def run_jobs(
@@ -240,7 +249,7 @@ def run(
         jobs = jobs[: exp.limit]
     if exp.variant is not None:
         jobs = make_variant(jobs, exp.variant, seed=exp.seed, nodes=nodes)
-    doc = _policy_doc(exp, capacity_gpus)
+    doc = policy_doc(exp, capacity_gpus)
     policy = SchedulingPolicy.from_dict(doc)
     if not exp.arrivals_only and exp.max_duration is not None:
         cap = exp.max_duration

@@ -28,6 +28,7 @@ from pathlib import Path
 from controller.clusterspec import (
     LABEL_RACK,
     LABEL_ZONE,
+    MAX_GPUS,
     MAX_GPUS_PER_NODE,
     MAX_NODES_PER_POOL,
     load_cluster,
@@ -119,6 +120,7 @@ def _int(
     key: str,
     default: int | None = None,
     *,
+    minimum: int = 0,
     maximum: int = MAX_VALUE,
 ) -> int:
     raw = (row.get(key) or "").strip()
@@ -130,12 +132,32 @@ def _int(
         value = int(float(raw))
     except (ValueError, OverflowError):  # nan, inf, 1e400
         value = None
-    if value is None or not 0 <= value <= maximum:
+    if value is None or not minimum <= value <= maximum:
         shown = raw if len(raw) <= 40 else raw[:37] + "..."
         raise TraceError(
-            f"{path}:{line}: column {key!r}: expected a number from 0 to {maximum}, found {shown!r}"
+            f"{path}:{line}: column {key!r}: expected a number from {minimum} to {maximum}, "
+            f"found {shown!r}"
         )
     return value
+
+
+def _name(path: Path, line: int, row: Mapping[str, str], key: str) -> str:
+    """The text of column `key`, which names a job or a node and must not be empty
+    (a short row leaves it missing)."""
+    name = (row.get(key) or "").strip()
+    if not name:
+        raise TraceError(f"{path}:{line}: column {key!r} is empty; expected a name")
+    return name
+
+
+def _unique(path: Path, key: str, names: Iterable[tuple[int, str]]) -> None:
+    """Refuse a name seen twice: a job arriving twice would leak its first copy's
+    GPUs, a node listed twice would count twice in the capacity."""
+    seen: dict[str, int] = {}
+    for line, name in names:
+        first = seen.setdefault(name, line)
+        if first != line:
+            raise TraceError(f"{path}:{line}: {key} {name!r} repeats line {first}")
 
 
 def _openb_pods(
@@ -143,6 +165,7 @@ def _openb_pods(
 ) -> list[TraceJob]:
     timed = "creation_time" in header
     jobs = []
+    names = []
     for i, (line, row) in enumerate(rows):
         gpus = _int(path, line, row, "num_gpu")
         milli = _int(path, line, row, "gpu_milli", 0)
@@ -166,34 +189,44 @@ def _openb_pods(
             end = (row.get("deletion_time") or "").strip()
             if end:
                 duration = max(1.0, float(_int(path, line, row, "deletion_time")) - submit)
-        jobs.append(TraceJob(row.get("name") or f"pod-{i}", submit, duration, 1, pod))
+        name = (row.get("name") or "").strip() or f"pod-{i}"
+        names.append((line, name))
+        jobs.append(TraceJob(name, submit, duration, 1, pod))
+    _unique(path, "name", names)
     return jobs
 
 
 def _tiresias(path: Path, rows: list[tuple[int, dict[str, str]]]) -> list[TraceJob]:
     jobs = []
+    names = []
     for line, row in rows:
+        name = _name(path, line, row, "job_id")
+        names.append((line, name))
         gpus = _int(path, line, row, "num_gpu")
         if gpus < 1:
             raise TraceError(f"{path}:{line}: num_gpu must be at least 1, found {gpus}")
         jobs.append(
             TraceJob(
-                id=f"job-{row['job_id'].strip()}",
+                id=f"job-{name}",
                 submit=float(_int(path, line, row, "submit_time")),
                 duration=float(max(1, _int(path, line, row, "duration"))),
                 workers=gpus,
                 pod=PodShape(gpus=1),
             )
         )
+    _unique(path, "job_id", names)
     return jobs
 
 
 def _gangops(path: Path, rows: list[tuple[int, dict[str, str]]]) -> list[TraceJob]:
     jobs = []
+    names = []
     for line, row in rows:
+        name = _name(path, line, row, "job_id")
+        names.append((line, name))
         size = _int(path, line, row, "gang_size")
         per = _int(path, line, row, "gpus_per_worker", 1)
-        milli = _int(path, line, row, "gpu_milli", MILLI)
+        milli = _int(path, line, row, "gpu_milli", MILLI, minimum=1, maximum=MILLI)
         if size < 1 or per < 1 or size % per:
             raise TraceError(
                 f"{path}:{line}: gang_size {size} must be a positive multiple of "
@@ -208,7 +241,7 @@ def _gangops(path: Path, rows: list[tuple[int, dict[str, str]]]) -> list[TraceJo
         duration = (row.get("duration") or "").strip()
         jobs.append(
             TraceJob(
-                id=row["job_id"].strip(),
+                id=name,
                 submit=float(_int(path, line, row, "submit_time")),
                 duration=float(_int(path, line, row, "duration")) if duration else None,
                 workers=size // per,
@@ -220,6 +253,7 @@ def _gangops(path: Path, rows: list[tuple[int, dict[str, str]]]) -> list[TraceJo
                 user=(row.get("user") or "").strip() or None,
             )
         )
+    _unique(path, "job_id", names)
     return jobs
 
 
@@ -242,21 +276,34 @@ def load_trace(path: Path) -> list[TraceJob]:
     return sorted(jobs, key=lambda j: j.submit)
 
 
-def _openb_nodes(path: Path, rows: Iterable[tuple[int, dict[str, str]]]) -> list[Node]:
-    return [
-        Node(
-            name=row["sn"].strip(),
+def _openb_nodes(path: Path, rows: list[tuple[int, dict[str, str]]]) -> list[Node]:
+    nodes: list[Node] = []
+    names: list[tuple[int, str]] = []
+    gpus = 0
+    for line, row in rows:
+        if len(nodes) == MAX_NODES_PER_POOL:
+            raise TraceError(f"{path}:{line}: more than {MAX_NODES_PER_POOL} nodes")
+        name = _name(path, line, row, "sn")
+        names.append((line, name))
+        node = Node(
+            name=name,
             gpus=_int(path, line, row, "gpu", maximum=MAX_GPUS_PER_NODE),
             cpu_milli=_int(path, line, row, "cpu_milli", 0),
             memory=_int(path, line, row, "memory_mib", 0) * MIB,
             gpu_model=(row.get("model") or "").strip(),
         )
-        for line, row in rows
-    ]
+        gpus += node.gpus
+        if gpus > MAX_GPUS:
+            raise TraceError(f"{path}:{line}: more than {MAX_GPUS} GPUs in all")
+        nodes.append(node)
+    _unique(path, "sn", names)
+    return nodes
 
 
 def _tiresias_nodes(path: Path, rows: list[tuple[int, dict[str, str]]]) -> list[Node]:
     nodes: list[Node] = []
+    first = 0  # switches of the rows above: each row adds its own, named on from there
+    gpus = 0
     for line, row in rows:
         per_switch = _int(path, line, row, "num_node_p_switch")
         switches = _int(path, line, row, "num_switch")
@@ -265,23 +312,42 @@ def _tiresias_nodes(path: Path, rows: list[tuple[int, dict[str, str]]]) -> list[
                 f"{path}:{line}: {switches} switches of {per_switch} nodes: more than "
                 f"{MAX_NODES_PER_POOL} nodes in all"
             )
-        for s in range(switches):
+        per_node = _int(path, line, row, "num_gpu_p_node", maximum=MAX_GPUS_PER_NODE)
+        gpus += switches * per_switch * per_node
+        if gpus > MAX_GPUS:
+            raise TraceError(
+                f"{path}:{line}: {switches * per_switch} nodes of {per_node} GPUs: more than "
+                f"{MAX_GPUS} GPUs in all"
+            )
+        for s in range(first, first + switches):
             for n in range(per_switch):
                 nodes.append(
                     Node(
                         name=f"s{s}-n{n:02d}",
-                        gpus=_int(path, line, row, "num_gpu_p_node", maximum=MAX_GPUS_PER_NODE),
+                        gpus=per_node,
                         cpu_milli=_int(path, line, row, "num_cpu_p_node", 0) * 1000,
                         memory=_int(path, line, row, "mem_p_node", 0) * (1 << 30),
                         labels={LABEL_RACK: f"switch-{s}", LABEL_ZONE: "zone"},
                     )
                 )
+        first += switches
     return nodes
 
 
 def load_cluster_file(path: Path) -> list[Node]:
     """GPU nodes from `clusters/<name>/cluster.yaml`, the openb node list or a
-    Tiresias cluster CSV."""
+    Tiresias cluster CSV; a cluster without a GPU is refused (every figure is a
+    share of the GPUs)."""
+    nodes = _cluster_nodes(path)
+    if not any(n.gpus for n in nodes):
+        raise TraceError(
+            f"{path}: no GPU in the cluster ({len(nodes)} node(s), none with a GPU); "
+            "a simulation needs at least one"
+        )
+    return nodes
+
+
+def _cluster_nodes(path: Path) -> list[Node]:
     if path.suffix in (".yaml", ".yml"):
         spec = load_cluster(path)
         return [

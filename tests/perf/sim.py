@@ -7,7 +7,9 @@
    placement keeps a ranking of the open nodes (2026-12-04, quiet machine,
    docs/performance.md). Then the sweep's overloaded row (`OVERLOADED`),
    gangops alone: under 600 s of CPU (issue 16; it took 1,301 s before the
-   victim search was shortlisted; 24.8 s CPU on 2026-12-04).
+   victim search was shortlisted; 24.8 s CPU on 2026-12-04). Both speed rows
+   time a run that must also have scheduled its jobs (`RUNS_EVERY_JOB`): a
+   gangops that turns every job away or starts none is fast, and fails.
 2. FGD's fragmentation experiment (arrivals only; the trace inflated to
    1.3 x capacity by resampling and shuffled per seed, as FGD's artifact
    does; allocation when arrived demand reaches 100 %), mean over
@@ -31,6 +33,7 @@ put them. Run: `.venv/bin/python -m tests.perf sim` once registered.
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from pathlib import Path
@@ -43,7 +46,7 @@ from controller.sim.schedulers import SCHEDULERS
 from controller.sim.traces import TRACES_ENV, trace_path, traces_dir
 from tests.perf.harness import Result
 
-__all__ = ["inputs", "overloaded", "run", "run_benchmarks", "verdict"]
+__all__ = ["inputs", "overloaded", "run", "run_benchmarks", "timed_row", "verdict"]
 
 GANGOPS_FULL_TRACE_MAX_S = 10.0
 """Issue 16's target for the full openb trace with departures, gangops alone, in CPU
@@ -56,6 +59,11 @@ OVERLOADED_MAX_S = 600.0
 """Issue 16: the overloaded sweep in minutes, not the 1,301 s it took; gangops alone,
 CPU seconds. Measured 178 s of wall time at load 7-8, then 24.8 s CPU on a quiet
 machine once placement cost what changed (2026-12-04, docs/performance.md)."""
+RUNS_EVERY_JOB = {"never_started": 0, "rejected": 0}
+"""What gangops' run must show for a speed row to count: the full trace with
+departures and the overloaded row both started every job and turned none away
+(8,152 and 24,456 jobs; measured 2026-12-07 when this check was added). A run
+that schedules nothing is fast; its CPU seconds measure nothing."""
 PUBLISHED = {"random": 86.30, "bestfit": 92.86, "gangops": 95.23}
 """FGD paper, openb default trace, allocation at 100 % arrived (gangops: FGD's)."""
 MULTI_TENANT_RATIO_MIN = 1.4
@@ -88,22 +96,16 @@ def run_benchmarks() -> list[Result]:
     nodes, pods = found
     results: list[Result] = []
 
-    t0 = time.process_time()
-    runs, _ = simulate(Experiment(nodes, pods, schedulers=("gangops",)))
-    cpu = time.process_time() - t0
+    results.append(_full_trace(nodes, pods))
     others, _ = simulate(
         Experiment(nodes, pods, schedulers=tuple(s for s in SCHEDULERS if s != "gangops"))
     )
-    for r in [*runs, *others]:
+    for r in others:
         f = figures(r)
         print(
             f"sim: full openb with departures, {r.name}: {r.wall_seconds:.1f} s wall, "
             f"utilisation {f['utilization']:.4f}, p99 delay {f['queueing_delay_p99']} s"
         )
-    print(f"sim: full openb with departures, gangops: {cpu:.1f} s CPU")
-    results.append(
-        Result("sim: full openb trace, gangops (CPU s)", cpu, "s", GANGOPS_FULL_TRACE_MAX_S)
-    )
     results.append(_overloaded(nodes, pods))
 
     seeds = int(os.environ.get("GANGOPS_BENCH_SEEDS", "3"))
@@ -181,6 +183,36 @@ def run_benchmarks() -> list[Result]:
     return results
 
 
+def timed_row(name: str, cpu: float, limit: float, run_figures: dict[str, Any]) -> Result:
+    """A speed row: `cpu` seconds against `limit`, provided the run timed scheduled its
+    jobs as `RUNS_EVERY_JOB` says; otherwise the row fails (value inf) and says why."""
+    wrong = {k: run_figures[k] for k, want in RUNS_EVERY_JOB.items() if run_figures[k] != want}
+    if wrong:
+        print(
+            f"sim: {name}: FAIL: the timed run did not schedule its jobs "
+            f"({', '.join(f'{k} {v}' for k, v in wrong.items())}; expected "
+            f"{', '.join(f'{k} {RUNS_EVERY_JOB[k]}' for k in wrong)}), so its {cpu:.1f} s "
+            "CPU measure nothing"
+        )
+        return Result(name, math.inf, "s", limit)
+    return Result(name, cpu, "s", limit)
+
+
+def _full_trace(nodes: Path, pods: Path) -> Result:
+    """The full trace with departures, gangops alone, in CPU seconds."""
+    t0 = time.process_time()
+    runs, _ = simulate(Experiment(nodes, pods, schedulers=("gangops",)))
+    cpu = time.process_time() - t0
+    f = figures(runs[0])
+    print(
+        f"sim: full openb with departures, gangops: {runs[0].wall_seconds:.1f} s wall, "
+        f"{cpu:.1f} s CPU, utilisation {f['utilization']:.4f}, p99 delay "
+        f"{f['queueing_delay_p99']} s, never started {f['never_started']}, "
+        f"rejected {f['rejected']}"
+    )
+    return timed_row("sim: full openb trace, gangops (CPU s)", cpu, GANGOPS_FULL_TRACE_MAX_S, f)
+
+
 def overloaded(nodes: Path, pods: Path) -> Experiment:
     """The overloaded multi-tenant row (`OVERLOADED`), gangops alone."""
     return Experiment(
@@ -204,9 +236,10 @@ def _overloaded(nodes: Path, pods: Path) -> Result:
     print(
         f"sim: overloaded ({', '.join(f'{k} {v:g}' for k, v in OVERLOADED.items())}), "
         f"gangops: {cpu:.1f} s CPU, {runs[0].wall_seconds:.1f} s wall; utilisation "
-        f"{f['utilization']:.4f}, delay p99 {f['queueing_delay_p99']} s"
+        f"{f['utilization']:.4f}, delay p99 {f['queueing_delay_p99']} s, never started "
+        f"{f['never_started']}, rejected {f['rejected']}"
     )
-    return Result("sim: overloaded sweep row, gangops (CPU s)", cpu, "s", OVERLOADED_MAX_S)
+    return timed_row("sim: overloaded sweep row, gangops (CPU s)", cpu, OVERLOADED_MAX_S, f)
 
 
 def verdict(gangops: dict[str, Any], static: dict[str, Any]) -> str:

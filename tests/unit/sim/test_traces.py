@@ -168,3 +168,126 @@ def test_errors_name_file_and_line(tmp_path: Path) -> None:
     )
     with pytest.raises(TraceError, match=r"g\.csv:2: gang_size 6"):
         load_trace(gang)
+
+
+_GANGOPS = "job_id,submit_time,duration,gang_size"
+_OPENB_PODS = "name,cpu_milli,memory_mib,num_gpu,gpu_milli"
+_TIRESIAS = "job_id,num_gpu,submit_time,iterations,model_name,duration,interval"
+_NODES = "sn,cpu_milli,memory_mib,gpu,model"
+_SWITCHES = "num_switch,num_node_p_switch,num_gpu_p_node,num_cpu_p_node,mem_p_node"
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        # a job that arrives twice: its first copy's GPUs leaked, a negative delay
+        (f"{_GANGOPS}\na,0,100,1\nb,1,100,1\na,5,100,1\n", r"t\.csv:4: job_id 'a' repeats line 2"),
+        (f"{_OPENB_PODS}\np1,1,1,1,1000\np1,1,1,1,1000\n", r"t\.csv:3: name 'p1' repeats line 2"),
+        (f"{_TIRESIAS}\n7,1,0,1,m,10,1\n7,2,5,1,m,10,1\n", r"t\.csv:3: job_id '7' repeats line 2"),
+        # a short row leaves the name column (here the last) missing
+        ("submit_time,duration,gang_size,job_id\n0,100,1\n", r"t\.csv:2: column 'job_id' is empty"),
+        (f"{_GANGOPS}\n  ,0,100,1\n", r"t\.csv:2: column 'job_id' is empty"),
+        (f"{_TIRESIAS}\n,1,0,1,m,10,1\n", r"t\.csv:2: column 'job_id' is empty"),
+        # gpu_milli is a share of one GPU: 1 to 1000 (0 divided by zero, 5000 ran)
+        (f"{_GANGOPS},gpu_milli\na,0,100,1,0\n", r"t\.csv:2: column 'gpu_milli'.* 1 to 1000"),
+        (f"{_GANGOPS},gpu_milli\na,0,100,1,5000\n", r"t\.csv:2: column 'gpu_milli'.* 1 to 1000"),
+    ],
+    ids=[
+        "gangops-dup",
+        "openb-dup",
+        "tiresias-dup",
+        "short-row-job_id",
+        "blank-job_id",
+        "tiresias-blank-job_id",
+        "gpu_milli-0",
+        "gpu_milli-5000",
+    ],
+)
+def test_trace_rows_refused(tmp_path: Path, text: str, says: str) -> None:
+    with pytest.raises(TraceError, match=says):
+        load_trace(_write(tmp_path, "t.csv", text))
+
+
+def test_gpu_milli_bounds_are_accepted(tmp_path: Path) -> None:
+    low, whole = load_trace(
+        _write(tmp_path, "t.csv", f"{_GANGOPS},gpu_milli\na,0,1,1,1\nb,1,1,1,1000\n")
+    )
+    assert (low.pod.gpu_milli, low.pod.shared) == (1, True)
+    assert (whole.pod.gpu_milli, whole.pod.shared) == (MILLI, False)
+
+
+def test_openb_pods_without_a_name_are_numbered(tmp_path: Path) -> None:
+    jobs = load_trace(_write(tmp_path, "t.csv", f"{_OPENB_PODS}\n,1,1,1,1000\n,1,1,1,1000\n"))
+    assert [j.id for j in jobs] == ["pod-0", "pod-1"]
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        # counted twice in the capacity, once in the snapshot
+        (
+            f"{_NODES}\nn,1,1,1,P100\nm,1,1,1,P100\nn,1,1,1,P100\n",
+            r"c\.csv:4: sn 'n' repeats line 2",
+        ),
+        # `sn` is the last column and a short row leaves it out
+        (
+            "gpu,cpu_milli,memory_mib,model,sn\n2,1000,1000,P100\n",
+            r"c\.csv:2: column 'sn' is empty",
+        ),
+        # no GPU at all: every figure is a share of the GPUs
+        (f"{_NODES}\n", r"c\.csv: no GPU in the cluster \(0 node"),
+        (f"{_NODES}\nn1,64000,262144,0,\n", r"c\.csv: no GPU in the cluster \(1 node"),
+        (f"{_SWITCHES}\n1,4,0,64,512\n", r"c\.csv: no GPU in the cluster \(4 node"),
+        # more GPUs than a policy may hold (1,000,000)
+        (
+            f"{_SWITCHES}\n1,1000,1024,64,512\n",
+            r"c\.csv:2: 1000 nodes of 1024 GPUs: more than 1000000 GPUs",
+        ),
+        (
+            f"{_SWITCHES}\n1,500,1024,64,512\n1,500,1024,64,512\n",
+            r"c\.csv:3: .*more than 1000000 GPUs",
+        ),
+        (
+            _NODES + "\n" + "".join(f"n{i},1,1,1024,A\n" for i in range(977)),
+            r"c\.csv:978: more than 1000000 GPUs in all",
+        ),
+    ],
+    ids=[
+        "dup-sn",
+        "short-row-sn",
+        "header-only",
+        "zero-gpu-nodes",
+        "zero-gpu-switches",
+        "switches-over-1M-gpus",
+        "rows-over-1M-gpus",
+        "nodes-over-1M-gpus",
+    ],
+)
+def test_cluster_rows_refused(tmp_path: Path, text: str, says: str) -> None:
+    with pytest.raises(TraceError, match=says):
+        load_cluster_file(_write(tmp_path, "c.csv", text))
+
+
+def test_openb_node_list_node_limit(tmp_path: Path) -> None:
+    """docs/simulator.md: at most 100,000 nodes, the limit the Tiresias cluster CSV
+    and cluster.yaml already held."""
+    rows = "".join(f"n{i},1,1,{i % 2},A\n" for i in range(100_001))
+    with pytest.raises(TraceError, match=r"c\.csv:100002: more than 100000 nodes"):
+        load_cluster_file(_write(tmp_path, "c.csv", f"{_NODES}\n{rows}"))
+    nodes = load_cluster_file(
+        _write(tmp_path, "ok.csv", f"{_NODES}\n{rows.rsplit('n100000', 1)[0]}")
+    )
+    assert len(nodes) == 100_000
+
+
+def test_tiresias_cluster_rows_name_their_own_switches(tmp_path: Path) -> None:
+    """Two rows used to both name their nodes s0-n00..., one node name twice."""
+    nodes = load_cluster_file(
+        _write(tmp_path, "c.csv", f"{_SWITCHES}\n1,2,4,40,256\n2,1,8,40,256\n")
+    )
+    assert [(n.name, n.gpus, n.labels["topology.kubernetes.io/rack"]) for n in nodes] == [
+        ("s0-n00", 4, "switch-0"),
+        ("s0-n01", 4, "switch-0"),
+        ("s1-n00", 8, "switch-1"),
+        ("s2-n00", 8, "switch-2"),
+    ]
