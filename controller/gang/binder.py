@@ -88,6 +88,24 @@ def _passing(e: ApiError) -> bool:
     return e.transient and e.status != 0 and e.reason != "AlreadyExists"
 
 
+def _left_by_namesake(owners: list[Mapping[str, Any]], name: str) -> bool:
+    """Whether a Service with these owner references was left by an earlier
+    TrainingJob named `name`: it has owners, and every one is such a job."""
+    return bool(owners) and all(
+        o.get("kind") == "TrainingJob"
+        and str(o.get("apiVersion", "")).split("/")[0] == "ai.operator"
+        and o.get("name") == name
+        for o in owners
+    )
+
+
+def _owners(owners: list[Mapping[str, Any]]) -> str:
+    """Who owns a Service, in words."""
+    if not owners:
+        return "it has no owner"
+    return "owned by " + ", ".join(f"{o.get('kind')} {o.get('name')}" for o in owners)
+
+
 class Binder:
     """Writes decided steps: `execute(write)`, one job at a time per caller."""
 
@@ -243,19 +261,31 @@ class Binder:
 
     def _create_service(self, svc: Obj) -> None:
         """The job's headless Service (it only names the workers, so it is created
-        beside them, not before them). One of the same name owned by an earlier job
-        (deleted, recreated under its name before the garbage collector took the
-        Service) is replaced by this job's: kept, it would vanish with its owner."""
-        uid = svc["metadata"]["ownerReferences"][0]["uid"]
+        beside them, not before them). One of the same name left by an earlier job
+        of that name (deleted, recreated under its name before the garbage collector
+        took the Service: owned by TrainingJobs of this name alone) is replaced by
+        this job's: kept, it would vanish with its owner. Any other Service of that
+        name is someone else's (an admin's, a StatefulSet's): it is left alone and
+        the launch refused, naming it; tenants may not write Services, so taking it
+        over would do for them what they may not (docs/security.md)."""
+        meta = svc["metadata"]
+        uid = meta["ownerReferences"][0]["uid"]
         try:
             self._kube.create(svc, field_manager=FIELD_MANAGER)
         except ApiError as e:
             if e.status != 409:
                 raise
-            meta = svc["metadata"]
             live = self._kube.get(_SERVICE, meta["name"], meta["namespace"])
             owners = (live or {}).get("metadata", {}).get("ownerReferences") or []
             if live is not None and not any(o.get("uid") == uid for o in owners):
+                if not _left_by_namesake(owners, meta["name"]):
+                    raise ApiError(
+                        e.status,
+                        e.reason,
+                        f"{e.message}; Service {meta['namespace']}/{meta['name']} is not "
+                        f"this job's ({_owners(owners)}), so gangops leaves it: rename the "
+                        "TrainingJob, or have the Service's owner remove it",
+                    ) from None
                 rv = live["metadata"].get("resourceVersion")
                 self._kube.replace(
                     {**svc, "metadata": {**meta, "resourceVersion": rv}},

@@ -12,6 +12,7 @@ disagree. Pure: dicts in, values out.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -61,6 +62,8 @@ __all__ = [
     "pod_requests",
     "pod_terminal",
 ]
+
+log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 
@@ -313,6 +316,14 @@ def _parse(
         gang = to_gang(spec, policy)
     except SpecError as e:
         error = str(e)
+    except Exception as e:  # a bug reading one job must not stop every job's step
+        meta = obj.get("metadata") or {}
+        log.exception("could not read job=%s/%s", meta.get("namespace", ""), meta.get("name", ""))
+        spec, gang = None, None
+        error = (
+            f"gangops could not read this job ({type(e).__name__}: {e}); "
+            "the controller's log has the traceback"
+        )
     return spec, gang, error, Admission.from_status(obj.get("status") or {})
 
 

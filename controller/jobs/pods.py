@@ -14,6 +14,10 @@ other scheduler would take a worker that somehow lost its node. Each gang attemp
 own pod names, so a restart never waits for the old pods' names to free up.
 Of the template's metadata only labels and annotations are copied: a finalizer
 there would keep every worker Terminating forever once its job is deleted.
+The job's `spec.tolerations` (the short form `- <taint key>` expanded) are added
+to the template's: the scheduler placed the workers by both, and a worker bound
+to a node with a NoExecute taint it does not carry would be refused by the kubelet
+or evicted by the taint manager.
 """
 
 from __future__ import annotations
@@ -74,6 +78,25 @@ def headless_service(job: JobSpec) -> dict[str, Any]:
     }
 
 
+def _same(t: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
+    """A toleration as the API server reads it (empty fields unset, operator Equal
+    by default), to tell duplicates."""
+    t = {"operator": "Equal", **{k: v for k, v in t.items() if v not in (None, "")}}
+    return tuple(sorted(t.items()))
+
+
+def _tolerations(template: list[Any] | None, job: JobSpec) -> list[Any]:
+    """The template's tolerations, then the job's `spec.tolerations` not among them."""
+    out = list(template or ())
+    seen = {_same(t) for t in out if isinstance(t, Mapping)}
+    for pairs in job.tolerations:
+        t = dict(pairs)
+        if _same(t) not in seen:
+            seen.add(_same(t))
+            out.append(t)
+    return out
+
+
 def worker_pods(
     job: JobSpec,
     template: Mapping[str, Any],
@@ -83,7 +106,10 @@ def worker_pods(
     attempt: int,
 ) -> list[dict[str, Any]]:
     """One pod per worker of `placement`, rank by rank, each bound to its node
-    (`spec.nodeName`, also recorded in an annotation)."""
+    (`spec.nodeName`, also recorded in an annotation). `template` is the job's
+    `spec.template`; the job's own `spec.tolerations` are added to its tolerations
+    (the scheduler placed the workers by both, and the kubelet's admission and the
+    taint manager check the pod's)."""
     world = len(placement.pods)
     master = f"{job.name}-{attempt}-0.{job.name}.{job.namespace}.svc"
     pods = []
@@ -109,6 +135,8 @@ def worker_pods(
             names = {e["name"] for e in env}
             c["env"] = [e for e in c.get("env") or () if e.get("name") not in names] + env
             containers.append(c)
+        if job.tolerations:
+            spec["tolerations"] = _tolerations(spec.get("tolerations"), job)
         spec.update(
             {
                 "containers": containers,

@@ -5,6 +5,7 @@ refused otherwise, the refusal is raised with the API server's words."""
 
 from __future__ import annotations
 
+import copy
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -103,10 +104,56 @@ def test_a_service_left_by_an_earlier_job_of_the_same_name_is_taken_over() -> No
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": {"name": "j", "namespace": "p", "resourceVersion": "7",
-                     "ownerReferences": [{"kind": "TrainingJob", "name": "j", "uid": "old"}]},
+                     "ownerReferences": [{"apiVersion": "ai.operator/v1", "kind": "TrainingJob",
+                                          "name": "j", "uid": "old"}]},
         "spec": {"clusterIP": "None"},
     }  # fmt: skip
     _launch(kube, clock, retry_s=10)
     owners = kube.objects[("Service", "p", "j")]["metadata"]["ownerReferences"]
     assert [o["uid"] for o in owners] != ["old"] and len(owners) == 1
     assert _placed(kube) == {"j-1-0": "a", "j-1-1": "b"}
+
+
+def _service(*owners: dict[str, str]) -> dict[str, object]:
+    meta: dict[str, object] = {"name": "j", "namespace": "p", "resourceVersion": "7"}
+    if owners:
+        meta["ownerReferences"] = list(owners)
+    return {"apiVersion": "v1", "kind": "Service", "metadata": meta,
+            "spec": {"clusterIP": "None", "selector": {"app": "db"},
+                     "ports": [{"name": "pg", "port": 5432}]}}  # fmt: skip
+
+
+def _job_owner(name: str, uid: str = "old") -> dict[str, str]:
+    return {"apiVersion": "ai.operator/v1", "kind": "TrainingJob", "name": name, "uid": uid}
+
+
+@pytest.mark.parametrize(
+    ("service", "owned_by"),
+    [
+        (_service(), "it has no owner"),
+        (_service({"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db", "uid": "s"}),
+         "owned by StatefulSet db"),
+        (_service(_job_owner("other")), "owned by TrainingJob other"),
+        (_service(_job_owner("j"), {"apiVersion": "apps/v1", "kind": "StatefulSet",
+                                    "name": "db", "uid": "s"}),
+         "owned by TrainingJob j, StatefulSet db"),
+        (_service({"apiVersion": "example.com/v1", "kind": "TrainingJob", "name": "j",
+                   "uid": "x"}), "owned by TrainingJob j"),
+    ],
+    ids=["no-owner", "statefulset", "another-job", "shared-owner", "another-group"],
+)  # fmt: skip
+def test_a_service_of_the_jobs_name_that_is_someone_elses_is_left_alone_and_the_launch_refused(
+    service: dict[str, object], owned_by: str
+) -> None:
+    """Found by a review: the binder replaced any Service named like the job (an
+    admin's headless Service for a database, say: its selector, ports and owner
+    became the job's, and deleting the job deleted it), doing for a tenant what
+    tenants may not (no Service rights, docs/security.md). Only one left by an
+    earlier TrainingJob of the same name is replaced."""
+    kube, clock = FakeKube(), FakeClock()
+    kube.objects[("Service", "p", "j")] = copy.deepcopy(service)
+    with pytest.raises(LaunchRefused) as e:
+        _launch(kube, clock, retry_s=10)
+    assert (e.value.obj, e.value.status) == ("service p/j", 409)
+    assert f"Service p/j is not this job's ({owned_by}), so gangops leaves it" in e.value.message
+    assert kube.objects[("Service", "p", "j")] == service

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 from typing import Any
 
-from controller.gang.lifecycle import decide, plan
+import pytest
+
+from controller.gang import view
+from controller.gang.controller import GangController
+from controller.gang.lifecycle import Write, decide, plan
 from controller.gang.record import Admission, format_time, parse_time
 from controller.gang.view import (
     Memo,
@@ -16,8 +21,10 @@ from controller.gang.view import (
     node_of,
     pod_requests,
 )
-from controller.jobs.spec import ContainerDefaults
+from controller.jobs.spec import ContainerDefaults, JobSpec
+from controller.kube.clock import FakeClock
 from controller.scheduler.cycle import schedule
+from controller.scheduler.policy import policy_configmap
 from controller.scheduler.types import (
     MILLI,
     Admit,
@@ -27,6 +34,8 @@ from controller.scheduler.types import (
     Placement,
     PodPlacement,
 )
+from tests.unit.kube.fakes import FakeKube
+from tests.unit.scheduler.builders import policy_doc
 
 from .builders import POLICY, admission, foreign, job, job_id, node, pod
 
@@ -319,3 +328,52 @@ def test_the_memo_parses_a_job_again_when_its_namespaces_defaults_change() -> No
     memo.next_step()
     (c,) = job_views([j], [], POLICY, memo=memo, defaults={"p": two})
     assert (a.gang and a.gang.pod.cpu_milli, c.gang and c.gang.pod.cpu_milli) == (1000, 2000)
+
+
+def test_a_job_that_breaks_its_parse_is_that_jobs_error_not_every_jobs(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Found by a review: any exception but SpecError from one job's parse (a
+    template shape parse_job did not expect) escaped the view and crashed every
+    scheduling step of the cluster, forever. Whatever parse_job raises, the job gets
+    it as its error (InvalidSpec) and the others are read; the traceback is logged."""
+    real = view.parse_job
+
+    def parse(obj: dict[str, Any], defaults: ContainerDefaults | None = None) -> JobSpec:
+        if obj["metadata"]["name"] == "bad":
+            raise AttributeError("'list' object has no attribute 'items'")
+        return real(obj, defaults)
+
+    monkeypatch.setattr(view, "parse_job", parse)
+    for memo in (None, Memo()):
+        with caplog.at_level(logging.ERROR, logger="controller.gang.view"):
+            bad, good = job_views([job("bad"), job("good")], [], POLICY, memo=memo)
+        assert bad.spec is None and bad.gang is None and bad.error is not None
+        assert "could not read this job (AttributeError: 'list' object" in bad.error
+        assert good.gang is not None and good.error is None
+        assert "could not read job=p/bad" in caplog.text and "Traceback" in caplog.text
+        todo = plan([bad, good], {}, POLICY, now=1001.0)
+        assert [g.id for g in todo.queue] == [job_id("good")]
+        assert [(a.kind, a.job.id) for a in todo.actions] == [("invalid", job_id("bad"))]
+
+
+def test_a_malformed_template_does_not_stop_another_jobs_admission() -> None:
+    """The review's reproduction end to end: a tenant's `nodeSelector: [..]` made
+    every step crash; now that job waits as InvalidSpec and the other is admitted."""
+    c = GangController(FakeKube(), clock=FakeClock())
+    writes: list[Write] = []
+    c._submit = lambda w, *, assume=None: bool(writes.append(w) or True)  # type: ignore[method-assign]
+    c.config.assume(
+        policy_configmap(policy_doc(projects={"p": {}}), c.settings.system_namespace,
+                         resourceVersion="1")
+    )  # fmt: skip
+    c.nodes.assume(node("a"))
+    bad = job("bad", 2)
+    bad["spec"]["template"]["spec"]["nodeSelector"] = ["zone=a"]
+    c.jobs.assume(job("good", 2))
+    c.jobs.assume(bad)
+    c.step()
+    kinds = {(w.kind, w.job.id) for w in writes}
+    assert ("admit", job_id("good")) in kinds and ("invalid", job_id("bad")) in kinds
+    (invalid,) = [w for w in writes if w.kind == "invalid"]
+    assert "nodeSelector must be an object, found a list" in invalid.message

@@ -208,21 +208,43 @@ def _init(gpus: int, *, cpu: str = "1", sidecar: bool = False) -> dict[str, Any]
 @pytest.mark.parametrize(
     ("init", "app_gpus", "gpus", "cpu_milli"),
     [
-        # an init container asking more than the app containers sets the pod's request
-        ((_init(8, cpu="2"),), 4, 8, 8000),
+        # an init container asking as many GPUs as the app containers (a check
+        # before training): the worker's GPUs; its CPU, more than theirs, counts
+        ((_init(4, cpu="20"),), 4, 4, 20000),
         # one asking less changes nothing
-        ((_init(2, cpu="20"),), 4, 4, 20000),
+        ((_init(2, cpu="2"),), 4, 4, 8000),
         # a sidecar (restartPolicy Always) runs beside the app containers: added
         ((_init(4, cpu="1", sidecar=True),), 4, 8, 9000),
         # a plain init container after a sidecar runs beside it
-        ((_init(2, cpu="1", sidecar=True), _init(6, cpu="1")), 2, 8, 9000),
+        ((_init(2, cpu="1", sidecar=True), _init(2, cpu="1")), 2, 4, 9000),
     ],
 )
 def test_init_containers_count_as_kubernetes_counts_them(
     init: tuple[dict[str, Any], ...], app_gpus: int, gpus: int, cpu_milli: int
 ) -> None:
-    job = parse_job(_with_init(*init, app_gpus=app_gpus))
+    obj = _with_init(*init, app_gpus=app_gpus)
+    obj["spec"].update(gangSize=gpus, resourceProfile={"minGPU": gpus, "maxGPU": gpus})
+    job = parse_job(obj)
     assert (job.gpus_per_worker, job.pod.cpu_milli) == (gpus, cpu_milli)
+
+
+@pytest.mark.parametrize(
+    ("init", "app_gpus"),
+    [
+        ((_init(8),), 4),
+        # after a sidecar it would run beside it: 2 + 6, behind the CRD's back
+        ((_init(2, sidecar=True), _init(6)), 2),
+    ],
+)
+def test_an_init_container_may_not_ask_for_more_gpus_than_the_containers(
+    init: tuple[dict[str, Any], ...], app_gpus: int
+) -> None:
+    """Found by a review: the CRD's rule counted the containers' GPUs only, so a
+    worker Kubernetes counts as more (an init container asking more, a sidecar) was
+    accepted by the API server and refused here, or the other way round. Both now
+    count containers and sidecars, and refuse an init container that would add."""
+    with pytest.raises(SpecError, match=r"init container i\d asks for \d GPUs, more than"):
+        parse_job(_with_init(*init, app_gpus=app_gpus))
 
 
 def _containers(*resources: dict[str, Any]) -> dict[str, Any]:
