@@ -70,8 +70,9 @@ when `gangops dev-cluster down` is run elsewhere). With --detach it returns
 once the cluster is ready and leaves it running until `down`:
   eval "$(gangops dev-cluster up --detach)"
 
-Credentials: an admin kubeconfig (group system:masters) and two ordinary users,
-alice and bob, whom RBAC allows nothing until a RoleBinding says otherwise
+Credentials: an admin kubeconfig (group system:masters) and four ordinary users,
+alice, bob, carol and frank (members of the example policies' projects), whom RBAC
+allows nothing until a RoleBinding says otherwise
 (`gangops dev-cluster env --user alice`).
 """
 

@@ -10,7 +10,8 @@ serves each node's kubelet pod-resources API on a unix socket
 (`DevCluster.pod_resources_socket`).
 
 Each cluster gets free loopback ports, a fresh data directory, its own CA and
-keys, an admin kubeconfig and two ordinary users (`alice`, `bob`). Components
+keys, an admin kubeconfig and four ordinary users (`alice`, `bob`, `carol`,
+`frank`: `USERS`). Components
 run in their own process groups and are stopped in reverse order; a cluster
 owned by this process also dies with it (an `atexit` hook, and on Linux a
 parent-death signal set in each child), so an interrupted test run leaves no

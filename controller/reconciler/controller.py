@@ -238,6 +238,8 @@ class Reconciler:
         self._worker: threading.Thread | None = None
         self._running: set[threading.Thread] = set()
         """The reconciles in flight, one thread per source."""
+        self._reserved_seen: tuple[Any, Any] | None = None
+        """(uid, generation) of the PolicySource named `CR_SOURCE` last warned about."""
 
     # -- lifecycle
 
@@ -280,7 +282,8 @@ class Reconciler:
         name = obj["metadata"]["name"]
         if kind == "DELETED":
             with self._lock:
-                self._states.pop(name, None)
+                if name != CR_SOURCE:  # that name's state is the custom resources' source's
+                    self._states.pop(name, None)
             self._queue.add(CR_SOURCE)  # a mix of sources may have ended
             return
         if kind == "ADDED":
@@ -371,6 +374,7 @@ class Reconciler:
     def reconcile(self, name: str, *, fetch: bool = True) -> float | None:
         """Reconcile one source; returns when to poll it next (None: only on events)."""
         if name == CR_SOURCE:
+            self._refuse_reserved()
             outcome = self._crs.reconcile()
             with self._lock:
                 state = self._states.setdefault(name, _State())
@@ -478,6 +482,31 @@ class Reconciler:
                 state.good[0],
                 result.summary(),
             )
+
+    def _refuse_reserved(self) -> None:
+        """A PolicySource named `CR_SOURCE` (the policy custom resources' source name,
+        refused by the CRD's CEL rule; one created before that rule, or with the CRD
+        not installed by gangops, gets here) is never fetched nor applied: it is
+        refused, Stalled with InvalidSpec, and a warning logged once per generation."""
+        cached = self.sources.get(CR_SOURCE)
+        if cached is None:
+            return
+        obj = dict(cached)
+        meta = obj["metadata"]
+        seen = (meta.get("uid"), meta.get("generation"))
+        if seen != self._reserved_seen:
+            self._reserved_seen = seen
+            log.warning(
+                "PolicySource ignored: its name is reserved for the policy custom"
+                " resources' source; create it under another name source=%s",
+                CR_SOURCE,
+            )
+        message = (
+            f"invalid spec: the name {CR_SOURCE} is reserved for the policy custom"
+            " resources' source; this PolicySource is never reconciled: create it under"
+            " another name and delete this one"
+        )
+        self._refuse(obj, _State(), "InvalidSpec", message)
 
     def _admit(self, obj: Obj, state: _State) -> tuple[PolicySourceSpec | None, float | None]:
         """The source's spec if it is to be reconciled now; else None and when to

@@ -151,7 +151,9 @@ class CrSource:
 
     def _apply(self, crs: list[Obj]) -> tuple[bool, str, str]:
         """Build and apply the custom resources' policy set: (ok, reason, message)."""
-        if names := [o["metadata"]["name"] for o in self._informers.sources.items()]:
+        sources = self._informers.sources.items()
+        # A PolicySource named CR_SOURCE is refused, never applied: it mixes nothing.
+        if names := [n for o in sources if (n := o["metadata"]["name"]) != CR_SOURCE]:
             text = mixed_sources("PolicySources", names, besides="policy custom resources")
             return False, "MixedSources", text
         revision, built = build_crs(crs, system_namespace=self._informers.settings.system_namespace)

@@ -42,6 +42,8 @@ CHANGES: dict[str, Case] = {
     "controller.growIntervalSeconds": (900, {}),
     "controller.fragmentationWindow": (0, {}),
     "controller.messageRefreshSeconds": (60, {}),
+    "controller.prometheusUrl": ("http://prometheus-operated.monitoring.svc:9090", {}),
+    "controller.forecastHorizonSeconds": (600, {}),
     "controller.verbose": (True, {}),
     "controller.metricsPort": (8181, {}),
     "controller.webhook.enabled": (False, {}),

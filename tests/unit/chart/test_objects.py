@@ -5,6 +5,7 @@ recording rules; the values reference in sync with the schema."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -260,6 +261,108 @@ def test_the_prometheus_rules_hold_the_charts_rules_and_they_pass_promtool(
     assert "- rules.yaml" in tests.read_text()
     out = subprocess.run([promtool, "test", "rules", str(tests)], capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def _operator_job(monitor: Obj, objs: list[Obj]) -> str:
+    """The `job` the Prometheus Operator gives a monitor's targets: the Service's name
+    (a ServiceMonitor) or `<namespace>/<name>` (a PodMonitor), or the value of the
+    label `jobLabel` names; then the monitor's relabelings that set `job`."""
+    spec, meta = monitor["spec"], monitor["metadata"]
+    want = spec["selector"]["matchLabels"]
+    if monitor["kind"] == "ServiceMonitor":
+        (target,) = [
+            o
+            for o in objs
+            if o["kind"] == "Service" and want.items() <= o["metadata"]["labels"].items()
+        ]
+        job, labels = target["metadata"]["name"], target["metadata"]["labels"]
+        endpoints = spec["endpoints"]
+    else:
+        (target,) = [
+            o
+            for o in objs
+            if o["kind"] in ("DaemonSet", "Deployment")
+            and want.items() <= o["spec"]["template"]["metadata"]["labels"].items()
+        ]
+        job = f"{meta['namespace']}/{meta['name']}"
+        labels = target["spec"]["template"]["metadata"]["labels"]
+        endpoints = spec["podMetricsEndpoints"]
+    if "jobLabel" in spec:
+        job = labels[spec["jobLabel"]]
+    (endpoint,) = endpoints
+    for r in endpoint.get("relabelings", []):
+        if r.get("targetLabel") == "job":
+            assert r.get("action", "replace").lower() == "replace" and not r.get("sourceLabels")
+            job = r["replacement"]
+    return str(job)
+
+
+@pytest.mark.parametrize(
+    ("release", "namespace"),
+    [("gangops", "gangops-system"), ("prod", "ml-platform"), ("ml-gangops-eu", "ml")],
+)
+def test_the_alert_rules_select_the_jobs_of_the_charts_monitors(
+    tmp_path: Path, release: str, namespace: str
+) -> None:
+    """Whatever the release and namespace are called (`helm install prod -n ml-platform`
+    names objects prod-gangops-*), GangopsControllerDown holds back while the
+    controller is scraped and fires when it is not, and GangopsNodeAgentDown fires for
+    a down agent: the rules select the jobs the chart's monitors give their targets,
+    as the dev cluster's Prometheus names its agents' job too."""
+    from controller.devcluster.prometheus import AGENT_JOB, ALERT_RULES
+
+    on = {"enabled": True}
+    objs = render(
+        values={"monitoring": {"serviceMonitor": on, "podMonitor": on}},
+        release=release,
+        namespace=namespace,
+    )
+    controller = _operator_job(find(objs, "ServiceMonitor"), objs)
+    agent = _operator_job(find(objs, "PodMonitor"), objs)
+    assert agent == AGENT_JOB
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool is not installed (Debian package prometheus): rules not run")
+
+    from ruamel.yaml import YAML
+
+    rules = YAML(typ="safe").load(ALERT_RULES.read_text())
+    annotations = {r["alert"]: r["annotations"] for g in rules["groups"] for r in g["rules"]}
+
+    def case(name: str, series: str, values: str, alert: str, fires: dict[str, str] | None) -> Obj:
+        expected = []
+        if fires is not None:
+            text = {  # the annotations' {{ $labels.x }} filled in, as Prometheus does
+                k: re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m: fires[m.group(1)], v)
+                for k, v in annotations[alert].items()
+            }
+            expected = [{"exp_labels": fires, "exp_annotations": text}]
+        return {
+            "name": name,
+            "interval": "1m",
+            "input_series": [{"series": series, "values": values}],
+            "alert_rule_test": [{"eval_time": "10m", "alertname": alert, "exp_alerts": expected}],
+        }
+
+    up_controller = f'up{{job="{controller}",namespace="{namespace}",instance="10.0.0.2:8080"}}'
+    up_agent = f'up{{job="{agent}",namespace="{namespace}",instance="10.0.0.7:9400"}}'
+    down = {"severity": "critical", "gangops_action": "none"}
+    agent_down = {"severity": "warning", "gangops_action": "none", "job": agent,
+                  "namespace": namespace, "instance": "10.0.0.7:9400"}  # fmt: skip
+    tests = {
+        "rule_files": [str(ALERT_RULES)],
+        "evaluation_interval": "1m",
+        "tests": [
+            case("controller up", up_controller, "1x20", "GangopsControllerDown", None),
+            case("controller down", up_controller, "0x20", "GangopsControllerDown", down),
+            case("agent up", up_agent, "1x20", "GangopsNodeAgentDown", None),
+            case("agent down", up_agent, "0x20", "GangopsNodeAgentDown", agent_down),
+        ],
+    }
+    path = tmp_path / "jobs.test.yaml"
+    path.write_text(json.dumps(tests))
+    out = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True, text=True)
+    assert out.returncode == 0, f"jobs {controller!r}, {agent!r}:\n{out.stdout}{out.stderr}"
 
 
 def test_the_values_reference_in_the_readme_is_generated_from_the_schema() -> None:

@@ -3,12 +3,18 @@ reconciled as one policy set, retried after a failure midway."""
 
 from __future__ import annotations
 
+import json
+import logging
 import random
 from pathlib import Path
 from typing import Any
 
+import pytest
+from jsonschema import Draft202012Validator
+
 from controller.kube.client import ApiError
 from controller.kube.clock import FakeClock
+from controller.policy.validate import schema_dir
 from controller.reconciler.controller import CR_SOURCE, Reconciler, ReconcilerSettings
 from tests.unit.kube.fakes import FakeKube
 from tests.unit.policy.builders import TIERS, cluster, project
@@ -85,3 +91,88 @@ def test_policy_crs_transient_apply_failure_is_retried(tmp_path: Path) -> None:
         == "16"
     ), "never retried after the 503s ended"
     r.stop()
+
+
+def _reserved_source(kube: FakeKube, r: Reconciler) -> None:
+    """A PolicySource named like the custom resources' source (the CRD refuses it; one
+    created before that rule, or under a CRD gangops did not install, exists)."""
+    src = {
+        "apiVersion": "policy.ai.operator/v1",
+        "kind": "PolicySource",
+        "metadata": {"name": CR_SOURCE, "generation": 1},
+        "spec": {"url": "https://git.example/platform/policies.git", "interval": "1m"},
+    }
+    r.sources.assume(kube.create(src, field_manager="test"))
+
+
+def _conditions(kube: FakeKube, kind: str, name: str) -> dict[str, dict[str, Any]]:
+    obj = kube.objects[(kind, "", name)]
+    return {c["type"]: c for c in (obj.get("status") or {}).get("conditions", [])}
+
+
+def test_a_policysource_with_the_reserved_name_is_refused_visibly(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """docs/reconciler.md: no PolicySource may be named gangops-policy-crs. Its name
+    routed it to the custom resources' source, so it was never fetched, applied nor
+    given a status (`kubectl wait --for=condition=Ready` hung): now it is Stalled with
+    InvalidSpec, a warning says why, and nothing is fetched or applied for it."""
+    kube = FakeKube()
+    r = Reconciler(
+        kube, settings=ReconcilerSettings(cache_dir=tmp_path), clock=FakeClock(),
+        rng=random.Random(0),
+    )  # fmt: skip
+    _reserved_source(kube, r)
+    with caplog.at_level(logging.WARNING, logger="controller.reconciler.controller"):
+        r._run(CR_SOURCE, True)
+        r._run(CR_SOURCE, False)  # again (its own status write's event): warned once
+    conditions = _conditions(kube, "PolicySource", CR_SOURCE)
+    assert conditions["Ready"]["status"] == "False"
+    assert conditions["Stalled"]["status"] == "True"
+    assert conditions["Stalled"]["reason"] == "InvalidSpec"
+    assert "reserved" in conditions["Stalled"]["message"]
+    warned = [m for m in caplog.messages if "reserved" in m]
+    assert len(warned) == 1, caplog.messages
+    applied = {k for k, _, _ in kube.objects if k not in ("PolicySource", "Event")}
+    assert not applied, applied
+
+
+def test_the_reserved_policysource_does_not_stall_the_policy_custom_resources(
+    tmp_path: Path,
+) -> None:
+    """The refused PolicySource applies nothing, so it mixes nothing: the custom
+    resources are applied as ever (not Stalled with MixedSources)."""
+    kube = FakeKube()
+    r = Reconciler(
+        kube, settings=ReconcilerSettings(cache_dir=tmp_path), clock=FakeClock(),
+        rng=random.Random(0),
+    )  # fmt: skip
+    _reserved_source(kube, r)
+    for d in [cluster(), *TIERS, project("nlp").max(gpu=8).build()]:
+        d = {**d, "apiVersion": "policy.ai.operator/v1"}
+        d["metadata"] = {**d["metadata"], "generation": 1}
+        r.policy_crs[d["kind"]].assume(kube.create(d, field_manager="test"))
+    r._run(CR_SOURCE, True)
+    quota = kube.objects[("ResourceQuota", "nlp", "gangops-quota")]
+    assert quota["spec"]["hard"]["requests.nvidia.com/gpu"] == "8"
+    assert _conditions(kube, "Project", "nlp")["Ready"]["status"] == "True"
+    assert _conditions(kube, "PolicySource", CR_SOURCE)["Stalled"]["reason"] == "InvalidSpec"
+
+
+def test_the_policysource_schema_refuses_the_reserved_name() -> None:
+    """The schema (and the CRD generated from it: a CEL rule at its root, checked by
+    the API server at `kubectl apply`) refuses a PolicySource named like the custom
+    resources' source; any other name passes."""
+    schema = json.loads((schema_dir() / "policysource.schema.json").read_text())
+    v = Draft202012Validator(schema)
+    doc = {
+        "apiVersion": "policy.ai.operator/v1",
+        "kind": "PolicySource",
+        "metadata": {"name": CR_SOURCE},
+        "spec": {"url": "https://git.example/platform/policies.git"},
+    }
+    assert list(v.iter_errors(doc))
+    assert not list(v.iter_errors({**doc, "metadata": {"name": "main"}}))
+    (rule,) = schema["x-kubernetes-validations"]
+    assert rule["rule"] == f"self.metadata.name != '{CR_SOURCE}'"
+    assert CR_SOURCE in rule["message"]
