@@ -156,6 +156,8 @@ def _crd(kind: str, schema: dict[str, Any]) -> dict[str, Any]:
             "status": {**status, "default": {}},
         },
     }
+    if "x-kubernetes-validations" in full:  # rules on the whole object (its name)
+        open_api["x-kubernetes-validations"] = full["x-kubernetes-validations"]
     columns = [
         *_COLUMNS.get(kind, []),
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},

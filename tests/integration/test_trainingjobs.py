@@ -348,3 +348,17 @@ def test_install_crds_applies_both_admission_policies(dev_cluster: DevCluster) -
     assert "validatingadmissionpolicy/trainingjobs.ai.operator-user applied" in out.stdout
     assert "mutatingadmissionpolicy/trainingjobs.ai.operator-user applied" in out.stdout
     assert "mutatingadmissionpolicybinding/trainingjobs.ai.operator-user applied" in out.stdout
+
+
+@pytest.mark.parametrize("name", ["bert.v2", "1bert", "j" * 51])
+def test_a_job_whose_name_cannot_name_its_service_and_hostnames_is_refused(
+    gang_env: GangEnv, name: str
+) -> None:
+    """Found by a review: such names were created, and every launch was refused for
+    ever (the Service name must be a DNS-1035 label, a hostname at most 63). The
+    CRD's rule on the whole object refuses them at `kubectl apply`; 50 characters
+    pass."""
+    env = gang_env
+    err = _refused(lambda: env.create(env.job(name, gang=1)))
+    assert err.status == 422 and "DNS-1035 label of at most 50 characters" in err.message
+    env.create(env.job("j" * 50, gang=1))

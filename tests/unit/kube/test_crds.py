@@ -104,3 +104,13 @@ def test_print_includes_the_mutating_policy_only_when_asked(
     on = capsys.readouterr().out
     assert "kind: MutatingAdmissionPolicy\n" in on
     assert "kind: MutatingAdmissionPolicyBinding\n" in on
+
+
+def test_rules_on_the_whole_object_travel_into_the_crd() -> None:
+    """A schema's root `x-kubernetes-validations` (rules on the object's name) reach
+    the CRD's root; before, only the spec's did, and the names were not checked."""
+    crds = {c["spec"]["names"]["kind"]: c for c in generate_crds(schema_dir())}
+    for kind, words in (("PolicySource", "gangops-policy-crs"), ("TrainingJob", "DNS-1035")):
+        root = crds[kind]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+        (rule,) = root["x-kubernetes-validations"]
+        assert "self.metadata.name" in rule["rule"] and words in rule["rule"] + rule["message"]
