@@ -11,6 +11,7 @@ import argparse
 import json
 import logging
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -218,8 +219,11 @@ def _validate(args: argparse.Namespace) -> int:
     sys.stdout.write(format_diagnostics(result.diagnostics, fmt=args.format, files=result.files))
     summary_file = os.environ.get("GITHUB_STEP_SUMMARY")
     if args.format == "github" and summary_file:
-        with open(summary_file, "a", encoding="utf-8") as f:
-            f.write(github_step_summary(result.diagnostics, result.files))
+        try:
+            with open(summary_file, "a", encoding="utf-8") as f:
+                f.write(github_step_summary(result.diagnostics, result.files))
+        except OSError as e:  # the summary is an extra: the verdict stands
+            print(f"gangops validate: no step summary: {e}", file=sys.stderr)
     return EXIT_OK if result.ok else EXIT_INVALID
 
 
@@ -351,7 +355,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="time=%(asctime)s level=%(levelname)s logger=%(name)s %(message)s",
     )
     logging.getLogger().setLevel(logging.DEBUG if getattr(args, "verbose", False) else logging.INFO)
-    code: int = args.func(args)
+    try:
+        code: int = args.func(args)
+    except KeyboardInterrupt:
+        print(f"gangops {args.command}: interrupted", file=sys.stderr)
+        return 128 + signal.SIGINT
+    except BrokenPipeError:
+        # The reader went away (`| head -1`): as a program killed by SIGPIPE, quietly;
+        # stdout goes to /dev/null so that flushing it at exit raises nothing more.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
     return code
 
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import argparse
 import math
+import urllib.parse
 
 __all__ = [
+    "http_url",
     "non_negative_count",
     "non_negative_number",
     "non_negative_seconds",
@@ -18,9 +20,12 @@ __all__ = [
 
 def _seconds(raw: str) -> float:
     try:
-        return float(raw)
+        value = float(raw)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {raw!r}") from None
+        value = math.nan
+    if not math.isfinite(value):  # nan, inf: no timer takes them
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {raw!r}")
+    return value
 
 
 def positive_seconds(raw: str) -> float:
@@ -83,3 +88,11 @@ def non_negative_count(raw: str) -> int:
 def positive_count(raw: str) -> int:
     """A whole number, 1 or more."""
     return _count(raw, 1)
+
+
+def http_url(raw: str) -> str:
+    """An http:// or https:// address with a host (Prometheus'), as given."""
+    parsed = urllib.parse.urlsplit(raw)
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        raise argparse.ArgumentTypeError(f"expected http://HOST[:PORT][/PATH], got {raw!r}")
+    return raw

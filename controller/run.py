@@ -49,7 +49,12 @@ from controller.alerts.actor import ActorSettings, AlertActor
 from controller.alerts.metrics import AlertMetrics
 from controller.alerts.receiver import PATH as ALERTMANAGER_PATH
 from controller.alerts.receiver import CredentialFiles, Inbox, Receiver
-from controller.cliargs import non_negative_count, non_negative_seconds
+from controller.cliargs import (
+    http_url,
+    non_negative_count,
+    non_negative_seconds,
+    positive_seconds,
+)
 from controller.gang.controller import GangController, GangSettings
 from controller.gang.lifecycle import MESSAGE_REFRESH_S
 from controller.gang.metrics import GangMetrics
@@ -150,6 +155,13 @@ def _preflight(kube: Kube, *, system_namespace: str, scheduler: bool) -> str | N
 
 def _run(args: argparse.Namespace) -> int:
     clock = SystemClock()
+    if args.leader_elect and not args.retry_period < args.renew_deadline < args.lease_duration:
+        print(
+            "gangops run: need --retry-period < --renew-deadline < --lease-duration; got"
+            f" {args.retry_period:g} s, {args.renew_deadline:g} s, {args.lease_duration:g} s",
+            file=sys.stderr,
+        )
+        return 2
     try:
         kube = connect(args.kubeconfig)
     except ApiError as e:
@@ -488,7 +500,7 @@ def add_subcommand(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
     )
     p.add_argument(
         "--alert-tick",
-        type=float,
+        type=positive_seconds,
         default=5.0,
         metavar="SECONDS",
         help="how often alert actions look for due work: restarts after their grace"
@@ -515,6 +527,7 @@ def add_subcommand(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
     p.add_argument(
         "--prometheus-url",
         default=os.environ.get("GANGOPS_PROMETHEUS_URL") or None,
+        type=http_url,
         help="Prometheus scraping the node agents: the scheduler reads GPU health,"
         " utilisation and memory from it in the background (at most three queries a"
         " round) for friendly reclamation and demand forecasts; without it, or while it is"
@@ -523,7 +536,7 @@ def add_subcommand(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
     )
     p.add_argument(
         "--forecast-horizon",
-        type=float,
+        type=non_negative_seconds,
         default=0.0,
         metavar="SECONDS",
         help="lend by forecast: keep each project's idle guarantee from borrowers when its"
@@ -532,7 +545,7 @@ def add_subcommand(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
     )
     p.add_argument(
         "--telemetry-interval",
-        type=float,
+        type=positive_seconds,
         default=15.0,
         metavar="SECONDS",
         help="how often the telemetry is read from Prometheus (default 15)",
@@ -550,7 +563,7 @@ def add_subcommand(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
     p.add_argument("--node-selector", help="place gangs only on nodes matching this selector")
     p.add_argument(
         "--grow-interval",
-        type=float,
+        type=non_negative_seconds,
         default=GROW_INTERVAL_S,
         metavar="SECONDS",
         help="least time between two growths of one elastic job; each restarts it "
@@ -577,8 +590,28 @@ def add_subcommand(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
     p.add_argument("--lease-name", default="gangops-controller", help="the Lease's name")
     p.add_argument("--lease-namespace", help="the Lease's namespace (default: system namespace)")
     p.add_argument("--identity", help="this replica's name in the Lease (default host_random)")
-    p.add_argument("--lease-duration", type=float, default=15.0, metavar="SECONDS")
-    p.add_argument("--renew-deadline", type=float, default=10.0, metavar="SECONDS")
-    p.add_argument("--retry-period", type=float, default=2.0, metavar="SECONDS")
+    p.add_argument(
+        "--lease-duration",
+        type=positive_seconds,
+        default=15.0,
+        metavar="SECONDS",
+        help="how long a Lease not renewed stays the holder's (default %(default)g)",
+    )
+    p.add_argument(
+        "--renew-deadline",
+        type=positive_seconds,
+        default=10.0,
+        metavar="SECONDS",
+        help="the leader stops leading when it has not renewed for this long; shorter than"
+        " --lease-duration (default %(default)g)",
+    )
+    p.add_argument(
+        "--retry-period",
+        type=positive_seconds,
+        default=2.0,
+        metavar="SECONDS",
+        help="how often the Lease is renewed or tried; shorter than --renew-deadline"
+        " (default %(default)g)",
+    )
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     p.set_defaults(func=_run)

@@ -260,9 +260,12 @@ def _kube_for_publishing(args: argparse.Namespace) -> Any:
             " (--publish-node on to insist)"
         )
         return None
-    from controller.kube.client import connect
+    from controller.kube.client import ApiError, connect
 
-    return connect(args.kubeconfig, pool_size=4)
+    try:
+        return connect(args.kubeconfig, pool_size=4)
+    except ApiError as e:  # credentials missing or unreadable: a usage error
+        raise ValueError(f"cannot publish GPU health on the Node: {e.message}") from None
 
 
 def _publisher(args: argparse.Namespace) -> Any:
@@ -281,6 +284,7 @@ def _main(args: argparse.Namespace) -> int:
     if args.fake_nodes:
         return _main_fleet(args)
     try:
+        publisher = _publisher(args)
         nvml, on_held = _backend(args)
     except ValueError as e:
         print(f"gangops agent: {e}", file=sys.stderr)
@@ -300,7 +304,6 @@ def _main(args: argparse.Namespace) -> int:
                 args.pod_resources_socket,
             )
         owners = owners_reader(args.pod_resources_socket)
-    publisher = _publisher(args)
     agent = Agent(
         nvml,
         config,
@@ -411,7 +414,11 @@ def _main_fleet(args: argparse.Namespace) -> int:
         return owners_reader(str(Path(pr_dir) / f"{node}.sock")) if pr_dir else None
 
     publishers: dict[str, Any] = {}
-    kube = _kube_for_publishing(args)
+    try:
+        kube = _kube_for_publishing(args)
+    except ValueError as e:
+        print(f"gangops agent: {e}", file=sys.stderr)
+        return EXIT_USAGE
 
     def publish(node: str) -> Callable[[Snapshot], None] | None:
         if kube is None:

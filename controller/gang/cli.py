@@ -15,7 +15,7 @@ import os
 import sys
 from typing import Any
 
-from controller.cliargs import non_negative_count
+from controller.cliargs import http_url, non_negative_count
 from controller.gang.lifecycle import decide
 from controller.gang.record import format_time, parse_time
 from controller.gang.view import JobView, container_defaults, job_views, namespace_quotas
@@ -208,6 +208,7 @@ def add_subcommand(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
     p.add_argument(
         "--prometheus-url",
         default=os.environ.get("GANGOPS_PROMETHEUS_URL") or None,
+        type=http_url,
         help="read telemetry as the scheduler does (GPU health, utilisation; default:"
         " $GANGOPS_PROMETHEUS_URL)",
     )

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol, TypedDict, cast
 
 import urllib3
+import yaml  # type: ignore[import-untyped]  # PyYAML, the kubeconfig loader's parser
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
@@ -275,9 +276,15 @@ def connect(kubeconfig: str | None = None, *, pool_size: int = 32) -> Kube:
                 return Kube(_api_client(cfg, pool_size))
             kubeconfig = str(Path.home() / ".kube" / "config")
         k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
-    except (k8s_config.ConfigException, OSError) as e:
+    except (k8s_config.ConfigException, OSError, yaml.YAMLError, ValueError, LookupError) as e:
+        # YAMLError: not YAML; ValueError: not UTF-8 (UnicodeDecodeError) or a bad
+        # value; LookupError (and TypeError, AttributeError, below): YAML of another
+        # shape than a kubeconfig's, which the loader indexes without looking
         where = kubeconfig or os.environ.get("KUBECONFIG") or "the in-cluster service account"
         raise ApiError(0, "BadConfig", f"no usable credentials in {where}: {e}") from None
+    except (TypeError, AttributeError) as e:
+        where = kubeconfig or os.environ.get("KUBECONFIG") or "the in-cluster service account"
+        raise ApiError(0, "BadConfig", f"{where} is not a kubeconfig: {e}") from None
     return Kube(_api_client(cfg, pool_size))
 
 

@@ -26,6 +26,9 @@ __all__ = ["add_subcommand", "parse_for", "request_object"]
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE = 0, 1, 2
 _DURATION = re.compile(r"([0-9]+)(m|h|d)")
 _UNIT = {"m": 60, "h": 3600, "d": 86400}
+_LONGEST_S = 3650 * 86400
+"""The longest `--for`: ten years is no temporary grant, and a date far enough out
+cannot be written at all."""
 
 
 def parse_for(text: str) -> dt.timedelta:
@@ -33,7 +36,10 @@ def parse_for(text: str) -> dt.timedelta:
     parts = _DURATION.findall(text)
     if not parts or "".join(n + u for n, u in parts) != text:
         raise ValueError(f"{text!r} is not a duration (examples: 90m, 8h, 7d)")
-    return dt.timedelta(seconds=sum(int(n) * _UNIT[u] for n, u in parts))
+    seconds = sum(int(n) * _UNIT[u] for n, u in parts)
+    if seconds > _LONGEST_S:
+        raise ValueError(f"{text!r} is longer than {_LONGEST_S // 86400}d")
+    return dt.timedelta(seconds=seconds)
 
 
 def request_object(
@@ -121,7 +127,19 @@ def _request(args: argparse.Namespace) -> int:
     deadline = time.monotonic() + args.timeout
     last = ""
     while time.monotonic() < deadline:
-        live = kube.get(RESOURCES["QuotaRequest"], meta["name"], meta["namespace"]) or {}
+        try:
+            live = kube.get(RESOURCES["QuotaRequest"], meta["name"], meta["namespace"]) or {}
+        except ApiError as e:
+            if not e.transient:
+                print(
+                    f"gangops quota request: the request is made, but its state cannot be"
+                    f" read: {e}",
+                    file=sys.stderr,
+                )
+                return EXIT_REFUSED
+            print(f"gangops quota request: {e}; retrying", file=sys.stderr)
+            time.sleep(1.0)
+            continue
         status = live.get("status") or {}
         line = f"{status.get('state', 'New')}: {status.get('message', 'waiting for gangops')}"
         if line != last:

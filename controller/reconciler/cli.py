@@ -48,8 +48,12 @@ def _install_crds(args: argparse.Namespace) -> int:
         files["admission/mutating.yaml"] = render_yaml_stream(mutating_objects())
         for name, text in files.items():
             path = Path(args.output_dir) / name
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text, encoding="utf-8")
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(text, encoding="utf-8")
+            except OSError as e:
+                print(f"gangops install-crds: --output-dir: {e}", file=sys.stderr)
+                return 2
             print(f"wrote {path}")
         return 0
     if args.print:

@@ -73,6 +73,24 @@ def _resolve(value: str, what: str) -> Path:
     )
 
 
+def _unwritable(args: argparse.Namespace) -> str | None:
+    """Why `--report` or `--save-trace` cannot be written, or None: asked before a
+    run that may take minutes, whose results would be lost at its end."""
+    if args.report:
+        report = Path(args.report)
+        if report.exists() and not report.is_dir():
+            return f"--report {report}: not a directory (it names the directory to write)"
+        try:
+            report.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            return f"--report {report}: {e.strerror or e}"
+    if args.save_trace:
+        trace = Path(args.save_trace)
+        if trace.is_dir() or not trace.parent.is_dir():
+            return f"--save-trace {trace}: not a file in an existing directory"
+    return None
+
+
 def _simulate(args: argparse.Namespace) -> int:
     unknown = [s for s in args.scheduler if s not in SCHEDULERS]
     if unknown:
@@ -85,6 +103,10 @@ def _simulate(args: argparse.Namespace) -> int:
         return 2
     if args.variant and args.trace is None:
         print("gangops simulate: --variant reshapes a --trace", file=sys.stderr)
+        return 2
+    unwritable = _unwritable(args)
+    if unwritable:  # found before the run, not after it is lost
+        print(f"gangops simulate: {unwritable}", file=sys.stderr)
         return 2
     try:
         exp = Experiment(
@@ -118,7 +140,11 @@ def _simulate(args: argparse.Namespace) -> int:
                 jobs=args.generate, capacity_gpus=gpus, policy=policy, seed=args.seed, load=load
             )
             if args.save_trace:
-                Path(args.save_trace).write_text(to_csv(jobs), encoding="utf-8")
+                try:
+                    Path(args.save_trace).write_text(to_csv(jobs), encoding="utf-8")
+                except OSError as e:
+                    print(f"gangops simulate: --save-trace: {e}", file=sys.stderr)
+                    return 1
             runs = run_jobs(exp, nodes, jobs, doc, show_progress=args.progress)
             inputs: dict[str, Any] = {
                 "cluster": str(exp.cluster),
@@ -143,12 +169,15 @@ def _simulate(args: argparse.Namespace) -> int:
           f"({inputs['gpus']} GPUs), {inputs['trace']}")  # fmt: skip
     sys.stdout.write(format_table(results, arrivals_only=exp.arrivals_only))
     if args.report:
-        print(f"wrote {write_report(Path(args.report), results, inputs)}")
         try:
+            print(f"wrote {write_report(Path(args.report), results, inputs)}")
             for p in write_figures(Path(args.report), runs, results):
                 print(f"wrote {p}")
         except PlotUnavailable as e:
             print(f"gangops simulate: no figures: {e}", file=sys.stderr)
+        except OSError as e:
+            print(f"gangops simulate: --report: {e}", file=sys.stderr)
+            return 1
     if args.json:
         print(json.dumps(results, indent=2, sort_keys=True))
     return 0

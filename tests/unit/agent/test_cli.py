@@ -169,3 +169,22 @@ def test_a_lane_whose_call_hangs_is_parked_not_called_again_and_released_when_it
     time.sleep(0.5)
     assert lanes.stuck() == {}
     assert lanes.run("gpu0", lambda: 3).value == 3
+
+
+@pytest.mark.parametrize("fleet", [False, True])
+def test_credentials_that_cannot_be_read_are_a_usage_error(tmp_path: Path, fleet: bool) -> None:
+    """Found by a review: a kubeconfig that is missing or unreadable raised out of the
+    agent, a traceback in a crash-looping DaemonSet's log."""
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text("events: []\n")
+    nodes = tmp_path / "nodes.json"
+    nodes.write_text(
+        '[{"metadata": {"name": "n1"}, "status": {"capacity": {"nvidia.com/gpu": "1"}}}]'
+    )
+    where = ["--fake-nodes", str(nodes)] if fleet else ["--scenario", str(scenario)]
+    r = _gangops(
+        "--listen", "127.0.0.1:0", "--pod-resources-socket", "", *where,
+        "--kubeconfig", str(tmp_path / "nope"),
+    )  # fmt: skip
+    assert (r.returncode, "Traceback" in r.stderr) == (2, False), r.stderr[-600:]
+    assert "cannot publish GPU health on the Node: no usable credentials in" in r.stderr

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import datetime as dt
 from fractions import Fraction
+from typing import Any
 
 import pytest
 
+from controller import cli
+from controller.kube.client import ApiError
+from controller.quota import cli as quota_cli
 from controller.quota.cli import parse_for, request_object
 from controller.quota.request import QuotaRequestSpec, backoff_s, branch_name, revert_branch
 
@@ -77,3 +81,54 @@ def test_for_takes_minutes_hours_and_days() -> None:
     assert parse_for("1d12h") == dt.timedelta(hours=36)
     with pytest.raises(ValueError, match="not a duration"):
         parse_for("soon")
+
+
+@pytest.mark.parametrize("text", ["3651d", "3000000d", "9999999999d", "999999999999h"])
+def test_for_longer_than_ten_years_is_refused_not_overflowed(text: str) -> None:
+    """Found by a review: a date out of datetime's range raised OverflowError, a
+    traceback where the command promises a usage error."""
+    with pytest.raises(ValueError, match="is longer than 3650d"):
+        parse_for(text)
+    assert parse_for("3650d") == dt.timedelta(days=3650)
+
+
+class _FlakyKube:
+    """Creates what it is given; reads answer 503 `failures` times, then `state`."""
+
+    def __init__(self, failures: int, error: ApiError) -> None:
+        self.failures, self.error = failures, error
+
+    def create(self, obj: dict[str, Any], *, field_manager: str) -> dict[str, Any]:
+        if obj["kind"] == "SelfSubjectReview":
+            return {"status": {"userInfo": {"username": "alice"}}}
+        return obj
+
+    def get(self, *args: Any) -> dict[str, Any]:
+        if self.failures:
+            self.failures -= 1
+            raise self.error
+        return {"status": {"state": "Pending", "message": "pull request opened"}}
+
+
+@pytest.mark.parametrize(
+    ("error", "code", "said"),
+    [
+        (ApiError(503, "ServiceUnavailable", "restarting"), 0, "pull request opened"),
+        (ApiError(403, "Forbidden", "cannot get quotarequests"), 1, "the request is made"),
+    ],
+)
+def test_waiting_rides_out_a_passing_api_error(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    error: ApiError,
+    code: int,
+    said: str,
+) -> None:
+    """Found by a review: one 503 while waiting raised a traceback after the request
+    was made; it is retried until --timeout, and a refusal says the request exists."""
+    monkeypatch.setattr(quota_cli, "connect", lambda kubeconfig=None: _FlakyKube(2, error))
+    monkeypatch.setattr(quota_cli.time, "sleep", lambda s: None)
+    argv = ["quota", "request", "--project", "nlp", "--reason", "r", "--gpu", "2", "--wait"]
+    assert cli.main(argv) == code
+    out = capsys.readouterr()
+    assert said in out.out + out.err
