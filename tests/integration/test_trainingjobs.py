@@ -3,6 +3,7 @@ the gang scheduler placing, queueing, preempting and restarting whole gangs."""
 
 from __future__ import annotations
 
+import copy
 import secrets
 import subprocess
 import sys
@@ -16,6 +17,8 @@ from kubernetes import client
 from controller.devcluster import DevCluster
 from controller.gang.cli import explain_job
 from controller.kube.client import RESOURCES, ApiError, Kube
+from controller.kube.crds import generate_crds, install
+from controller.policy.validate import schema_dir
 
 from .gang_helpers import BATCH, HIGH, GangEnv, policy_doc
 from .kube import FAKE_DURATION, FAKE_EXIT_CODE, GPU, wait_for
@@ -362,3 +365,44 @@ def test_a_job_whose_name_cannot_name_its_service_and_hostnames_is_refused(
     err = _refused(lambda: env.create(env.job(name, gang=1)))
     assert err.status == 422 and "DNS-1035 label of at most 50 characters" in err.message
     env.create(env.job("j" * 50, gang=1))
+
+
+def test_a_job_made_before_the_name_rule_stays_writable(gang_env: GangEnv) -> None:
+    """Found by a review: a rule on the whole object is checked on every write, and
+    names of 51 to 59 characters ran before the rule; with it, the controller could
+    no longer write such a job's status. The rule holds at create only
+    (`optionalOldSelf`)."""
+    env = gang_env
+    (crd,) = [c for c in generate_crds(schema_dir()) if c["spec"]["names"]["kind"] == "TrainingJob"]
+    before = copy.deepcopy(crd)
+    del before["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["x-kubernetes-validations"]
+    name = "llama-70b-lora-finetune-experiment-2024-06-01-run-003"  # 53 characters
+    try:
+        install(env.kube, [before])
+        wait_for("the CRD without the rule", lambda: _created(env, name))
+    finally:
+        install(env.kube, [crd])
+    wait_for("the rule back", lambda: _refused_now(env, name + "x"))
+    patch = {"status": {"phase": "Queued", "message": "written after the upgrade"}}
+    written = env.kube.merge_patch(
+        _JOB, name, patch, field_manager="t", namespace=env.namespace, subresource="status"
+    )
+    assert written["status"]["message"] == "written after the upgrade"
+
+
+def _created(env: GangEnv, name: str) -> bool:
+    try:
+        env.create(env.job(name, gang=1))
+    except ApiError as e:
+        assert e.status == 422, e
+        return False
+    return True
+
+
+def _refused_now(env: GangEnv, name: str) -> bool:
+    try:
+        env.create(env.job(name, gang=1))
+    except ApiError as e:
+        return e.status == 422
+    env.kube.delete(_JOB, name, namespace=env.namespace)
+    return False

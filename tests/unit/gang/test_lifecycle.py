@@ -615,3 +615,17 @@ def test_a_growth_is_recorded_as_the_next_attempt_and_assumed() -> None:
     (w,) = cycle_writes(result, [v], now=T0)
     assert (w.kind, w.reason, w.message, w.counted) == ("resize", "Growing", "grown", True)
     assert w.record == Admission("Admitted", 2, bigger, T0, 1000)
+
+
+@pytest.mark.parametrize("phase", ["Succeeded", "Failed"])
+def test_a_job_running_under_a_name_now_refused_for_new_jobs_is_still_tracked(phase: str) -> None:
+    """Found by a review: names of 51 to 59 characters ran before they were refused
+    (jobs/spec.py MAX_NAME); refusing them for a job already admitted left it untracked:
+    never marked Succeeded, never restarted. The check is for jobs not yet admitted."""
+    name = "llama-70b-lora-finetune-experiment-2024-06-01-run-03"  # 52 characters
+    jobs = [job(name, adm=admission("a", "b"), phase="Running")]
+    pods = [pod(name, 0, node="a", phase=phase), pod(name, 1, node="b", phase="Succeeded")]
+    out = plan(job_views(jobs, pods, POLICY), NODES, POLICY, now=T0 + 1)
+    assert [a.kind for a in out.actions] == ["succeeded" if phase == "Succeeded" else "restart"]
+    fresh = job_views([job(name)], [], POLICY)
+    assert fresh[0].gang is None and "at most 50" in (fresh[0].error or "")

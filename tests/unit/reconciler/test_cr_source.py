@@ -174,5 +174,6 @@ def test_the_policysource_schema_refuses_the_reserved_name() -> None:
     assert list(v.iter_errors(doc))
     assert not list(v.iter_errors({**doc, "metadata": {"name": "main"}}))
     (rule,) = schema["x-kubernetes-validations"]
-    assert rule["rule"] == f"self.metadata.name != '{CR_SOURCE}'"
+    assert rule["rule"] == f"oldSelf.hasValue() || (self.metadata.name != '{CR_SOURCE}')"
+    assert rule["optionalOldSelf"] is True  # at create only: one made before stays writable
     assert CR_SOURCE in rule["message"]
