@@ -150,6 +150,9 @@ class Agenda:
     """Nominees with a write of their own in flight: not decided this step, but
     their nodes stay held (`nominated`) and their GPUs counted as a waiting
     nominee's are (`cycle.schedule`)."""
+    awaiting: set[JobId] = field(default_factory=set)
+    """Nominees some of whose victims or shrunk gangs still run as they were: not
+    admitted until those have released their GPUs (`cycle.schedule`)."""
 
     @property
     def protected(self) -> frozenset[JobId]:
@@ -304,12 +307,17 @@ def _nominee(
         vv = _still_at(by_id.get(victim), attempt)
         if vv is not None:
             out.releasing[vv.id] = 0
+            out.awaiting.add(v.id)
+            out.preemptions_last_hour += 1  # decided: it counts before it lands
             if vv.id not in busy and v.id not in busy:
                 out.actions.append(Action("evict", vv, by=v.id))
     for victim, attempt, keep in adm.shrinks:
         vv = _still_at(by_id.get(victim), attempt)
         if vv is not None:
             out.releasing[vv.id] = keep
+            out.awaiting.add(v.id)
+            if vv.gang is not None and keep < vv.gang.workers:  # as `_shrink` counts
+                out.preemptions_last_hour += 1
             if vv.id not in busy and v.id not in busy:
                 out.actions.append(Action("shrink", vv, by=v.id, workers=keep))
     out.nominated[v.id] = adm.placement
@@ -477,6 +485,7 @@ def decide(
         protected=todo.protected,
         releasing=todo.releasing,
         in_flight=todo.in_flight,
+        awaiting=frozenset(todo.awaiting),
         hints=_hints(views, todo, snap, policy, now, telemetry, forecasts),
     )
     if timer:

@@ -32,6 +32,7 @@ same cycle see it. Pure: the caller passes the time and everything else.
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import chain
@@ -41,6 +42,7 @@ from controller.scheduler.policy import SchedulingPolicy
 from controller.scheduler.snapshot import Snapshot, gang_usage
 from controller.scheduler.telemetry import IDLE_PERCENT, Hints
 from controller.scheduler.types import (
+    MILLI,
     Admit,
     Decision,
     Gang,
@@ -307,8 +309,23 @@ class _State:
 
     budget: int
     nominated: Mapping[JobId, Placement]
-    held: dict[str, JobId] = field(default_factory=dict)
-    """Node -> gang that holds it (a nomination or the reservation)."""
+    held: dict[str, set[JobId]] = field(default_factory=dict)
+    """Node -> the gangs that hold it (nominations, the reservation, a preemptor
+    decided this cycle); another gang may not use it. Two nominations may share a
+    node: each may use it."""
+    held_version: int = 0
+    """Bumped whenever `held` or `releasing` changes (`token`)."""
+    namespace_held: list[Gang] = field(default_factory=list)
+    """What gangs evicted or shrunk this cycle give back, counted again in their
+    namespaces' figures for the rest of the cycle: a ResourceQuota counts their pods
+    until they are gone (`schedule` takes it out again at the end)."""
+    releasing: set[str] = field(default_factory=set)
+    """Nodes where a gang evicted or shrunk this cycle runs: its pods keep their GPUs
+    until they terminate, so no gang is placed there for the rest of the cycle (the
+    snapshot already counts them free: their preemptor is placed as if they were gone)."""
+    awaiting: frozenset[JobId] = frozenset()
+    """Nominees some of whose victims (or shrunk gangs) still run as they were: not
+    admitted until those have released their GPUs."""
     protected: frozenset[JobId] = frozenset()
     """Running gangs an earlier nomination already evicts or shrinks: never
     chosen again until that lands (it would be decided twice)."""
@@ -332,21 +349,62 @@ class _State:
         nodes (only ever added by a reservation, or removed with their holder), the
         reservation and when it starts."""
         holder = None if self.reserved_for is None else self.reserved_for.id
-        return (self.budget, len(self.held), holder, self.reserved_start)
+        return (self.budget, self.held_version, holder, self.reserved_start)
+
+    def hold(self, node: str, job: JobId) -> None:
+        """`job` holds `node` (beside any other holder)."""
+        self.held.setdefault(node, set()).add(job)
+        self.held_version += 1
+
+    def release(self, job: JobId) -> None:
+        """`job` holds no node any more."""
+        for n in [n for n, holders in self.held.items() if job in holders]:
+            self.held[n].discard(job)
+            if not self.held[n]:
+                del self.held[n]
+            self.held_version += 1
+
+    def nodes_of(self, job: JobId) -> frozenset[str]:
+        """The nodes `job` holds."""
+        return frozenset(n for n, holders in self.held.items() if job in holders)
 
 
 def _excluded(state: _State, g: Gang, now: float) -> frozenset[str]:
-    nodes = {n for n, owner in state.held.items() if owner != g.id}
-    if not nodes or state.reserved_for is None:
-        return frozenset(nodes)
-    may_backfill = g.preemptible or (
-        state.reserved_start is not None
-        and g.expected_duration is not None
-        and now + g.expected_duration <= state.reserved_start
-    )
-    if may_backfill:
-        nodes = {n for n in nodes if state.held[n] != state.reserved_for.id}
-    return frozenset(nodes)
+    nodes = {n for n, holders in state.held.items() if g.id not in holders}
+    if nodes and state.reserved_for is not None:
+        may_backfill = g.preemptible or (
+            state.reserved_start is not None
+            and g.expected_duration is not None
+            and now + g.expected_duration <= state.reserved_start
+        )
+        if may_backfill:
+            nodes = {n for n in nodes if state.held[n] != {state.reserved_for.id}}
+    return frozenset(nodes | state.releasing) if state.releasing else frozenset(nodes)
+
+
+def _shared_holds(state: _State, g: Gang) -> frozenset[str]:
+    """The nodes `g` holds together with another gang (two nominations)."""
+    return frozenset(n for n, holders in state.held.items() if g.id in holders and len(holders) > 1)
+
+
+def _still_fits(snap: Snapshot, g: Gang, placement: Placement) -> bool:
+    """Whether `g` can take `placement` as it stands: each node a candidate with
+    room for its pods there, each device free enough for them."""
+    if len(placement.pods) != g.workers:
+        return False
+    need = g.pod.gpu_milli if g.pod.shared else MILLI
+    eligible = {ns.name for ns in snap.candidates(g.pod)}
+    per_node = Counter(p.node for p in placement.pods)
+    per_device = Counter((p.node, d) for p in placement.pods for d in p.devices)
+    for name, pods in per_node.items():
+        ns = snap.by_name.get(name)
+        if ns is None or name not in eligible or ns.slots(g.pod) < pods:
+            return False
+    for (name, d), pods in per_device.items():
+        free = snap.by_name[name].free
+        if not 0 <= d < len(free) or free[d] < need * pods:
+            return False
+    return True
 
 
 def _victim_ok(
@@ -555,6 +613,7 @@ def _shrink_for(
     for r, keep in done:
         snap.forget(r.gang.id)
         snap.assume(_shrunk(r, keep, now))
+        _gives_back(snap, state, r, keep)
     snap.assume(Running(g, placement, now))
     _placed(state, g)
     state.budget -= sum(1 for r, keep in done if keep < r.gang.submitted_workers)
@@ -659,7 +718,7 @@ def _reserve(snap: Snapshot, state: _State, g: Gang) -> None:
     state.reserved_for = g
     state.reserved_start = max(ends, default=0.0) if complete else None
     for n in nodes:
-        state.held[n] = g.id
+        state.hold(n, g.id)
 
 
 def schedule(
@@ -676,6 +735,7 @@ def schedule(
     hints: Hints | None = None,
     releasing: Mapping[JobId, int] | None = None,
     in_flight: Sequence[Gang] = (),
+    awaiting: frozenset[JobId] = frozenset(),
 ) -> CycleResult:
     """Run one cycle over `queue` (the pending gangs) and return the decisions.
 
@@ -692,7 +752,14 @@ def schedule(
     counted, so that it is not counted twice, for them and for their nominee.
     `in_flight` are nominees (in `nominated`, not in `queue`) that are not decided
     this cycle, a write of theirs being in flight: their nodes stay held and their
-    GPUs counted all the same.
+    GPUs counted all the same. `awaiting` are nominees some of whose victims or
+    shrunk gangs still run as they were: they wait, whatever else would fit, for
+    a nominee admitted while its victims run would hold its GPUs beside theirs.
+
+    A preemptor decided in this cycle is placed in the snapshot as if its victims
+    were gone (their quota is its), but their pods hold their GPUs until they
+    terminate: the nodes they run on are held for it for the rest of the cycle, so
+    no gang decided after it is admitted onto GPUs still in use.
     """
     result = CycleResult(hints=hints or Hints())
     budget = max(0, policy.max_preemptions_per_hour - preemptions_last_hour)
@@ -701,17 +768,19 @@ def schedule(
         nominated=nominated or {},
         protected=protected,
         hints=hints or Hints(),
+        awaiting=awaiting,
         # With no preemption left this cycle (the budget only goes down) no victim
         # is ever looked for: the shortlist is not built.
         victims=_Victims(snap, policy, now) if policy.preemption_enabled and budget > 0 else None,
     )
     for job, placement in state.nominated.items():
         for n in placement.nodes():
-            state.held[n] = job
+            state.hold(n, job)
     for job, keep in (releasing or {}).items():
         r = snap.running.get(job)
         if r is not None and keep < r.gang.workers:
-            snap.count(replace(r.gang, workers=r.gang.workers - keep), -1)
+            # its ResourceQuota counts its pods until they are gone
+            snap.count(replace(r.gang, workers=r.gang.workers - keep), -1, namespace=False)
     for g in chain(queue, in_flight) if state.nominated else ():
         if g.id in state.nominated and g.id not in snap.running:
             snap.count(g, +1)
@@ -727,15 +796,15 @@ def schedule(
             _retry_waiting(snap, policy, state, result.decisions, now)
         if timer:
             result.decision_seconds.append(timer() - t0)
+    for g in state.namespace_held:  # the snapshot as landed (the simulator keeps it)
+        snap.count_namespace(g, -1)
     grown = timer() if timer else 0.0
     result.resizes = _grow(snap, policy, state, result.decisions, now, grow_interval)
     if timer:
         result.phase_seconds = {"schedule": grown - started, "grow": timer() - grown}
     if state.reserved_for is not None:
         result.reserved_for = state.reserved_for.id
-        result.reserved_nodes = frozenset(
-            n for n, owner in state.held.items() if owner == state.reserved_for.id
-        )
+        result.reserved_nodes = state.nodes_of(state.reserved_for.id)
     return result
 
 
@@ -775,11 +844,21 @@ def _admit(
     return Admit(g, placement, borrowed)
 
 
+def _gives_back(snap: Snapshot, state: _State, r: Running, keep: int) -> None:
+    """`r` is evicted (`keep` 0) or shrunk to `keep` workers for a preemptor decided
+    this cycle: its pods hold their GPUs, and its ResourceQuota counts them, until
+    they terminate."""
+    state.releasing.update(r.placement.nodes())
+    state.held_version += 1
+    back = replace(r.gang, workers=r.gang.workers - keep)
+    snap.count_namespace(back, +1)
+    state.namespace_held.append(back)
+
+
 def _placed(state: _State, g: Gang) -> None:
     """`g` is placed (admitted, or nominated where it preempts or shrinks others): the
     nodes it held this cycle (its reservation) are free for the gangs after it."""
-    for n in [n for n, owner in state.held.items() if owner == g.id]:
-        del state.held[n]
+    state.release(g.id)
     if state.reserved_for is not None and state.reserved_for.id == g.id:
         state.reserved_for = None
 
@@ -826,6 +905,8 @@ def _decided(
     snap: Snapshot, policy: SchedulingPolicy, state: _State, g: Gang, now: float
 ) -> Decision:
     if g.id in state.claimed:  # a nominee: decided on what it does not hold yet
+        if g.id in state.awaiting:
+            return Pending(g, _WAITING, "Capacity")
         state.claimed.discard(g.id)
         snap.count(g, -1)
         decision = _decided(snap, policy, state, g, now)
@@ -852,7 +933,16 @@ def _decided(
             return _shrink_for(snap, state, g, lent, now)
         return Pending(g, blocked, "Quota")
     over_reserve = _outside_reserve(snap, policy, g)
-    placement = place(snap, g, exclude=exclude) if over_reserve is None else None
+    placement = None
+    if over_reserve is None:
+        promised = state.nominated.get(g.id)
+        if promised and _still_fits(snap, g, promised):
+            placement = promised  # a nominee takes the devices it was promised
+        else:
+            # elsewhere, never on a node it shares with another nominee: the devices
+            # there it was not promised are the other's
+            shared = _shared_holds(state, g) if promised else _NO_NODES
+            placement = place(snap, g, exclude=exclude | shared if shared else exclude)
     if placement is not None:
         return _admit(snap, policy, state, g, placement, now)
     if state.nominated.get(g.id):
@@ -874,6 +964,7 @@ def _decided(
         needed, placement = victims
         for r in needed:
             snap.forget(r.gang.id)
+            _gives_back(snap, state, r, 0)
         snap.assume(Running(g, placement, now))
         _placed(state, g)
         state.budget -= len(needed)

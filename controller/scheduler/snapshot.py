@@ -491,15 +491,21 @@ class Snapshot:
         self._count(r.gang, -1)
         return r
 
-    def count(self, g: Gang, sign: int) -> None:
+    def count(self, g: Gang, sign: int, *, namespace: bool = True) -> None:
         """Add (`sign` 1) or take out (-1) `g`'s GPUs and requests in the quota and
         reserve figures alone, placing nothing: what a nomination has been promised
         while its victims' pods still hold its nodes, or what a victim not yet
-        evicted is about to give back (`cycle.schedule`)."""
+        evicted is about to give back (`cycle.schedule`). `namespace=False` leaves
+        its namespace's figures alone: a ResourceQuota counts a pod until it is gone."""
         self.version += 1
-        self._count(g, sign, elastic=False)
+        self._count(g, sign, elastic=False, namespace=namespace)
 
-    def _count(self, g: Gang, sign: int, *, elastic: bool = True) -> None:
+    def count_namespace(self, g: Gang, sign: int) -> None:
+        """`g`'s requests in its namespace's figures alone (`count`)."""
+        self.version += 1
+        self._count_namespace(g, sign)
+
+    def _count_namespace(self, g: Gang, sign: int) -> None:
         ns = namespace_of(g.id)
         if ns is not None:
             old = self.namespace_usage.get(ns, (0, 0, 0, 0))
@@ -510,6 +516,10 @@ class Snapshot:
                 old[2] + sign * new[2],
                 old[3] + sign * new[3],
             )
+
+    def _count(self, g: Gang, sign: int, *, elastic: bool = True, namespace: bool = True) -> None:
+        if namespace:
+            self._count_namespace(g, sign)
         amount = sign * g.gpu_total
         self.project_usage[g.project] = self.project_usage.get(g.project, 0) + amount
         key = (g.project, g.user)

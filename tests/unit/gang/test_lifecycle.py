@@ -259,7 +259,10 @@ def test_shrinks_below_gang_size_count_as_preemptions_and_protect_their_targets(
         job("lo", tier="batch", adm=admission("a", "b", attempt=3), phase="Running"),
     ]  # fmt: skip
     out = _plan(jobs, [], now=T0 + 1, busy=frozenset({job_id("lo")}))
-    assert out.preemptions_last_hour == 1
+    # a's landed shrink, and lo's below its gangSize, decided and not written yet (found
+    # by a review: counted only once written, so the next step had the hour's budget
+    # again)
+    assert out.preemptions_last_hour == 2
     assert out.protected == {job_id("lo")}  # even with its own write in flight
     assert out.releasing == {job_id("lo"): 1}  # the workers it keeps
     assert [a.kind for a in out.actions] == []
@@ -274,6 +277,9 @@ def test_a_victim_not_yet_evicted_gives_back_all_it_holds() -> None:
     ]  # fmt: skip
     out = _plan(jobs, [], now=T0 + 1)
     assert out.releasing == {job_id("lo"): 0}
+    # decided, not landed: it counts against maxPerHour already, and its nominee
+    # waits for it whatever else would fit
+    assert (out.preemptions_last_hour, out.awaiting) == (1, {job_id("hi")})
 
 
 def test_a_nominee_with_a_write_in_flight_keeps_its_nodes_and_victims_undecided() -> None:

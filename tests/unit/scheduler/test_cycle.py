@@ -17,6 +17,8 @@ from controller.scheduler.types import (
     NamespaceQuota,
     Node,
     Pending,
+    Placement,
+    PodPlacement,
     Preempt,
     Running,
     Taint,
@@ -581,3 +583,76 @@ def test_a_users_guarantee_is_taken_back_from_a_user_above_theirs() -> None:
     half = job("bob").user("bob").gang(4).build()
     snap = Snapshot([node("n1", 4)], levels=LEVELS, running=[running(half, {"n1": 4})])
     assert isinstance(schedule(snap, [alice], pol, now=0.0).decisions[0], Pending)
+
+
+def _from(r: Running, first: int) -> Running:
+    """`r` on devices from `first` (`running` numbers each gang's from 0)."""
+    pods = tuple(
+        PodPlacement(p.node, tuple(d + first for d in p.devices)) for p in r.placement.pods
+    )
+    return Running(r.gang, Placement(pods), r.started)
+
+
+def test_no_gang_is_admitted_onto_gpus_a_victim_of_the_same_cycle_still_holds() -> None:
+    """Found by a review (a two-cycle property): n0's 4 GPUs are r0's (1) and r1's (3).
+    q0 preempts r1 and is nominated; its pods keep their GPUs until they terminate.
+    q1, decided after it in the same cycle, was admitted onto r1's GPUs (the
+    snapshot counts them free once q0 is placed), and the kubelet refused its pod.
+    The victim's node is now left alone for the rest of the cycle."""
+    r0 = running(job("r0").tier("high").gang(1).build(), {"n0": 1})
+    r1 = _from(running(job("r1").tier("batch").gang(3).build(), {"n0": 3}), 1)
+    snap = Snapshot([node("n0", 4), node("n1", 4)], levels=LEVELS, running=[r0, r1])
+    q0 = job("q0").tier("high").gang(1).at(0).build()
+    q1 = job("q1").tier("high").gang(1).at(1).build()
+    q2 = job("q2").tier("high").gang(5).at(2).build()  # n1's 4 do not hold it
+    busy = Running(job("x").gang(4).build(), Placement((PodPlacement("n1", (0, 1, 2, 3)),)), -1)
+    snap.assume(busy)
+    by = {d.gang.id: d for d in schedule(snap, [q0, q1, q2], policy(), now=0.0).decisions}
+    assert isinstance(by["q0"], Preempt) and by["q0"].victims == ("r1",)
+    assert isinstance(by["q1"], Pending) and by["q1"].code == "Reserved", by["q1"]
+    assert isinstance(by["q2"], Pending)
+
+
+@pytest.mark.parametrize("awaiting", [frozenset(), frozenset({"c/w"})])
+def test_a_nominee_waits_while_a_gang_it_evicts_still_runs(awaiting: frozenset[str]) -> None:
+    """Found by a review: the next cycle, big (borrowed) not evicted yet, counted as
+    released: w was admitted beside it, its record named no victim any more, and big,
+    never evicted, kept 9 GPUs outside a reserve that leaves 8. A nominee whose
+    victims still run as they were (`awaiting`, from the gang controller) waits."""
+    pol = policy({"a": {}, "b": {}, "c": {"guaranteed": 1}}, reserve=4)
+    r0 = running(job("a/r0").project("a").tier("critical").gang(1).build(), {"n0": 1})
+    r1 = _from(running(job("a/r1").project("a").tier("critical").gang(1).build(), {"n0": 1}), 1)
+    big = running(
+        job("b/big").project("b").tier("high").gang(8, per_worker=2).build(), {"n1": 2, "n2": 2}
+    )
+    w = job("c/w").project("c").tier("high").gang(1).build()
+    nodes = [node(f"n{i}", 4) for i in range(3)]
+    snap = Snapshot(nodes, levels=LEVELS, running=[r0, r1, big], reserve_tiers=pol.reserve_tiers)
+    (d1,) = schedule(snap, [w], pol, now=0.0).decisions
+    assert isinstance(d1, Preempt) and d1.victims == ("b/big",), d1
+    snap = Snapshot(nodes, levels=LEVELS, running=[r0, r1, big], reserve_tiers=pol.reserve_tiers)
+    (d2,) = schedule(
+        snap, [w], pol, now=1.0, nominated={w.id: d1.placement},
+        protected=frozenset({big.gang.id}), releasing={big.gang.id: 0}, awaiting=awaiting,
+    ).decisions  # fmt: skip
+    assert isinstance(d2, Admit) != bool(awaiting), d2
+
+
+def test_two_nominations_on_one_node_take_the_devices_each_was_promised() -> None:
+    """Found by a review: a node held one nominee only (the last read), so the other
+    was kept off its own node, and a gang decided after it took its GPU. q0 and q1
+    were nominated on n0 (devices 2 and 3), their victims gone; r (lower tier) waits."""
+    x = running(job("x").tier("high").gang(2).build(), {"n0": 2})
+    snap = Snapshot([node("n0", 4)], levels=LEVELS, running=[x])
+    q0 = job("q0").tier("high").gang(1).at(0).build()
+    q1 = job("q1").tier("high").gang(1).at(1).build()
+    r = job("r").tier("batch").gang(1).at(2).build()
+    nominated = {
+        q0.id: Placement((PodPlacement("n0", (3,)),)),
+        q1.id: Placement((PodPlacement("n0", (2,)),)),
+    }
+    res = schedule(snap, [q0, q1, r], policy(), now=1.0, nominated=nominated)
+    by = {d.gang.id: d for d in res.decisions}
+    assert isinstance(by["q0"], Admit) and by["q0"].placement == nominated[q0.id]
+    assert isinstance(by["q1"], Admit) and by["q1"].placement == nominated[q1.id]
+    assert isinstance(by["r"], Pending)

@@ -77,7 +77,30 @@ def queued(draw: st.DrawFn, name: str, *, most: int = 4) -> JobBuilder:
 def test_cycle_invariants(scenario: tuple[Snapshot, list[Gang], object]) -> None:
     snap, queue, pol = scenario
     assert not isinstance(pol, Snapshot)
+    before = dict(snap.running)
     result = schedule(snap, queue, pol, now=0.0)  # type: ignore[arg-type]
+
+    # The pods of a gang evicted or shrunk this cycle hold their GPUs until they
+    # terminate: no gang is admitted onto them in the same cycle (found by a review:
+    # a gang decided after the preemptor was, and the kubelet refused its pod).
+    gone = [
+        before[victim]
+        for d in result.decisions
+        if isinstance(d, Preempt)
+        for victim in (*d.victims, *(j for j, _ in d.shrinks))
+    ]
+    releasing = {n for r in gone for n in r.placement.nodes()}
+    still_held = {  # whole devices (a shared one may have had room beside the victim)
+        (p.node, dev)
+        for r in gone
+        if not r.gang.pod.shared
+        for p in r.placement.pods
+        for dev in p.devices
+    }
+    for d in result.decisions:
+        if isinstance(d, Admit):
+            taken = {(p.node, dev) for p in d.placement.pods for dev in p.devices}
+            assert not taken & still_held, d
 
     # No device over-allocated, none negative.
     for ns in snap.nodes:
@@ -132,6 +155,7 @@ def test_cycle_invariants(scenario: tuple[Snapshot, list[Gang], object]) -> None
         if not (isinstance(d, Pending) and d.code == "Capacity") or not d.gang.may_preempt:
             continue
         exclude = frozenset() if result.reserved_for == d.gang.id else result.reserved_nodes
+        exclude |= releasing
         victims = [
             r
             for r in snap.running.values()

@@ -6,7 +6,12 @@ not change what it decides. Each case runs gangops on a generated workload
 cluster's capacity offered) and compares a digest of every job's queueing
 delay and completion time, in order, with the one recorded from `main` before
 that work (`e886781`). A digest that changes means the decisions did: if the
-change is meant, record the new digest and say why in the commit."""
+change is meant, record the new digest and say why in the commit.
+
+Recorded again 2026-12-07: no gang is placed, in the cycle that decides a
+preemption, on the nodes of the gangs it evicts (their pods hold their GPUs until
+they terminate). Mean queueing delay 10.4 -> 10.5 s, 623.5 -> 637.3 s, 502.8 ->
+502.4 s; utilisation unchanged to 0.001; seed 3's preemptions 20 -> 16."""
 
 from __future__ import annotations
 
@@ -39,9 +44,9 @@ DOC = policy_doc(
 @pytest.mark.parametrize(
     ("seed", "load", "jobs", "digest", "preemptions"),
     [
-        (1, 1.0, 300, "7c79a71428722fec", 6),
-        (2, 2.0, 400, "0bd9ba85ed7f470f", 6),
-        (3, 3.0, 400, "fc27edb6d1665f56", 20),
+        (1, 1.0, 300, "d5cc24c6fce3eb17", 6),
+        (2, 2.0, 400, "7a954dfd8c446161", 6),
+        (3, 3.0, 400, "efcf19b13878f20c", 16),
     ],
 )
 def test_decisions_are_those_recorded_before(
