@@ -10,10 +10,12 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
 venv: $(STAMP)
 
+# A .venv without a working pip (an interrupted `venv`, or one made before
+# python3-venv was installed) is made again rather than failing every target.
 $(STAMP): pyproject.toml
-	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test,lint,plot]'
+	@$(BIN)/python -m pip --version >/dev/null 2>&1 || $(PYTHON) -m venv --clear $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test,lint,plot]'
 	@rm -f $(VENV)/.installed-* && touch $@
 
 # The local control plane (clusters/local), built from Go modules once and cached

@@ -102,7 +102,10 @@ stop() {
 }
 cleanup() {
   local code=$?
-  trap - EXIT INT TERM
+  # Not to be cut short: a second Ctrl-C here (while "stopping the cluster" shows)
+  # left the whole cluster running, its state file in a temporary directory.
+  trap - EXIT
+  trap '' INT TERM HUP
   local pids
   mapfile -t pids <"$pids_file"
   if [[ "${GANGOPS_DEMO_KEEP:-}" == 1 && $code -eq 0 ]]; then
@@ -114,7 +117,8 @@ cleanup() {
   (( code == 0 )) || printf 'clean-up (%ds): stopping the demo, gangops run and git-daemon\n' $((SECONDS - started)) >&2
   [[ -n "${body:-}" ]] && { pkill -TERM -P "$body" 2>/dev/null || true; stop "$body"; }
   stop "${pids[@]}"
-  (( code == 0 )) || printf 'clean-up (%ds): stopping the cluster\n' $((SECONDS - started)) >&2
+  (( code == 0 )) || printf 'clean-up (%ds): stopping the cluster (%s dev-cluster down --state %s)\n' \
+    $((SECONDS - started)) "$gangops" "$state" >&2
   "$gangops" dev-cluster down --state "$state" >/dev/null 2>&1 || true
   rm -rf "$work"
   (( code == 0 )) && printf '\n%sdemo finished in %ds; everything it started is stopped and deleted%s\n' \

@@ -9,8 +9,11 @@ It only registers the subcommand; the `gangops` entry point owns the parser.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
+import shlex
+import shutil
 import signal
 import sys
 import tempfile
@@ -18,7 +21,7 @@ import time
 from pathlib import Path
 from types import FrameType
 
-from controller.clusterspec import ClusterSpecError, load_cluster
+from controller.clusterspec import ClusterSpec, ClusterSpecError, load_cluster
 from controller.devcluster.launcher import (
     DEFAULT_CLUSTER_FILE,
     USERS,
@@ -277,6 +280,25 @@ def _up(args: argparse.Namespace) -> int:
         _err(str(e))
         return 2
     state_file: Path = args.state
+    try:  # before anything starts: a state file that cannot be written is a usage error
+        state_file.parent.mkdir(parents=True, exist_ok=True)
+        lock = open(state_file.with_name(state_file.name + ".lock"), "a")  # noqa: SIM115
+    except OSError as e:
+        _err(f"--state {state_file}: cannot write there: {e.strerror or e}")
+        return 2
+    with lock:
+        # Held until the cluster is recorded ready (for a foreground `up`, its whole
+        # life): two `up` at once on one state file both started, and `down` found
+        # only the second.
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            _err(f"another `dev-cluster up` is starting a cluster on {state_file}")
+            return 1
+        return _up_locked(args, spec, state_file)
+
+
+def _up_locked(args: argparse.Namespace, spec: ClusterSpec, state_file: Path) -> int:
     if state_file.exists():
         state = _read_state(state_file)
         if state is None:
@@ -308,6 +330,7 @@ def _up(args: argparse.Namespace) -> int:
         remove_data_dir=True,
         timeout_s=args.timeout,
         progress=args.progress,
+        ready_later=bool(args.prometheus or args.telemetry),
     )
     previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     signal.signal(signal.SIGTERM, _raise_stop)
@@ -351,6 +374,9 @@ def _run(
         _err(f"the cluster did not start: {e}")
         return 1
     except (KeyboardInterrupt, _Stop):
+        # stopped with its logs kept, as after a failure: nothing to look into here,
+        # and the directory holds the cluster's keys
+        shutil.rmtree(options.data_dir, ignore_errors=True)
         _err("interrupted while starting; stopped")
         return 130
     prom: Prometheus | None = None
@@ -367,6 +393,7 @@ def _run(
             _err("interrupted while starting Prometheus; stopped")
             cluster.stop(grace=3.0)
             return 130
+        cluster.mark_ready()
     try:
         # The summary tells the caller the cluster is ready, and a Ctrl-C may
         # follow at once: from here on an interrupt stops the cluster cleanly.
@@ -423,8 +450,8 @@ def _summary(cluster: DevCluster, prom: Prometheus | None, *, detach: bool) -> N
         file=sys.stderr,
     )
     if prom is not None:
-        print(f"export GANGOPS_PROMETHEUS_URL={prom.url}")
-    print(f"export KUBECONFIG={cluster.kubeconfig}", flush=True)
+        print(f"export GANGOPS_PROMETHEUS_URL={shlex.quote(prom.url)}")
+    print(f"export KUBECONFIG={shlex.quote(str(cluster.kubeconfig))}", flush=True)
 
 
 def _build_binaries(*, show: bool) -> Build:
@@ -469,6 +496,6 @@ def _env(args: argparse.Namespace) -> int:
         return 1
     path = state["kubeconfig"] if args.user == "admin" else state["users"][args.user]
     if "prometheus_url" in state:
-        print(f"export GANGOPS_PROMETHEUS_URL={state['prometheus_url']}")
-    print(f"export KUBECONFIG={path}")
+        print(f"export GANGOPS_PROMETHEUS_URL={shlex.quote(state['prometheus_url'])}")
+    print(f"export KUBECONFIG={shlex.quote(str(path))}")
     return 0

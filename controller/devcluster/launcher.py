@@ -472,6 +472,10 @@ class Options:
     progress: bool = False
     """Show on stderr what starting waits for, then the fake nodes Ready as they
     come (`controller.progress`; `dev-cluster up` does, tests and benchmarks do not)."""
+    ready_later: bool = False
+    """The caller starts more beside the control plane (Prometheus, node agents): the
+    state file says ready only once it calls `DevCluster.mark_ready`, so `env` does not
+    hand out a cluster still starting."""
 
 
 @dataclass(frozen=True)
@@ -508,6 +512,9 @@ class DevCluster:
     """Set once the cluster is ready (always, when `start` returns it)."""
     prometheus_url: str | None = None
     """The Prometheus beside the cluster (`prometheus.start_for_cluster`), if any."""
+    ready: bool = False
+    """What the state file says: the control plane is up and, with `ready_later`,
+    the caller has started what it runs beside it (`mark_ready`)."""
     _stopped: bool = field(default=False, init=False, repr=False)
 
     @property
@@ -547,7 +554,7 @@ class DevCluster:
         stopped with the cluster, before the control plane, recorded in the state file
         for `down`, and checked by `check_alive`."""
         self.components.append(component)
-        self._save_state(ready=self.timings is not None)
+        self._save_state()
 
     def check_alive(self) -> None:
         """Raise DevClusterError, with the end of its log, if a component has exited."""
@@ -621,7 +628,7 @@ class DevCluster:
             tie_to_process=self.options.tie_to_process,
         )
         self.components.append(c)
-        self._save_state(ready=self.timings is not None)
+        self._save_state()
         log.info("started component=%s pid=%d log=%s", name, c.pid, c.log)
         insecure = ssl.create_default_context()
         insecure.check_hostname = False
@@ -640,7 +647,7 @@ class DevCluster:
         a benchmark) and forget it, so `check_alive` does not report it."""
         component.stop(grace)
         self.components.remove(component)
-        self._save_state(ready=self.timings is not None)
+        self._save_state()
 
     # -- internals
 
@@ -665,9 +672,14 @@ class DevCluster:
             state["prometheus_url"] = self.prometheus_url
         return state
 
-    def _save_state(self, *, ready: bool = False) -> None:
+    def _save_state(self) -> None:
         if self.options.state_file is not None:
-            _write_state(self.options.state_file, self._state(ready=ready))
+            _write_state(self.options.state_file, self._state(ready=self.ready))
+
+    def mark_ready(self) -> None:
+        """Say in the state file that the cluster is ready (`Options.ready_later`)."""
+        self.ready = True
+        self._save_state()
 
     def _spawn(self, name: str, args: Sequence[str]) -> Component:
         c = launch(
@@ -849,7 +861,8 @@ def _start(options: Options) -> DevCluster:
     except BaseException:
         cluster.stop(grace=3.0, keep_logs=True)
         raise
-    cluster._save_state(ready=True)
+    cluster.ready = not options.ready_later
+    cluster._save_state()
     return cluster
 
 
