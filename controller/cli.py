@@ -346,7 +346,11 @@ def _plan_live(args: argparse.Namespace, root: Path) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the `gangops` command; returns the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = _lean_parser(argv[0]) if argv and argv[0] in _LEAN else _parser()
+    try:  # the subcommands' modules load here: a Ctrl-C may come while they do
+        parser = _lean_parser(argv[0]) if argv and argv[0] in _LEAN else _parser()
+    except KeyboardInterrupt:
+        print("gangops: interrupted", file=sys.stderr)
+        return 128 + signal.SIGINT
     args = parser.parse_args(argv)
     # Logging is configured here, once (a second basicConfig would be a no-op); a
     # subcommand's -v/--verbose turns on debug.
