@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"math"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -449,11 +450,17 @@ func finishing(pod *corev1.Pod, started, now time.Time) (corev1.PodPhase, int32,
 		return "", 0, 0
 	}
 	seconds, err := strconv.ParseFloat(v, 64)
-	if err != nil || seconds < 0 {
+	if err != nil || math.IsNaN(seconds) || seconds < 0 {
 		slog.Warn("ignoring invalid annotation", "pod", pod.Namespace+"/"+pod.Name, "annotation", annotationDuration, "value", v, "expected", "a number of seconds >= 0")
 		return "", 0, 0
 	}
-	if left := started.Add(time.Duration(seconds * float64(time.Second))).Sub(now); left > 0 {
+	// Longer than a Duration holds (about 292 years, or Inf): as long as it holds. The
+	// conversion would overflow, and the pod would finish at once.
+	run := time.Duration(math.MaxInt64)
+	if seconds < run.Seconds() {
+		run = time.Duration(seconds * float64(time.Second))
+	}
+	if left := started.Add(run).Sub(now); left > 0 {
 		return "", 0, left
 	}
 	if code == 0 {
