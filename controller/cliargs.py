@@ -18,56 +18,46 @@ __all__ = [
 ]
 
 
-def _seconds(raw: str) -> float:
+def _finite(raw: str, what: str) -> float:
     try:
         value = float(raw)
     except ValueError:
         value = math.nan
-    if not math.isfinite(value):  # nan, inf: no timer takes them
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {raw!r}")
+    if not math.isfinite(value):  # nan, inf: no timer or factor takes them
+        raise argparse.ArgumentTypeError(f"expected {what}, got {raw!r}")
+    return value
+
+
+def _positive(value: float, raw: str) -> float:
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {raw!r}")
+    return value
+
+
+def _non_negative(value: float, raw: str) -> float:
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {raw!r}")
     return value
 
 
 def positive_seconds(raw: str) -> float:
     """A number of seconds, more than 0."""
-    value = _seconds(raw)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {raw!r}")
-    return value
+    return _positive(_finite(raw, "a number of seconds"), raw)
 
 
 def non_negative_seconds(raw: str) -> float:
     """A number of seconds, 0 or more."""
-    value = _seconds(raw)
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {raw!r}")
-    return value
-
-
-def _number(raw: str) -> float:
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"expected a number, got {raw!r}")
-    return value
+    return _non_negative(_finite(raw, "a number of seconds"), raw)
 
 
 def positive_number(raw: str) -> float:
     """A finite number, more than 0 (a factor, a mean)."""
-    value = _number(raw)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {raw!r}")
-    return value
+    return _positive(_finite(raw, "a number"), raw)
 
 
 def non_negative_number(raw: str) -> float:
     """A finite number, 0 or more."""
-    value = _number(raw)
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {raw!r}")
-    return value
+    return _non_negative(_finite(raw, "a number"), raw)
 
 
 def _count(raw: str, least: int) -> int:
