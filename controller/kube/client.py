@@ -164,12 +164,17 @@ def resource_for(obj: Mapping[str, Any]) -> Resource:
 class ApiError(Exception):
     """The API server refused a request (or could not be reached: status 0)."""
 
-    def __init__(self, status: int, reason: str, message: str) -> None:
+    def __init__(
+        self, status: int, reason: str, message: str, *, retry_after: float | None = None
+    ) -> None:
         super().__init__(f"{status} {reason}: {message}")
         self.status = status
         self.reason = reason
         """The Status `reason` (NotFound, Conflict, Invalid, ...), or Unreachable."""
         self.message = message
+        self.retry_after = retry_after
+        """Seconds the server asked the client to wait before trying again (a 429 or
+        503's `Retry-After`, or the Status' `details.retryAfterSeconds`), or None."""
 
     @property
     def transient(self) -> bool:
@@ -190,7 +195,34 @@ class ApiError(Exception):
             int(e.status or 0),
             str(status.get("reason") or e.reason or "Unknown"),
             str(status.get("message") or body or e.reason),
+            retry_after=_retry_after(status, e.headers),
         )
+
+
+RETRY_AFTER_MAX_S = 300.0
+"""The longest `Retry-After` taken as said: a server asking for more (or a proxy's
+mistake) is read as this, so that a client never waits for ever."""
+
+
+def _retry_after(status: dict[str, Any], headers: Any) -> float | None:
+    """The wait a refusal asks for, in seconds: the Status' `details.retryAfterSeconds`,
+    else the `Retry-After` header in seconds (an HTTP date is not read); None when
+    neither says a whole number of seconds from 1 up (the API server's own 0 means
+    "none said"). At most `RETRY_AFTER_MAX_S`."""
+    details = status.get("details")
+    value: Any = details.get("retryAfterSeconds") if isinstance(details, dict) else None
+    if (value is None or value == 0) and headers is not None:  # 0: none said
+        try:
+            value = headers.get("Retry-After")
+        except AttributeError:  # not a mapping
+            value = None
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        value = int(value.strip()) if value.strip().isascii() and value.strip().isdigit() else None
+    if not isinstance(value, int) or value < 1:
+        return None
+    return float(min(value, RETRY_AFTER_MAX_S))
 
 
 class NotLeaderError(Exception):

@@ -198,7 +198,8 @@ class Informer:
             self._thread.join(10)
 
     def run(self) -> None:
-        """List and watch until stopped. The backoff (0.5 s doubling to 30 s) starts
+        """List and watch until stopped. The backoff (0.5 s doubling to 30 s; longer
+        where the server asks for a longer wait, `ApiError.retry_after`) starts
         again only once a watch has worked (delivered an event, or lasted): a list
         that works before a watch that is refused (no `watch` right, 429, a proxy)
         does not reset it, and neither does a stream that ends at once, empty."""
@@ -226,13 +227,17 @@ class Informer:
                     log.exception("informer failed resource=%s", self.resource.plural)
                 if self.events > delivered:
                     backoff = 0.5  # a watch worked before this failure
+                # A server that says how long to wait (429 from API Priority and
+                # Fairness, 503) is waited for, at least.
+                asked = e.retry_after if isinstance(e, ApiError) else None
+                wait = max(backoff, asked) if asked is not None else backoff
                 log.warning(
                     "informer error resource=%s error=%r retry_in_s=%.1f",
                     self.resource.plural,
                     str(e),
-                    backoff,
+                    wait,
                 )
-                self._clock.wait(self._stop, backoff)
+                self._clock.wait(self._stop, wait)
                 backoff = min(backoff * 2, 30.0)
 
     def relist(self) -> None:

@@ -250,6 +250,24 @@ class _WatchRefused(FakeKube):
         raise ApiError(429, "TooManyRequests", "too many requests")
 
 
+class _WatchThrottled(_WatchRefused):
+    """WATCH refused by API Priority and Fairness, which says how long to wait."""
+
+    def watch(self, res: Any, **kw: Any) -> Any:
+        raise ApiError(429, "TooManyRequests", "too many requests", retry_after=7.0)
+
+
+def test_a_refusal_that_says_how_long_to_wait_is_waited_for_at_least_that() -> None:
+    """Found by a review: the backoff alone asked again after 0.5 s whatever the
+    server said (`Retry-After`); the server's figure is a floor, the backoff goes on
+    doubling under it."""
+    clock = _Waits(7)
+    inf = Informer(_WatchThrottled(), RESOURCES["ConfigMap"], clock=clock)
+    clock.informer = inf
+    inf.run()
+    assert clock.waits == [7, 7, 7, 7, 8, 16, 30]
+
+
 class _WatchEndsAtOnce(FakeKube):
     def list(self, res: Any, **kw: Any) -> tuple[list[dict[str, Any]], str]:
         return [cm("a", "1")], "10"

@@ -96,3 +96,51 @@ def test_an_answer_cut_short_or_not_json_is_an_api_error(answer: Any, reason: st
     with pytest.raises(ApiError) as e:
         Kube(Api()).get(RESOURCES["Node"], "n1")  # type: ignore[arg-type]
     assert (e.value.status, e.value.reason) == (0, reason)
+
+
+class _Refusal:
+    """What urllib3 hands the client for a refused request."""
+
+    def __init__(self, status: int, body: Any, headers: dict[str, str]) -> None:
+        self.status, self.reason = status, "Too Many Requests"
+        self.data = json.dumps(body).encode() if body is not None else b""
+        self._headers = urllib3.HTTPHeaderDict(headers)
+
+    def getheaders(self) -> Any:
+        return self._headers
+
+
+class _Refusing:
+    def __init__(self, refusal: _Refusal) -> None:
+        self._refusal = refusal
+
+    def call_api(self, path: str, method: str, **kw: Any) -> Any:
+        from kubernetes.client.exceptions import ApiException
+
+        raise ApiException(http_resp=self._refusal)
+
+
+def _status(retry: Any) -> dict[str, Any]:
+    return {"kind": "Status", "reason": "TooManyRequests", "message": "slow down",
+            "details": {"retryAfterSeconds": retry}}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("body", "headers", "wait"),
+    [
+        (_status(3), {"Retry-After": "7"}, 3.0),  # the Status' own figure first
+        (_status(0), {"retry-after": "7"}, 7.0),  # 0: none said; the header, any case
+        (None, {"Retry-After": "7"}, 7.0),
+        (None, {"Retry-After": "Wed, 21 Oct 2026 07:28:00 GMT"}, None),  # a date: not read
+        (None, {"Retry-After": "0"}, None),
+        (None, {"Retry-After": "-5"}, None),
+        (None, {"Retry-After": "\u00b2"}, None),  # a digit to str.isdigit, not to int()
+        (_status(True), {}, None),
+        (_status(10**9), {}, 300.0),  # at most RETRY_AFTER_MAX_S
+        (None, {}, None),
+    ],
+)
+def test_a_refusal_says_how_long_to_wait(body: Any, headers: dict[str, str], wait: Any) -> None:
+    with pytest.raises(ApiError) as refused:
+        Kube(_Refusing(_Refusal(429, body, headers))).get(RESOURCES["ConfigMap"], "a", "ns")
+    assert refused.value.status == 429 and refused.value.retry_after == wait
