@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from controller.sim.faults import FaultError
 from controller.sim.generator import generate, to_csv
 from controller.sim.plot import PlotUnavailable, write_figures
 from controller.sim.report import figures, format_table, write_report
-from controller.sim.run import Experiment, policy_doc, run, run_jobs
+from controller.sim.run import Experiment, Interrupted, policy_doc, run, run_jobs
 from controller.sim.schedulers import SCHEDULERS
 from controller.sim.tenants import SESSION_MEAN, PolicyError
 from controller.sim.traces import TRACES_ENV, TraceError, load_cluster_file, traces_dir
@@ -159,14 +160,25 @@ def _simulate(args: argparse.Namespace) -> int:
     except (TraceError, PolicyError, ClusterSpecError, FaultError) as e:
         print(f"gangops simulate: {e}", file=sys.stderr)
         return 1
+    except Interrupted as e:  # what finished is shown, not lost with the rest
+        if e.finished:
+            if e.summary is not None:
+                _heading(e.summary)
+            finished = {r.name: figures(r) for r in e.finished}
+            sys.stdout.write(format_table(finished, arrivals_only=exp.arrivals_only))
+        print(
+            f"gangops simulate: interrupted; not finished: {', '.join(e.unfinished)}"
+            " (nothing written)",
+            file=sys.stderr,
+        )
+        return 128 + signal.SIGINT
     inputs["telemetry"] = {
         "recording": args.telemetry,
         "faults": args.faults,
         "used_by_gangops": not args.no_telemetry and bool(args.telemetry or args.faults),
     }
     results = {r.name: figures(r) for r in runs}
-    print(f"{inputs['mode']}: {inputs['jobs']} jobs on {inputs['nodes']} nodes "
-          f"({inputs['gpus']} GPUs), {inputs['trace']}")  # fmt: skip
+    _heading(inputs)
     sys.stdout.write(format_table(results, arrivals_only=exp.arrivals_only))
     if args.report:
         try:
@@ -181,6 +193,11 @@ def _simulate(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(results, indent=2, sort_keys=True))
     return 0
+
+
+def _heading(inputs: dict[str, Any]) -> None:
+    print(f"{inputs['mode']}: {inputs['jobs']} jobs on {inputs['nodes']} nodes "
+          f"({inputs['gpus']} GPUs), {inputs['trace']}")  # fmt: skip
 
 
 def add_subcommand(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -36,7 +36,15 @@ from controller.sim.traces import TraceError, TraceJob, load_cluster_file, load_
 from controller.sim.variants import make_variant
 from controller.telemetry_data import load_recording
 
-__all__ = ["Experiment", "SchedulerRun", "policy_doc", "prepare_arrivals", "run", "run_jobs"]
+__all__ = [
+    "Experiment",
+    "Interrupted",
+    "SchedulerRun",
+    "policy_doc",
+    "prepare_arrivals",
+    "run",
+    "run_jobs",
+]
 
 
 @dataclass(frozen=True)
@@ -90,6 +98,17 @@ class SchedulerRun:
     name: str
     runs: list[RunResult] = field(default_factory=list)
     wall_seconds: float = 0.0
+
+
+class Interrupted(KeyboardInterrupt):
+    """A Ctrl-C while schedulers are simulated: the ones that finished (`finished`),
+    the ones that did not (`unfinished`), and the inputs' summary once `run` has one."""
+
+    def __init__(self, finished: list[SchedulerRun], unfinished: list[str]) -> None:
+        super().__init__()
+        self.finished = finished
+        self.unfinished = unfinished
+        self.summary: dict[str, Any] | None = None
 
 
 def prepare_arrivals(
@@ -184,41 +203,45 @@ def run_jobs(
     shapes = [
         PodShape(t.gpus, t.gpu_milli, t.cpu_milli, 0, t.gpu_models) for t in typical_pods(pods)
     ]
-    out = []
-    for name in exp.schedulers:
-        sched_run = SchedulerRun(name)
-        t0 = time.perf_counter()
-        seeds = exp.seeds if exp.arrivals_only else 1
-        for k in range(seeds):
-            seed = exp.seed + k
-            desc = f"simulate {name}" + (f" seed {seed}" if seeds > 1 else "")
-            frag = FragModel.of(pods)
-            feed = None
-            if (
-                name == "gangops"
-                and exp.use_telemetry
-                and not exp.arrivals_only
-                and (replay or faults)
-            ):
-                feed = Feed(policy, replay=replay, faults=faults, t0=first)
-            sched = make_scheduler(name, nodes, doc, fragmentation=frag, seed=seed, feed=feed)
-            if exp.arrivals_only:
-                workload = prepare_arrivals(
-                    jobs, capacity, seed=seed, tune=exp.tune, order=exp.order
-                )
-                with progress(len(workload), desc, unit="jobs", enabled=show_progress) as bar:
-                    r = simulate_arrivals(workload, sched, policy, capacity_milli=capacity,
-                                          shapes=shapes, progress=bar.set)  # fmt: skip
-            else:
-                truth = Truth(Devices(nodes), faults, replay) if (replay or faults) else None
-                with progress(len(jobs), desc, unit="jobs", enabled=show_progress) as bar:
-                    r = simulate(jobs, sched, policy, capacity_milli=capacity, tick=exp.tick,
-                                 progress=bar.set, truth=truth)  # fmt: skip
-                if feed is not None:
-                    r.forecast = feed.score()
-            sched_run.runs.append(r)
-        sched_run.wall_seconds = time.perf_counter() - t0
-        out.append(sched_run)
+    out: list[SchedulerRun] = []
+    try:
+        for name in exp.schedulers:
+            sched_run = SchedulerRun(name)
+            t0 = time.perf_counter()
+            seeds = exp.seeds if exp.arrivals_only else 1
+            for k in range(seeds):
+                seed = exp.seed + k
+                desc = f"simulate {name}" + (f" seed {seed}" if seeds > 1 else "")
+                frag = FragModel.of(pods)
+                feed = None
+                if (
+                    name == "gangops"
+                    and exp.use_telemetry
+                    and not exp.arrivals_only
+                    and (replay or faults)
+                ):
+                    feed = Feed(policy, replay=replay, faults=faults, t0=first)
+                sched = make_scheduler(name, nodes, doc, fragmentation=frag, seed=seed, feed=feed)
+                if exp.arrivals_only:
+                    workload = prepare_arrivals(
+                        jobs, capacity, seed=seed, tune=exp.tune, order=exp.order
+                    )
+                    with progress(len(workload), desc, unit="jobs", enabled=show_progress) as bar:
+                        r = simulate_arrivals(workload, sched, policy, capacity_milli=capacity,
+                                              shapes=shapes, progress=bar.set)  # fmt: skip
+                else:
+                    truth = Truth(Devices(nodes), faults, replay) if (replay or faults) else None
+                    with progress(len(jobs), desc, unit="jobs", enabled=show_progress) as bar:
+                        r = simulate(jobs, sched, policy, capacity_milli=capacity, tick=exp.tick,
+                                     progress=bar.set, truth=truth)  # fmt: skip
+                    if feed is not None:
+                        r.forecast = feed.score()
+                sched_run.runs.append(r)
+            sched_run.wall_seconds = time.perf_counter() - t0
+            out.append(sched_run)
+    except KeyboardInterrupt:
+        done = {r.name for r in out}
+        raise Interrupted(out, [n for n in exp.schedulers if n not in done]) from None
     return out
 
 
@@ -271,4 +294,8 @@ def run(
         "mode": "arrivals-only" if exp.arrivals_only else "departures",
         "seeds": exp.seeds if exp.arrivals_only else 1,
     }
-    return run_jobs(exp, nodes, jobs, doc, show_progress=show_progress), summary
+    try:
+        return run_jobs(exp, nodes, jobs, doc, show_progress=show_progress), summary
+    except Interrupted as e:
+        e.summary = summary
+        raise

@@ -138,3 +138,29 @@ def test_a_policy_that_cannot_be_built_is_a_policy_error(tmp_path: Path) -> None
     with pytest.raises(PolicyError, match="no policy for a cluster of 1024000 GPUs"):
         policy_doc(exp, 1_024_000)
     assert policy_doc(exp, 8)["cluster"]["capacity"]["gpu"] == 8
+
+
+def test_ctrl_c_shows_the_schedulers_that_finished(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Noticed and left last stop: a Ctrl-C in the third of three schedulers lost the
+    two that had finished. They are printed, the rest named, exit 130."""
+    import controller.sim.run as sim_run
+
+    real = sim_run.simulate
+
+    def simulate(jobs, sched, *a, **kw):  # type: ignore[no-untyped-def]
+        if sched.name == "random":
+            raise KeyboardInterrupt
+        return real(jobs, sched, *a, **kw)
+
+    monkeypatch.setattr(sim_run, "simulate", simulate)
+    report = tmp_path / "report"
+    code = _simulate(tmp_path, "--scheduler", "gangops", "bestfit", "random", "fifo-greedy",
+                     "--report", str(report))  # fmt: skip
+    assert code == 130
+    out, err = capsys.readouterr()
+    rows = [line.split()[0] for line in out.splitlines()[2:]]
+    assert out.startswith("departures: ") and rows == ["gangops", "bestfit"]
+    assert "interrupted; not finished: random, fifo-greedy (nothing written)" in err
+    assert not (report / "report.json").exists()
