@@ -34,6 +34,7 @@ import threading
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +107,21 @@ class _State:
     good: tuple[str, list[Obj]] | None = None
     """The last revision applied in full, and its objects: while newer revisions
     are refused, drift is corrected from it."""
+    corrected_at: float | None = None
+    """When drift of its objects was last corrected (monotonic)."""
+    corrected: frozenset[str] = frozenset()
+    """The objects that correction wrote."""
+    drift_delay: float = 0.0
+    """How long drift of its objects waits before it is corrected (`_drift_wait`)."""
+
+
+DRIFT_QUIET_S = 10.0
+"""An object corrected again this long (plus the wait before it) after its source's
+last correction, which wrote it too, is corrected at once; sooner, the source's drift
+waits (`_drift_wait`)."""
+DRIFT_MAX_WAIT_S = 300.0
+"""The longest a source's drift waits: what another writer fighting over its objects
+gets, one correction every five minutes."""
 
 
 def _requested(obj: Obj) -> str | None:
@@ -303,7 +319,49 @@ class Reconciler:
         labels = obj["metadata"].get("labels") or {}
         owner = labels.get(LABEL_SOURCE) or self._owners.get(ref)
         if owner:
-            self._queue.add(owner)
+            self._queue.add(owner, after=self._drift_wait(owner))
+
+    def _drift_wait(self, name: str) -> float:
+        """How long drift of `name`'s objects waits before it is corrected: no time,
+        unless its last correction was under `DRIFT_QUIET_S` (plus that wait) ago."""
+        with self._lock:
+            state = self._states.get(name)
+            if state is None or state.corrected_at is None:
+                return 0.0
+            since = self._clock.monotonic() - state.corrected_at
+            return state.drift_delay if since <= DRIFT_QUIET_S + state.drift_delay else 0.0
+
+    def _corrected(self, name: str, state: _State, result: SyncResult) -> None:
+        """Drift of `name`'s objects was corrected (the revision already applied was
+        applied again and wrote something). An object written back again within
+        `DRIFT_QUIET_S` of the last correction is another writer fighting over it (an
+        operator or a mutating webhook): each such correction waits twice as long as
+        the last, from 1 s to `DRIFT_MAX_WAIT_S`, instead of a loop of writes at the
+        API server's speed; said in the log while it lasts. Edits of other objects in
+        between (a person fixing several by hand) are corrected at once."""
+        now = self._clock.monotonic()
+        written = frozenset(
+            chain(result.created, result.configured, result.recreated, result.deleted)
+        )
+        changes = result.summary()
+        with self._lock:
+            last, delay = state.corrected_at, state.drift_delay
+            again = written & state.corrected
+            if last is None or now - last > DRIFT_QUIET_S + delay or not again:
+                delay = 0.0
+            else:
+                delay = min(max(2 * delay, 1.0), DRIFT_MAX_WAIT_S)
+            state.corrected_at, state.drift_delay, state.corrected = now, delay, written
+        if delay:
+            log.warning(
+                "drift corrected again within %.0f s: another writer may be changing them"
+                " back source=%s objects=%s changes=%r next_correction_after_s=%.0f",
+                DRIFT_QUIET_S + delay / 2,
+                name,
+                ",".join(sorted(again)),
+                changes,
+                delay,
+            )
 
     def _on_policy_cr(self, kind: EventType, obj: Obj) -> None:
         for name in list(self._states):
@@ -433,6 +491,8 @@ class Reconciler:
             self._clock.monotonic() - t_sync,
         )
         self._own(name, set(result.inventory), state)
+        if result.writes and state.good is not None and state.good[0] == revision:
+            self._corrected(name, state, result)
         # Observed before the status write, so whoever sees the new status also
         # sees the duration of the reconcile that wrote it.
         self.metrics.duration.labels(name).observe(self._clock.monotonic() - t0)
@@ -482,6 +542,7 @@ class Reconciler:
                 state.good[0],
                 result.summary(),
             )
+            self._corrected(name, state, result)
 
     def _refuse_reserved(self) -> None:
         """A PolicySource named `CR_SOURCE` (the policy custom resources' source name,

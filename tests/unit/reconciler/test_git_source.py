@@ -17,7 +17,12 @@ import pytest
 
 from controller.kube.client import RESOURCES, ApiError
 from controller.kube.clock import FakeClock
-from controller.reconciler.controller import Reconciler, ReconcilerSettings
+from controller.reconciler.controller import (
+    DRIFT_MAX_WAIT_S,
+    DRIFT_QUIET_S,
+    Reconciler,
+    ReconcilerSettings,
+)
 from controller.reconciler.fetch import GitRevisions
 from controller.reconciler.git import GitAuth, GitRef
 from controller.scheduler.policy import DEFAULT_SYSTEM_NAMESPACE, POLICY_CONFIGMAP
@@ -384,3 +389,36 @@ def test_what_goes_into_a_namespace_made_by_hand_is_dry_run(world: World) -> Non
     assert world.condition("Stalled")["reason"] == "DryRunFailed"
     nlp = world.kube.objects[("ResourceQuota", "nlp", "gangops-quota")]["spec"]["hard"]
     assert nlp["requests.nvidia.com/gpu"] == "8", "half of the refused revision was applied"
+
+
+def test_drift_corrected_again_and_again_waits_longer_each_time(world: World) -> None:
+    """Noticed and left last stop: another writer fighting over a managed object (an
+    operator deleting or rewriting it) met a correction at the API server's speed, for
+    ever. Corrections within `DRIFT_QUIET_S` of the last now wait 1 s, doubling to
+    `DRIFT_MAX_WAIT_S`; drift of another object, or after a quiet spell, is corrected
+    at once again."""
+    world.git.push(URL, "main", GOOD, FILES)
+    world.reconcile()
+    r = world.reconciler
+    quota = world.kube.objects[("ResourceQuota", "nlp", "gangops-quota")]
+    waits = []
+    for _ in range(11):
+        _delete_by_hand(world, "ResourceQuota", "gangops-quota", "nlp")
+        world.reconcile(fetch=False)  # the drift event's reconcile
+        assert ("ResourceQuota", "gangops-quota") in world.applied()
+        waits.append(r._drift_wait("team"))
+        world.clock.advance(waits[-1])  # the fight goes on as soon as it is corrected
+    assert waits == [0, 1, 2, 4, 8, 16, 32, 64, 128, 256, DRIFT_MAX_WAIT_S]
+    r._on_managed("MODIFIED", quota)  # a drift event now queues the reconcile that late
+    assert r._queue._due["team"] == pytest.approx(world.clock.monotonic() + DRIFT_MAX_WAIT_S)
+    _delete_by_hand(world, "PriorityClass", "normal")  # another object: not the fight
+    world.reconcile(fetch=False)
+    assert r._drift_wait("team") == 0
+    world.clock.advance(DRIFT_QUIET_S + 1)  # the other writer stopped
+    assert r._drift_wait("team") == 0
+    _delete_by_hand(world, "ResourceQuota", "gangops-quota", "nlp")
+    world.reconcile(fetch=False)
+    assert r._drift_wait("team") == 0
+    world.reconcile(fetch=False)  # nothing drifted: nothing written, nothing counted
+    world.clock.advance(1)
+    assert r._drift_wait("team") == 0
