@@ -12,6 +12,7 @@ Git tree at some revision.
 
 from __future__ import annotations
 
+import difflib
 import errno
 import os
 import re
@@ -413,6 +414,16 @@ def _deep_diagnostic(file: str, max_depth: int, line: int, col: int) -> Diagnost
     )
 
 
+def _near_miss(api_version: str, group: str, kind: str) -> bool:
+    """Whether an apiVersion outside the policy group is a slip of its pen, not another
+    group's document: the group without a version (`policy.ai.operator`), or a group
+    a letter or two from it on a policy kind (`policy.ai.operater/v1` Project)."""
+    if api_version == API_GROUP:
+        return True
+    close = difflib.SequenceMatcher(None, group.lower(), API_GROUP).ratio() >= 0.85
+    return kind in KINDS and close
+
+
 def _document(
     file: str, node: Node, yaml: YAML, limits: Limits, result: LoadResult, aliases: _AliasFinder
 ) -> None:
@@ -443,6 +454,19 @@ def _document(
         return
     group, _, version = api_version.rpartition("/")
     kl, kc = builder.positions.get(("kind",), (line, col))
+    if group != API_GROUP and _near_miss(api_version, group, kind):
+        al, ac = builder.positions.get(("apiVersion",), (line, col))
+        diags.append(
+            Diagnostic(
+                "GP110",
+                f"apiVersion {api_version!r} is not supported; use {API_VERSION}"
+                " (read as a typo: skipping the document would drop its policy)",
+                file,
+                al,
+                ac,
+            )
+        )
+        return
     if group != API_GROUP:
         diags.append(
             Diagnostic(

@@ -98,7 +98,9 @@ def working_revision(root: Path) -> str:
 
 
 def _hidden(obj: object, _depth: int) -> bool:
-    return isinstance(obj, git.Tree | git.Blob) and Path(str(obj.path)).name.startswith(".")
+    """A hidden directory, not walked (as on disk, `loader.sources_from_paths`); a
+    hidden file is read, on disk and in Git alike."""
+    return isinstance(obj, git.Tree) and Path(str(obj.path)).name.startswith(".")
 
 
 def tree_sources(

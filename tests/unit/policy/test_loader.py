@@ -170,6 +170,14 @@ spec:
         ("apiVersion: policy.ai.operator/v1beta1\nkind: Project\n", [("GP110", 1, 1)]),
         ("apiVersion: apps/v1\nkind: Deployment\n", [("GP111", 2, 1)]),
         ("apiVersion: v1\nkind: ConfigMap\n", [("GP111", 2, 1)]),
+        # Found by a review: near misses of the policy group were skipped as foreign,
+        # and the project they held dropped from the policy set without an error.
+        ("kind: Project\napiVersion: policy.ai.operator\n", [("GP110", 2, 1)]),
+        ("apiVersion: policy.ai.operater/v1\nkind: Project\n", [("GP110", 1, 1)]),
+        ("apiVersion: Policy.ai.operator/v1\nkind: PriorityTier\n", [("GP110", 1, 1)]),
+        # ... but another group's Project, or a near group on another kind, is foreign
+        ("apiVersion: project.openshift.io/v1\nkind: Project\n", [("GP111", 2, 1)]),
+        ("apiVersion: policy.ai.operater/v1\nkind: Deployment\n", [("GP111", 2, 1)]),
     ],
 )
 def test_documents_that_are_not_policies(text: str, expect: list[tuple[str, int, int]]) -> None:

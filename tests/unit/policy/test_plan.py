@@ -531,3 +531,17 @@ def test_a_linked_directory_gets_the_same_verdict_from_disk_and_from_git(repo: G
     on_disk = _verdicts(Path("policies"), None)
     assert on_disk == _verdicts(Path("policies"), "HEAD")
     assert [(code, file) for code, file, _, _ in on_disk] == [("GP112", "policies/more")]
+
+
+def test_a_hidden_file_is_read_at_the_base_as_in_the_working_tree(
+    repo: GitRepo, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Found by a review: `validate` read `.tiers.yaml` from disk, the Git reader (the
+    reconciler's, `plan --base`'s) skipped it, so a tree that validated in CI stalled
+    the reconciler, and the plan of an unchanged tree was every object created."""
+    files = BASE.copy()
+    files[".tiers.yaml"] = files.pop("tiers.yaml")
+    repo.write(files)
+    repo.commit()
+    plan = plan_json(capsys)
+    assert plan["changes"] == [] and not plan.get("warnings")
