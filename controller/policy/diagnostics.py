@@ -69,7 +69,7 @@ CODES: dict[str, Code] = _codes(
     Code("GP301", "duplicate-name", E, "Two documents of the same kind have the same `metadata.name`."),
     Code("GP302", "namespace-conflict", E, "A namespace is claimed by more than one project; each namespace belongs to at most one."),
     Code("GP303", "guaranteed-above-max", E, "A `guaranteed` amount exceeds the `max` beside it (project or user level)."),
-    Code("GP304", "users-exceed-project", E, "The named users' guarantees add up to more than their project's guarantee."),
+    Code("GP304", "users-exceed-project", E, "The named users' guarantees add up to more than their project's guarantee, or the default user's guarantee alone is more than it."),
     Code("GP305", "guarantees-exceed-capacity", E, "The projects' guarantees add up to more than the capacity minus the reserve; they could not all be honoured at once."),
     Code("GP306", "max-overcommit", I, "The projects' maxima add up to more than the capacity. This is allowed (idle GPUs are lent), and reported so it is a choice."),
     Code("GP307", "unknown-tier", E, "A tier is referenced (by a project or the reserve) but no PriorityTier of that name exists."),

@@ -54,7 +54,7 @@ def check(
     """
     out: list[Diagnostic] = []
     out += _names(documents)
-    out += _cluster_count(clusters, root)
+    out += _cluster_count(documents, root)
     out += _tiers(tiers)
     out += _namespaces(projects, system_namespace)
     # Tiers that failed the schema still exist: naming one is no second error.
@@ -102,13 +102,16 @@ def _names(documents: Sequence[Document]) -> Iterator[Diagnostic]:
             first[key] = doc
 
 
-def _cluster_count(clusters: Sequence[ClusterPolicy], root: str) -> Iterator[Diagnostic]:
+def _cluster_count(documents: Sequence[Document], root: str) -> Iterator[Diagnostic]:
+    """Counted over every ClusterPolicy document, those that failed the schema too:
+    one with a typo has its own errors, and is no "none found" besides."""
+    clusters = [d for d in documents if d.kind == "ClusterPolicy"]
     if not clusters:
         yield Diagnostic("GP313", "no ClusterPolicy found; a policy set needs exactly one", root)
     for extra in clusters[1:]:
-        first = clusters[0].doc
+        first = clusters[0]
         yield _at(
-            extra.doc,
+            extra,
             "GP313",
             f"a second ClusterPolicy ({extra.name!r}); the first is at {first.file}:{first.line}",
             "metadata",
@@ -245,6 +248,21 @@ def _project(p: Project, tier_names: set[str]) -> Iterator[Diagnostic]:
     for r in RESOURCE_NAMES:
         total = sum((u.quota.guaranteed.get(r) or Fraction(0) for u in p.members), Fraction(0))
         project_g = p.quota.guaranteed.get(r) or Fraction(0)
+        default_g = p.user_default.guaranteed.get(r)
+        if default_g is not None and default_g > project_g:
+            # every user not listed is guaranteed this: more than the project has
+            yield _at(
+                doc,
+                "GP304",
+                f"project {p.name!r}: the default user's guaranteed {r} "
+                f"{format_amount(r, default_g)} is more than the project's guaranteed "
+                f"{format_amount(r, project_g)}; every user not listed would be guaranteed it",
+                "spec",
+                "users",
+                "default",
+                "guaranteed",
+                r,
+            )
         if total > project_g:
             yield _at(
                 doc,

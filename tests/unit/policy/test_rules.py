@@ -237,7 +237,8 @@ CASES = [
             "cluster.yaml": CLUSTER
             + f"  preemption: {{minRuntimeSeconds: {'9' * 400}, maxPerHour: 100001}}\n"
         },
-        [("GP204", "cluster.yaml", 7), ("GP204", "cluster.yaml", 7), ("GP313", ".", 0)],
+        # no GP313 "no ClusterPolicy found" besides (found by a review): there is one
+        [("GP204", "cluster.yaml", 7), ("GP204", "cluster.yaml", 7)],
         says=("more than the maximum of 31536000", "more than the maximum of 100000"),
     ),
     Case(
@@ -273,7 +274,10 @@ CASES = [
     ),
     Case(
         "GP303 user guaranteed above max",
-        {"p.yaml": PROJECT_P + "  users: {default: {guaranteed: {gpu: 3}, max: {gpu: 2}}}\n"},
+        {
+            "p.yaml": PROJECT_P.replace("{max:", "{guaranteed: {gpu: 4}, max:")
+            + "  users: {default: {guaranteed: {gpu: 3}, max: {gpu: 2}}}\n"
+        },
         [("GP303", "p.yaml", 7)],
     ),
     Case(
@@ -607,6 +611,24 @@ def test_a_default_user_max_above_the_projects_is_an_error() -> None:
     (d,) = result.diagnostics
     assert d.is_error and "project 'p' default user: max gpu 9" in d.message
     assert result.policy_set is None
+
+
+def test_a_default_user_guarantee_above_the_projects_is_an_error() -> None:
+    """Found by a review: `users.default.guaranteed` was never checked, so every user not
+    listed could be guaranteed more than the project has (and a user within their
+    guarantee may take GPUs back from the project's other users)."""
+    files = {
+        **BASE,
+        "p.yaml": PROJECT_P.replace("{max:", "{guaranteed: {gpu: 4}, max:")
+        + "  users:\n    default: {guaranteed: {gpu: 6}}\n",
+    }
+    result = validate(files)
+    assert located(result.diagnostics) == [("GP304", "p.yaml", 8)]
+    (d,) = result.diagnostics
+    assert d.is_error and "default user's guaranteed gpu 6 GPUs" in d.message
+    assert result.policy_set is None
+    at_most = files["p.yaml"].replace("{gpu: 6}}", "{gpu: 4}}")
+    assert validate({**files, "p.yaml": at_most}).ok  # as much as the project: allowed
 
 
 def test_every_registered_code_has_a_case() -> None:
