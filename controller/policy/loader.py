@@ -632,6 +632,16 @@ _PLAIN_TAGS: dict[str, Callable[[str], Any]] = {
 }
 
 
+def _whole(value: Any) -> Any:
+    """A float with no fraction (`1e5`, `32.0`) as the integer it is: the schemas
+    take it where an integer goes (JSON Schema's reading), and what is compiled from
+    it must say `100000`, not `100000.0`, which an int32 field of the API server
+    refuses. Beyond 2**53 a float is not exact, and is left as it is."""
+    if isinstance(value, float) and value.is_integer() and abs(value) <= 2**53:
+        return int(value)
+    return value
+
+
 class _Builder:
     """Builds plain values from a node graph, recording positions and problems."""
 
@@ -696,11 +706,11 @@ class _Builder:
             return node.value
         if tag in _PLAIN_TAGS:
             try:
-                return _PLAIN_TAGS[tag](node.value)
+                return _whole(_PLAIN_TAGS[tag](node.value))
             except ValueError:  # a form only ruamel's constructor knows
                 pass
             try:
-                return self.constructor.construct_object(node)
+                return _whole(self.constructor.construct_object(node))
             except Exception as e:  # `!!int abc`, `!!int ""`, `!!bool maybe`, 5,000 digits
                 self.constructor.recursive_objects.pop(node, None)
                 self.diagnostics.append(

@@ -9,6 +9,7 @@ is no error, so nothing downstream ever sees a half-valid policy.
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -282,9 +283,16 @@ def _translate(doc: Document, err: ValidationError) -> Iterator[Diagnostic]:
             col,
         )
     elif kind == "anyOf" and path and path[-1] in ("cpu", "memory"):
+        value = err.instance
+        fraction = isinstance(value, float) and math.isfinite(value) and value >= 0
         yield Diagnostic(
             "GP312",
-            f"{where}: {_short(err.instance)} is not a Kubernetes quantity "
+            # A number with a fraction is a quantity, but these fields take a whole
+            # number or a string, as the policy CRDs do (int-or-string).
+            f'{where}: {_short(value)} must be quoted ("{value}") or written in '
+            "smaller units (500m): a quantity here is a whole number or a string"
+            if fraction
+            else f"{where}: {_short(value)} is not a Kubernetes quantity "
             "(examples: 8, 500m, 64Gi, 2Ti)",
             doc.file,
             line,

@@ -405,3 +405,13 @@ def test_a_yaml_directive_other_than_1_2_is_refused(tmp_path: Path) -> None:
     (refused,) = result.diagnostics
     assert (refused.code, refused.file, refused.line) == ("GP101", "p.yaml", 1)
     assert "%YAML 1.1" in refused.message
+
+
+@pytest.mark.parametrize(("written", "read"), [("1e5", 100000), ("32.0", 32), ("0.5", 0.5)])
+def test_a_float_with_no_fraction_is_read_as_the_integer_it_is(written: str, read: object) -> None:
+    """Found by a review: `value: 1e5` passed the schema (an integer, to JSON Schema)
+    and was compiled as `value: 100000.0`, which the API server's int32 refuses."""
+    text = f"apiVersion: policy.ai.operator/v1\nkind: PriorityTier\nspec: {{value: {written}}}\n"
+    (doc,) = load({"a.yaml": text}).documents
+    value = doc.data["spec"]["value"]
+    assert value == read and type(value) is type(read)

@@ -398,6 +398,14 @@ CASES = [
         [("GP312", "p.yaml", 6)],
     ),
     Case(
+        # Found by a review: "0.5 is not a Kubernetes quantity" was false; it is one,
+        # that these fields (and the policy CRDs, int-or-string) take only as a string.
+        "GP312 a number with a fraction, unquoted",
+        {"p.yaml": PROJECT_P.replace("gpu: 8", "gpu: 8, cpu: 0.5")},
+        [("GP312", "p.yaml", 6)],
+        says=('must be quoted ("0.5") or written in smaller units (500m)',),
+    ),
+    Case(
         "GP312 negative quantity",
         {"p.yaml": PROJECT_P.replace("gpu: 8", 'gpu: 8, memory: "-1Gi"')},
         [("GP312", "p.yaml", 6)],
