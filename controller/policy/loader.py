@@ -731,12 +731,19 @@ class _Builder:
     def _mapping(self, node: MappingNode, path: Path_) -> dict[str, Any]:
         out: dict[str, Any] = {}
         merged: dict[str, Any] = {}
+        # Where the merged values are written, kept apart: a key of this mapping
+        # overrides a merged one, and its position with it, whichever comes first.
+        merged_at: dict[Path_, tuple[int, int]] = {}
         first_lines: dict[str, int] = {}
         for key_node, value_node in node.value:
             if key_node.tag == _MERGE:
-                for source in self._merge_sources(value_node, path):
-                    for k, v in source.items():
-                        merged.setdefault(k, v)
+                own, self.positions = self.positions, merged_at
+                try:
+                    for source in self._merge_sources(value_node, path):
+                        for k, v in source.items():
+                            merged.setdefault(k, v)
+                finally:
+                    self.positions = own
                 continue
             key = self._key(key_node)
             kpath = (*path, key)
@@ -757,7 +764,13 @@ class _Builder:
             first_lines.setdefault(key, key_node.start_mark.line + 1)
             out[key] = self.build(value_node, kpath)
         for k, v in merged.items():
-            out.setdefault(k, v)
+            if k in out:
+                continue
+            out[k] = v
+            under = (*path, k)
+            for at, pos in merged_at.items():
+                if at[: len(under)] == under:
+                    self.positions.setdefault(at, pos)
         return out
 
     def _merge_sources(self, node: Node, path: Path_) -> Iterator[dict[str, Any]]:

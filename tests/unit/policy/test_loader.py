@@ -134,6 +134,33 @@ spec:
     assert doc.pos(("spec", "quota", "max", "cpu")) == (6, 33)
 
 
+def test_a_local_key_beside_a_merge_key_is_located_where_it_is_written() -> None:
+    """Found by a review: a value overriding a merged one was located in the merged
+    mapping (`tier 'hgh' does not exist` pointed at `high` on the `<<` line), and a
+    local key written before `<<` at the anchor."""
+    text = """\
+apiVersion: policy.ai.operator/v1
+kind: Project
+metadata: {name: p}
+spec:
+  quota:
+    guaranteed: &g {gpu: 4}
+    max:
+      gpu: 8
+      <<: *g
+  jobs:
+    <<: {tiers: [high, normal], maxGPU: 4}
+    tiers: [hgh]
+"""
+    (doc,) = load({"a.yaml": text}).documents
+    assert doc.data["spec"]["quota"]["max"] == {"gpu": 8}
+    assert doc.pos(("spec", "quota", "max", "gpu")) == (8, 7)
+    assert doc.data["spec"]["jobs"] == {"tiers": ["hgh"], "maxGPU": 4}
+    assert doc.pos(("spec", "jobs", "tiers")) == (12, 5)
+    assert doc.pos(("spec", "jobs", "tiers", 0)) == (12, 13)
+    assert doc.pos(("spec", "jobs", "maxGPU")) == (11, 33)  # merged: where it is written
+
+
 def test_merged_policy_validates() -> None:
     text = """\
 apiVersion: policy.ai.operator/v1
