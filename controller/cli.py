@@ -227,19 +227,27 @@ def _validate(args: argparse.Namespace) -> int:
     return EXIT_OK if result.ok else EXIT_INVALID
 
 
-def _compile_tree(args: argparse.Namespace, root: Path) -> tuple[Any, list[dict[str, Any]] | None]:
-    """Validate and compile the working tree at `root`; print diagnostics to stderr."""
+def _compile_tree(
+    args: argparse.Namespace, root: Path, *, as_applied: bool = False
+) -> tuple[Any, list[dict[str, Any]] | None]:
+    """Validate and compile the working tree at `root`; print diagnostics to stderr.
+    `as_applied`: with the source files named as the reconciler names them (relative
+    to the top of the repository), for a comparison with the live objects."""
     from controller.policy.build import build
     from controller.policy.report import format_diagnostics
-    from controller.policy.sources import working_revision, working_tree
+    from controller.policy.sources import repository_top, working_revision, working_tree
 
-    sources, resolve = working_tree(root)
+    sources, resolve = working_tree(root, in_repository=as_applied)
+    top = repository_top(root) if as_applied else None
+    source_root = root.as_posix()
+    if top is not None:
+        source_root = Path(os.path.relpath(root.resolve(), top)).as_posix()
     built = build(
         sources,
         root=str(root),
         resolve=resolve,
         revision=lambda: getattr(args, "revision", None) or working_revision(root),
-        source_root=root.as_posix(),
+        source_root=source_root,
         system_namespace=args.system_namespace,
         limits=_limits(args),
     )
@@ -328,7 +336,9 @@ def _plan_live(args: argparse.Namespace, root: Path) -> int:
     from controller.policy.report import format_plan
     from controller.reconciler.liveplan import LivePlanError, live_plan
 
-    _, head_objects = _compile_tree(args, root)
+    # named as the reconciler names them, or every object would differ by its
+    # source-file annotation when run from anywhere but the repository's top
+    _, head_objects = _compile_tree(args, root, as_applied=True)
     if head_objects is None:
         print("gangops plan: the working tree's policies are invalid; no plan", file=sys.stderr)
         return EXIT_INVALID

@@ -24,6 +24,7 @@ __all__ = [
     "GitRefError",
     "git_tree",
     "repository_resolver",
+    "repository_top",
     "tree_sources",
     "working_revision",
     "working_tree",
@@ -34,10 +35,21 @@ class GitRefError(Exception):
     """The path is not in a Git repository, or the ref does not name a commit."""
 
 
-def working_tree(root: Path) -> tuple[list[Source], Resolver]:
+def working_tree(root: Path, *, in_repository: bool = False) -> tuple[list[Source], Resolver]:
     """The YAML files under `root` on disk, and a resolver relative to `root` (see
-    `repository_resolver`)."""
-    return sources_from_paths([root]), repository_resolver([root])
+    `repository_resolver`). Their paths are relative to the current directory, or
+    with `in_repository` to the top of the Git working tree `root` is in, as the
+    reconciler reads them from a commit (outside a repository, as without it)."""
+    top = repository_top(root) if in_repository else None
+    return sources_from_paths([root], root=top), repository_resolver([root])
+
+
+def repository_top(root: Path) -> Path | None:
+    """The top of the Git working tree `root` is in, or None outside one."""
+    try:
+        return Path(str(_repo(root).working_tree_dir)).resolve()
+    except GitRefError:
+        return None
 
 
 def repository_resolver(roots: Sequence[Path]) -> Resolver:

@@ -72,14 +72,15 @@ def test_plan_against_the_live_cluster(
         assert first["counts"]["create"] == 12, first
         assert kube.get(RESOURCES["PriorityClass"], n("high")) is None
 
-        # Applied as the reconciler would: no changes.
-        sources, resolve = working_tree(policy_repo.path / "policies")
+        # Applied as the reconciler would (source files named from the repository's
+        # top, whatever the plan's current directory): no changes.
+        sources, resolve = working_tree(policy_repo.path / "policies", in_repository=True)
         result = validate_sources(sources, root="policies", resolve=resolve)
         assert result.policy_set is not None
         for obj in compile_policy_set(
             result.policy_set,
             revision="r1",
-            source_root=(policy_repo.path / "policies").as_posix(),
+            source_root="policies",
             system_namespace=system,
         ):
             obj["metadata"].setdefault("labels", {})[LABEL_SOURCE] = policy_repo.prefix

@@ -545,3 +545,31 @@ def test_a_hidden_file_is_read_at_the_base_as_in_the_working_tree(
     repo.commit()
     plan = plan_json(capsys)
     assert plan["changes"] == [] and not plan.get("warnings")
+
+
+def test_the_live_plan_names_source_files_as_the_reconciler_does(
+    repo: GitRepo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by a review: `plan --cluster` named each object's source file relative
+    to the current directory, the reconciler relative to the repository's top, so run
+    from anywhere else every object showed as an update of its annotation."""
+    import argparse
+    import os
+
+    from controller.cli import _compile_tree
+    from controller.policy.compiler import ANNOTATION_SOURCE
+
+    repo.write(BASE)
+    repo.commit()
+    args = argparse.Namespace(system_namespace="gangops-system", max_file_size=0, revision="r")
+    seen = []
+    for cwd, root in [(".", "policies"), ("policies", "."), ("..", f"{repo.root.name}/policies")]:
+        monkeypatch.chdir(repo.root / cwd)
+        _, objects = _compile_tree(args, Path(root), as_applied=True)
+        assert objects is not None
+        seen.append(sorted({o["metadata"]["annotations"][ANNOTATION_SOURCE] for o in objects}))
+        monkeypatch.chdir(repo.root)
+    assert seen[0] == seen[1] == seen[2]
+    assert seen[0] == ["policies", "policies/projects/a.yaml", "policies/projects/b.yaml",
+                       "policies/tiers.yaml"]  # fmt: skip
+    assert os.getcwd() == str(repo.root)
