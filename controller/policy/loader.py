@@ -336,7 +336,7 @@ def _compose(
     try:
         nodes = list(yaml.compose_all(text))
     except MarkedYAMLError as e:
-        diags.append(_syntax_diagnostic(src.path, e))
+        diags.append(_syntax_diagnostic(src.path, e, text))
         return None
     except ReaderError as e:  # a character YAML does not allow, by its offset
         line = text.count("\n", 0, e.position) + 1
@@ -354,12 +354,15 @@ def _compose(
     return text, nodes, replace(limits, max_nodes=min(limits.max_nodes, len(text) + 1000))
 
 
-def _syntax_diagnostic(file: str, e: MarkedYAMLError) -> Diagnostic:
+def _syntax_diagnostic(file: str, e: MarkedYAMLError, text: str) -> Diagnostic:
     """GP101 where the parser gave up, naming also where the construct it was
     reading opened (an unclosed bracket or quote is fixed there, not here)."""
     mark, opened = e.problem_mark or e.context_mark, e.context_mark
     line, col = (mark.line + 1, mark.column + 1) if mark is not None else (0, 0)
     message = e.problem or "invalid YAML"
+    lines = text.splitlines()
+    if mark is not None and mark.line < len(lines) and lines[mark.line][mark.column :][:1] == "\t":
+        message += ": a tab, which YAML does not indent with (use spaces)"
     if e.context:
         where = ""
         if opened is not None and (opened.line + 1, opened.column + 1) != (line, col):

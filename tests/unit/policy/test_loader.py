@@ -62,7 +62,7 @@ spec:
         # A character YAML refuses, at its own line and column.
         ("x: 1\ny: a\x00b\n", 2, 5, "character U+0000 is not allowed in YAML"),
         ("x: 1\ny: \x1b\n", 2, 4, "character U+001B is not allowed in YAML"),
-        ("a:\n\tb: 1\n", 2, 1, "found character that cannot start any token"),
+        ("a:\n\tb: 1\n", 2, 1, "cannot start any token: a tab, which YAML does not indent"),
         ("a: *nowhere\n", 1, 4, "found undefined alias"),
     ],
 )
