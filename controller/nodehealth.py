@@ -30,6 +30,7 @@ from typing import Any
 __all__ = [
     "CHECKPOINT_ANNOTATION",
     "CONDITION",
+    "FATAL_XIDS",
     "OUT_OF_SERVICE_ANNOTATION",
     "QUARANTINE_ANNOTATION",
     "RESTART_ANNOTATION",
@@ -120,6 +121,11 @@ XID_CLASSES: dict[int, XidClass] = {
     79: XidClass.REBOOT_NODE,  # GPU has fallen off the bus
 }
 UNKNOWN_XID_CLASS = XidClass.RESTART_APP
+FATAL_XIDS = tuple(
+    sorted(x for x, c in XID_CLASSES.items() if c in (XidClass.RESET_GPU, XidClass.REBOOT_NODE))
+)
+"""The XIDs that take a GPU out of service (a reset or a reboot): the chart's
+`GangopsGPUFatalXID` alert names them, and the agent exports their counts from 0."""
 
 
 def classify_xid(xid: int, overrides: dict[int, XidClass] | None = None) -> XidClass:

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from controller.agent.agent import GpuView, Snapshot
 from controller.agent.fields import DRIVER_VERSION_LABEL, FIELDS
 from controller.agent.health import State
+from controller.nodehealth import FATAL_XIDS
 
 __all__ = ["CONTENT_TYPE", "render"]
 
@@ -96,7 +97,10 @@ def _lines(s: Snapshot, hostname_label: str) -> Iterator[str]:
     xid_lines = []
     for g in s.gpus:
         base = gpu_labels(g, s, hostname_label)
-        for xid, n in sorted(g.xids.items()):
+        # The fatal XIDs from 0, so that the first one is an increase: a series that
+        # appears at 1 gives `increase()` one sample, and the chart's alert never fired.
+        counts = {**dict.fromkeys(FATAL_XIDS, 0), **g.xids}
+        for xid, n in sorted(counts.items()):
             xid_lines.append(
                 f"DCGM_EXP_XID_ERRORS_COUNT{_labels([*base, ('xid', str(xid))])} {n}\n"
             )

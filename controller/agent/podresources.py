@@ -75,6 +75,11 @@ def fake_gpu_uuid(node: str, index: int) -> str:
     return f"GPU-{h[0:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
 
 
+def _gpu(device_id: str) -> str:
+    """The GPU a device id names: a time-sliced replica `GPU-...::N` is its GPU."""
+    return device_id.partition("::")[0]
+
+
 class PodResourcesClient:
     """A client of one kubelet's pod-resources API (v1) on its unix socket.
 
@@ -100,7 +105,9 @@ class PodResourcesClient:
     def list_devices(self) -> dict[str, DeviceOwner]:
         """Each `nvidia.com/gpu` device id (a GPU UUID) that a container holds, and that
         container, from `List`. A GPU no pod holds is absent. A device listed for two
-        containers (a shared GPU) keeps the first."""
+        containers (a shared GPU) keeps the first. A time-sliced GPU's replicas
+        (`GPU-...::1`, NVIDIA's device plugin with sharing) count as the GPU itself,
+        as dcgm-exporter reads them."""
         resp = api_pb2.ListPodResourcesResponse()
         self._call("List", api_pb2.ListPodResourcesRequest(), resp)
         owners: dict[str, DeviceOwner] = {}
@@ -110,20 +117,21 @@ class PodResourcesClient:
                 for devices in container.devices:
                     if devices.resource_name == GPU_RESOURCE:
                         for device_id in devices.device_ids:
-                            owners.setdefault(device_id, owner)
+                            owners.setdefault(_gpu(device_id), owner)
         return owners
 
     def allocatable(self) -> list[str]:
         """Every `nvidia.com/gpu` device id of the node, in the kubelet's order, from
-        `GetAllocatableResources`."""
+        `GetAllocatableResources` (a time-sliced GPU once, not once per replica)."""
         resp = api_pb2.AllocatableResourcesResponse()
         self._call("GetAllocatableResources", api_pb2.AllocatableResourcesRequest(), resp)
-        return [
-            device_id
+        ids = (
+            _gpu(device_id)
             for devices in resp.devices
             if devices.resource_name == GPU_RESOURCE
             for device_id in devices.device_ids
-        ]
+        )
+        return list(dict.fromkeys(ids))
 
     def close(self) -> None:
         """Nothing to release (each call has its own connection); kept for `with`."""

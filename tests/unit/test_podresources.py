@@ -207,3 +207,22 @@ def test_a_socket_that_speaks_something_else_is_a_pod_resources_error(tmp_path: 
     finally:
         t.join(timeout=5)
         server.close()
+
+
+def test_time_sliced_replicas_are_their_gpu(
+    kubelet: FakeKubelet, client: PodResourcesClient
+) -> None:
+    """Found by a review: with the device plugin's time-slicing the kubelet lists
+    `GPU-...::1`, which matched no GPU UUID, so those pods' GPUs had no pod labels
+    (dcgm-exporter splits at `::`)."""
+    kubelet.pods = [
+        pb.PodResources(
+            namespace="nlp", name="bert-0", containers=[container("t", gpus("GPU-1::1"))]
+        ),
+        pb.PodResources(
+            namespace="nlp", name="bert-1", containers=[container("t", gpus("GPU-1::0"))]
+        ),
+    ]
+    assert client.list_devices() == {"GPU-1": DeviceOwner("nlp", "bert-0", "t")}
+    kubelet.allocatable = [*gpus("GPU-1::0", "GPU-1::1", "GPU-2::0", "GPU-2::1")]
+    assert client.allocatable() == ["GPU-1", "GPU-2"]

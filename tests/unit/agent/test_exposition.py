@@ -4,6 +4,7 @@ Prometheus text (promtool and prometheus_client's parser), withdrawn series."""
 from __future__ import annotations
 
 import csv
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -15,6 +16,7 @@ from controller.agent.agent import Agent, AgentConfig, Owner
 from controller.agent.exposition import render
 from controller.agent.fields import FIELDS, FIELDS_BY_NAME, NOT_FROM_NVML
 from controller.agent.replay import Event, Replay, Scenario, fake_gpu_uuid
+from controller.nodehealth import FATAL_XIDS
 
 from .conftest import Clock
 
@@ -159,3 +161,24 @@ def test_promtool_accepts_the_exposition(clock: Clock) -> None:
     )
     for line in out.splitlines():
         assert any(a in line for a in allowed), line
+
+
+def test_fatal_xid_counts_start_at_zero(clock: Clock) -> None:
+    """Found by a review: a GPU's first fatal XID made its count series appear at 1,
+    and `increase()` over one sample is nothing, so the chart's GangopsGPUFatalXID
+    never fired on what the agent exports. Every fatal XID is counted from 0."""
+    counts = {
+        (s.labels["gpu"], s.labels["xid"]): s.value
+        for s in _families(render(_snapshot(clock)).decode())["DCGM_EXP_XID_ERRORS_COUNT"].samples  # type: ignore[attr-defined]
+    }
+    assert counts == {(g, str(x)): 0.0 for g in ("0", "1") for x in FATAL_XIDS}
+    assert {48, 79, 95, 119, 140} <= set(FATAL_XIDS) and 13 not in FATAL_XIDS
+
+
+def test_the_fatal_xid_alert_names_the_fatal_xids() -> None:
+    """The chart's alert and the agent's zero counts name the same XIDs."""
+    rules = (
+        Path(__file__).parents[3] / "charts/gangops/files/prometheus/alert-rules.yaml"
+    ).read_text()
+    named = set(re.findall(r'DCGM_EXP_XID_ERRORS_COUNT\{xid=~"([0-9|]+)"', rules))
+    assert named and all(set(map(int, n.split("|"))) == set(FATAL_XIDS) for n in named), named
