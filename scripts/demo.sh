@@ -7,17 +7,18 @@
 #      `git daemon` on loopback), a PolicySource for it, and `gangops run`
 #      reconciling it: PriorityClasses, Namespaces, ResourceQuotas appear;
 #   3. TrainingJobs applied by their users (kubectl as alice, bob, carol, frank):
-#      gangs placed whole, an elastic job grown onto idle GPUs, a high-tier job
-#      preempting a batch job, a job waiting over its user's quota (and why);
+#      gangs placed whole, an elastic job grown onto idle GPUs and shrunk back
+#      when a high-tier job needs them, a job waiting over its user's quota (and
+#      why);
 #   4. a policy pull request merged (a commit pushed, the push webhook): the
-#      new quota applied in seconds, the waiting job starts, the elastic job
-#      shrinks back to make room;
+#      new quota applied in seconds, the waiting job starts by preempting the
+#      batch sweeps;
 #   5. a broken commit pushed: nothing of it applied, the PolicySource Stalled
 #      with file:line, the last good state kept;
 #   6. live GPU telemetry: node agents replaying recorded GPU telemetry on every
 #      node, scraped by a real Prometheus; the pods' GPUs in PromQL, a scripted XID
 #      taking a GPU out of service (Node condition and annotation), the scheduler
-#      offering the node's other seven.
+#      never offering it.
 #
 # Everything lives in a temporary directory and is stopped and deleted at the
 # end, also on Ctrl-C. GANGOPS_DEMO_KEEP=1 leaves the cluster up for poking
@@ -110,8 +111,11 @@ cleanup() {
   mapfile -t pids <"$pids_file"
   if [[ "${GANGOPS_DEMO_KEEP:-}" == 1 && $code -eq 0 ]]; then
     say ""
-    say "Left running (GANGOPS_DEMO_KEEP=1): export KUBECONFIG=$work/admin.kubeconfig; kubectl is $kubectl_bin."
-    say "Stop everything with: kill ${pids[*]}; $gangops dev-cluster down --state $state; rm -rf $work"
+    # printf, not say: a command folded at 100 columns pastes as two broken ones
+    printf 'Left running (GANGOPS_DEMO_KEEP=1). Reach it with:\n  export KUBECONFIG=%s\n  (kubectl is %s)\n' \
+      "$work/admin.kubeconfig" "$kubectl_bin"
+    printf 'Stop everything with:\n  kill %s; %s dev-cluster down --state %s; rm -rf %s\n' \
+      "${pids[*]}" "$gangops" "$state" "$work"
     return
   fi
   (( code == 0 )) || printf 'clean-up (%ds): stopping the demo, gangops run and git-daemon\n' $((SECONDS - started)) >&2
@@ -188,11 +192,11 @@ step "gangops run: the reconciler and the gang scheduler, with a PolicySource fo
 secret="$work/webhook-secret"
 head -c 24 /dev/urandom | base64 >"$secret"
 metrics_port="$(free_port)" webhook_port="$(free_port)"
+a100=nvidia.com/gpu.product=NVIDIA-A100-SXM4-80GB  # the nodes this gangops places on
 run_args=(run --kubeconfig "$work/admin.kubeconfig" --metrics-addr "127.0.0.1:$metrics_port"
   --webhook-addr "127.0.0.1:$webhook_port" --webhook-secret-file "$secret"
   --cache-dir "$work/cache" --grow-interval 10
-  --node-selector nvidia.com/gpu.product=NVIDIA-A100-SXM4-80GB
-  --prometheus-url "$prom_url" --telemetry-interval 5)
+  --node-selector "$a100" --prometheus-url "$prom_url" --telemetry-interval 5)
 printf '%s$ gangops %s%s\n' "$dim" "${run_args[*]/#$work\//}" "$off"
 say "(this gangops places on the 8 A100 nodes, 64 GPUs: --node-selector; elastic jobs may"
 say "grow every 10 s instead of every 10 minutes: --grow-interval; it reads GPU health and"
@@ -270,6 +274,8 @@ wait_for "gpt-pretrain Running" 60 is_phase nlp gpt-pretrain Running
 # at 8 GPUs and running: a refused relaunch also reads 8 (its gangSize) while it waits
 shrunk() { [[ "$(gpus_of nlp bert-training)" == 8 ]] && is_phase nlp bert-training Running; }
 wait_for "bert-training back at 8 GPUs" 30 shrunk
+is_phase research sweep Running && is_phase vision vit-sweep Running \
+  || fail "gpt-pretrain should have taken bert-training's grown workers, not evicted a sweep"
 tj_table
 
 step "A job over its user's quota waits, and says why"
@@ -282,7 +288,8 @@ wait_for "llama-ft to say why it waits" 60 waits
 why="$(k get tj -n nlp-dev llama-ft -o jsonpath='{.status.phase} {.status.reason}: {.status.message}')"
 [[ "$why" == "Queued Quota: "* ]] || fail "llama-ft should wait on alice's quota; it is $why"
 show as alice get tj -n nlp-dev -o wide
-show "$gangops" explain nlp-dev/llama-ft --kubeconfig "$work/admin.kubeconfig" | sed 's/^/  /'
+show "$gangops" explain nlp-dev/llama-ft --kubeconfig "$work/admin.kubeconfig" \
+  --node-selector "$a100" | sed 's/^/  /'
 
 # ---------------------------------------------------------------- 4. a pull request merged
 step "4. A policy pull request merged: alice's max 32 -> 48 GPUs"
@@ -311,6 +318,9 @@ say "applied $((SECONDS - t_push)) s after the push. llama-ft now fits alice's q
 say "A100s are full: as a high-tier job it preempts the preemptible batch sweeps (the smallest"
 say "set of lower-tier gangs that makes room), which wait in the queue for GPUs to free up."
 wait_for "llama-ft Running" 90 is_phase nlp-dev llama-ft Running
+if is_phase research sweep Running && is_phase vision vit-sweep Running; then
+  fail "llama-ft runs, yet neither batch sweep was preempted"
+fi
 tj_table
 show "$kubectl_bin" describe tj -n research sweep | sed -n '/^Events:/,$p'
 
@@ -327,16 +337,24 @@ wait_for "PolicySource Stalled" 30 stalled
 show "$kubectl_bin" get policysource platform-policies \
   -o jsonpath='{range .status.conditions[*]}{.type}={.status} {.reason}: {.message}{"\n"}{end}' | cut -c1-220
 say "The last good revision stays applied: alice's jobs keep running, her quota is still 48."
-show "$kubectl_bin" get configmap -n gangops-system gangops-scheduling-policy \
+alice_max="$(show "$kubectl_bin" get configmap -n gangops-system gangops-scheduling-policy \
   -o jsonpath='{.data.policy\.json}' | "$python" -c \
-  'import json,sys; p=json.load(sys.stdin); print("  alice max:", [m for q in p["projects"] if q["name"]=="nlp" for m in q["users"]["members"] if m["name"]=="alice"][0]["max"])'
+  'import json,sys; p=json.load(sys.stdin); print([m for q in p["projects"] if q["name"]=="nlp" for m in q["users"]["members"] if m["name"]=="alice"][0]["max"]["gpu"])')"
+say "  alice max: $alice_max GPUs"
+[[ "$alice_max" == 48 ]] || fail "the broken commit changed alice's max to $alice_max"
+is_phase nlp-dev llama-ft Running || fail "llama-ft stopped running after the broken commit"
 tj_table
 
 # ---------------------------------------------------------------- 6. live GPU telemetry
 step "6. Live GPU telemetry: node agents, a real Prometheus, GPU health"
+# Prints the query, then each result as the Python in $2 formats it; no result fails
+# the demo (a claim with nothing under it).
 promql() {
   printf '%s$ PromQL: %s%s\n' "$dim" "$1" "$off"
-  curl -sS -G "$prom_url/api/v1/query" --data-urlencode "query=$1" | "$python" -c "$2"
+  local out
+  out="$(curl -sS -G "$prom_url/api/v1/query" --data-urlencode "query=$1" | "$python" -c "$2")"
+  [[ -n "$out" ]] || fail "PromQL $1: no result"
+  printf '%s\n' "$out"
 }
 say "Every node's agent serves dcgm-exporter's metrics with the pod that holds each GPU (the"
 say "kubelet's pod-resources API, served by the fake kubelet). bert-training's GPUs:"
@@ -354,16 +372,22 @@ wait_for "a100-007's GPU 2 out of service" 90 bad_gpu
 show "$kubectl_bin" get node a100-007 \
   -o jsonpath='{.metadata.annotations.gangops\.ai/unhealthy-gpus}{"\n"}{range .status.conditions[?(@.type=="GPUProblem")]}{.type}={.status} {.reason}: {.message}{"\n"}{end}' \
   | sed 's/^/  /'
-promql 'DCGM_EXP_XID_ERRORS_COUNT' '
+promql 'DCGM_EXP_XID_ERRORS_COUNT > 0' '
 import json, sys
 for r in json.load(sys.stdin)["data"]["result"]:
     m = r["metric"]
     print("  %s GPU %s: XID %s x%s" % (m["Hostname"], m["gpu"], m["xid"], r["value"][1]))'
 say ""
-say "The scheduler offers a100-007's other seven GPUs and never the bad one; explain says so,"
-say "with the telemetry it reads:"
+holder="$(curl -sS -G "$prom_url/api/v1/query" \
+  --data-urlencode 'query=DCGM_FI_DEV_GPU_UTIL{Hostname="a100-007",gpu="2"}' | "$python" -c \
+  'import json,sys; r=json.load(sys.stdin)["data"]["result"]; print(r[0]["metric"].get("pod", "") if r else "")')"
+if [[ -n "$holder" ]]; then
+  say "The GPU was in use: $holder goes on running on it here. Stopping or checkpointing such a job is the protective action an Alertmanager alert asks for (docs/alerts.md), which this demo does not run."
+fi
+say "The scheduler never offers the bad GPU to a gang; explain says so, with the telemetry it"
+say "reads:"
 show "$gangops" explain research/sweep --kubeconfig "$work/admin.kubeconfig" \
-  --prometheus-url "$prom_url" | sed 's/^/  /'
+  --node-selector "$a100" --prometheus-url "$prom_url" | sed 's/^/  /'
 }
 demo &
 body=$!

@@ -51,7 +51,7 @@ def test_demo_shows_every_step_and_cleans_up(control_plane: object) -> None:
         "llama-ft Running",
         "PolicySource Stalled",
         "GP307",  # the broken commit's diagnostic, at file:line
-        "alice max: {'gpu': 48}",  # the last good revision kept
+        "alice max: 48 GPUs",  # the last good revision kept (checked by the demo too)
         "bert-training-",  # its GPUs in PromQL, under its pods' names
         "a100-007's GPU 2 out of service",
         "GPUProblem=True UnhealthyGPUs",
