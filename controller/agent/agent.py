@@ -243,26 +243,36 @@ class Agent:
         driver, count = out.value
         with self._lock:
             self._driver, self._count = driver, count
-            # GPUs seen before NVML went down stay, unread until they answer again
-            self._gpus = [g for g in self._gpus if g.identity.index < count]
-        self._identify(now)
+        # Every GPU read again: NVML may number them anew (one fell off the bus and
+        # the driver was reloaded), and each keeps its state by UUID, not index.
+        self._identify(now, again=True)
         with self._lock:  # up once identified: an XID polled before would find no GPU
             self._nvml_up = True
         log.info("NVML up node=%s gpus=%d driver=%s", self.config.node, count, driver)
 
-    def _identify(self, now: float) -> None:
+    def _identify(self, now: float, *, again: bool = False) -> None:
         """Read the identity of GPUs not known yet (each in its own lane: one hung or
-        lost GPU does not keep the others, or NVML, from starting)."""
+        lost GPU does not keep the others, or NVML, from starting); with `again` (NVML
+        initialised anew), of every GPU NVML counts (`_renumber`)."""
         with self._lock:
             known = {g.identity.index: g for g in self._gpus}
-        missing = [i for i in range(self._count) if i not in known or not known[i].identified]
+            count = self._count
+        missing = [i for i in range(count) if again or i not in known or not known[i].identified]
         if not missing:
+            if again:
+                with self._lock:
+                    self._renumber({})
             return
         node = self.config.node
         outcomes = self._lanes.run_all(
             {(node, i): partial(self._nvml.identity, i) for i in missing}
         )
         with self._lock:
+            if again:
+                self._renumber(
+                    {i: out.value for (_, i), out in outcomes.items() if out.ok and out.value}
+                )
+                known = {g.identity.index: g for g in self._gpus}
             for (_, i), out in outcomes.items():
                 g = known.get(i)
                 if out.ok and out.value is not None:
@@ -283,6 +293,38 @@ class Agent:
                 else:
                     self._set_health(g, h.on_lost(g.health, str(out.error), now))
             self._gpus.sort(key=lambda g: g.identity.index)
+
+    def _renumber(self, read: dict[int, GpuIdentity]) -> None:
+        """NVML came back and said which GPU each index is (`read`; an index it could
+        not read is missing). Each entry goes to the index its UUID has now, with its
+        health, XIDs and owner; an index that now names a GPU no entry knows gets a new
+        entry; an entry whose GPU is at no index any more (read or not) is dropped, as
+        one past the count always was. Caller holds the lock."""
+        by_uuid = {g.identity.uuid: g for g in self._gpus if g.identified}
+        now_at = {ident.uuid for ident in read.values()}
+        kept = [
+            g
+            for g in self._gpus
+            if g.identity.index < self._count
+            and g.identity.index not in read
+            and not (g.identified and g.identity.uuid in now_at)  # moved: placed below
+        ]
+        for i, ident in read.items():
+            g = by_uuid.get(ident.uuid)
+            if g is None:
+                g = _Gpu(ident)
+            else:
+                if g.identity.index != i:
+                    log.warning(
+                        "GPU renumbered by NVML node=%s uuid=%s index=%d->%d",
+                        self.config.node,
+                        ident.uuid,
+                        g.identity.index,
+                        i,
+                    )
+                g.identity, g.sample = ident, None
+            kept.append(g)
+        self._gpus = sorted(kept, key=lambda g: g.identity.index)
 
     def _read_owners(self, now: float) -> None:
         if self._owners_reader is None:

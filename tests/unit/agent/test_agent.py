@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -331,3 +332,58 @@ def test_a_slow_pod_resources_answer_does_not_withdraw_every_gpu_from_scrapes(
     assert all(g.sample is not None for g in scrapes[0].gpus), [
         (g.identity.index, g.sampled_at) for g in scrapes[0].gpus
     ]
+
+
+class _Renumbered(Replay):
+    """After `drop(j)`, NVML lists one GPU fewer and numbers the rest anew: what was
+    index j+1 is index j (a GPU fell off the bus; the driver was reloaded)."""
+
+    gone: int | None = None
+
+    def _real(self, index: int) -> int:
+        return index + 1 if self.gone is not None and index >= self.gone else index
+
+    def device_count(self) -> int:
+        return super().device_count() - (self.gone is not None)
+
+    def identity(self, index: int) -> Any:
+        return replace(super().identity(self._real(index)), index=index)
+
+    def sample(self, index: int) -> Any:
+        return super().sample(self._real(index))
+
+
+def test_gpus_renumbered_by_nvml_keep_their_own_uuid_state_and_pod() -> None:
+    """Found by a review: after NVML came back with GPU 1 gone, index 1 (now the GPU
+    that was 2) was published under GPU 1's UUID, without its pod, and GPU 2's XIDs
+    and health stayed with the wrong entry. Entries follow their UUID."""
+    clock = Clock()
+    replay = _Renumbered(
+        node="n1", gpus=3, clock=clock,
+        scenario=Scenario((Event(at=0.5, kind="xid", gpu=2, xid=48),
+                           Event(at=1, kind="driver-unloaded", seconds=2))),
+    )  # fmt: skip
+    uuids = [replay.identity(i).uuid for i in range(3)]
+    agent = Agent(
+        replay,
+        AgentConfig(node="n1", reinit_s=5.0),
+        owners=lambda: {uuids[2]: Owner("ns", "pod-on-2", "c")},
+        clock=clock,
+    )
+    agent.tick()
+    clock.t += 0.6
+    agent.poll_xids(0.0)
+    agent.tick()
+    clock.t += 0.5
+    agent.tick()  # NVML down
+    assert not agent.snapshot().nvml_up
+    replay.gone = 1
+    clock.t += 6
+    agent.tick()  # NVML back, two GPUs: uuids[0] at 0, uuids[2] at 1
+    s = agent.snapshot()
+    assert s.nvml_up
+    assert [(g.identity.index, g.identity.uuid) for g in s.gpus] == [(0, uuids[0]), (1, uuids[2])]
+    moved = s.gpus[1]
+    assert moved.owner == Owner("ns", "pod-on-2", "c") and moved.sample is not None
+    assert moved.xids == {48: 1} and moved.health.state is State.RESET_REQUIRED
+    assert s.gpus[0].xids == {} and s.gpus[0].health.state is State.HEALTHY
