@@ -138,10 +138,13 @@ def test_a_scripted_xid_is_counted_and_a_hung_call_withdraws_only_that_gpu(
 
     xid = wait_for(
         "the XID counter",
-        lambda: telemetry.query(f'DCGM_EXP_XID_ERRORS_COUNT{{Hostname="{node}", xid="48"}}'),
+        lambda: telemetry.query(f'DCGM_EXP_XID_ERRORS_COUNT{{Hostname="{node}", xid="48"}} > 0'),
         timeout=15,
     )
-    assert xid[0]["gpu"] == "1" and xid[0]["value"] == 1.0
+    assert [(x["gpu"], x["value"]) for x in xid] == [("1", 1.0)]
+    # the fatal XIDs are counted from 0 on every GPU, so the first is an increase
+    zeros = telemetry.query(f'DCGM_EXP_XID_ERRORS_COUNT{{Hostname="{node}", xid="79"}} == 0')
+    assert {z["gpu"] for z in zeros} == {str(i) for i in range(8)}, zeros
 
     def withdrawn() -> bool:
         gpus = {s["gpu"] for s in telemetry.query(f'DCGM_FI_DEV_GPU_UTIL{{Hostname="{node}"}}')}
