@@ -25,7 +25,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 from controller.agent.agent import Snapshot
-from controller.kube.client import RESOURCES, ApiError, KubeApi
+from controller.kube.client import RESOURCES, ApiError, KubeApi, retry_wait
 from controller.nodehealth import CONDITION, UNHEALTHY_ANNOTATION, format_indices
 
 __all__ = ["CONDITION", "FIELD_MANAGER", "UNHEALTHY_ANNOTATION", "NodePublisher", "node_patch"]
@@ -110,14 +110,15 @@ class NodePublisher:
                 last, backoff = time.monotonic(), 1.0
             except Exception as e:  # ApiError, or a defect: the publisher goes on
                 self.failures += 1
+                wait = retry_wait(e, backoff)  # longer where the API server asks for it
                 log.warning(
                     "cannot publish GPU health node=%s error=%s; retrying in %gs",
                     self._node,
                     e,
-                    backoff,
+                    wait,
                     exc_info=not isinstance(e, ApiError),
                 )
-                self._stop.wait(backoff)
+                self._stop.wait(wait)
                 backoff = min(backoff * 2, 30.0)
                 self._wake.set()
 

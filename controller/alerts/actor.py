@@ -42,7 +42,7 @@ from controller.alerts.metrics import AlertMetrics
 from controller.alerts.policy import AlertPolicy
 from controller.alerts.receiver import Inbox, Received
 from controller.jobs.pods import LABEL_JOB
-from controller.kube.client import RESOURCES, ApiError, KubeApi, NotLeaderError
+from controller.kube.client import RESOURCES, ApiError, KubeApi, NotLeaderError, retry_wait
 from controller.kube.clock import Clock
 from controller.kube.events import EventRecorder
 from controller.kube.informer import Informer
@@ -187,8 +187,10 @@ class AlertActor:
                 self.run_once(timeout_s=min(self._settings.tick_s, 1.0))
             except (ApiError, NotLeaderError, OSError) as e:
                 self._metrics.errors.inc()
-                log.warning("alert actions failed; retrying error=%r", str(e))
-                self._clock.wait(self._stop, 1.0)
+                wait = retry_wait(e, 1.0)  # longer where the API server asks for it
+                log.warning("alert actions failed; retrying error=%r retry_in_s=%.1f",
+                            str(e), wait)  # fmt: skip
+                self._clock.wait(self._stop, wait)
             except Exception:  # a defect: logged, and the protective actions go on
                 self._metrics.errors.inc()
                 log.exception("alert actions crashed; retrying")

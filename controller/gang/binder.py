@@ -30,7 +30,7 @@ from controller.gang.record import Admission, format_time, status_number
 from controller.gang.view import JobView
 from controller.jobs.pods import headless_service, worker_pods
 from controller.jobs.status import job_status
-from controller.kube.client import RESOURCES, ApiError, KubeApi
+from controller.kube.client import RESOURCES, ApiError, KubeApi, retry_wait
 from controller.kube.clock import Clock
 from controller.kube.events import EventRecorder
 from controller.kube.informer import Informer
@@ -312,7 +312,8 @@ class Binder:
         ResourceQuota exceeded or its usage not yet computed, a conflict writing
         that usage, the server busy or failing) is retried for `quota_retry_s` (the
         quota controller releases an evicted gang's usage a little after its pods
-        go), then the refusal raised."""
+        go), every 0.5 s or after the wait the server asks for (`Retry-After`), then
+        the refusal raised (at once when that wait outlasts the window)."""
         meta = manifest["metadata"]
         deadline = self._clock.monotonic() + self._quota_retry_s
         while True:
@@ -326,12 +327,14 @@ class Binder:
                     if live is None:  # deleted meanwhile: created again by a later step
                         raise
                     return live
-                late = self._clock.monotonic() > deadline or self._stop.is_set()
-                if not _passing(e) or late:
+                # the window is over, or the wait the server asks for outlasts it
+                pause = retry_wait(e, 0.5)
+                late = self._clock.monotonic() + pause > deadline + 0.5
+                if not _passing(e) or late or self._stop.is_set():
                     raise
-                log.info("pod create refused; retrying pod=%s/%s error=%r",
-                         meta["namespace"], meta["name"], str(e))  # fmt: skip
-            self._clock.wait(self._stop, 0.5)
+                log.info("pod create refused; retrying pod=%s/%s error=%r retry_in_s=%.1f",
+                         meta["namespace"], meta["name"], str(e), pause)  # fmt: skip
+            self._clock.wait(self._stop, pause)
 
     def _delete_pods(self, pods: tuple[Obj, ...]) -> None:
         for p in pods:

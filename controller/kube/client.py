@@ -219,10 +219,22 @@ def _retry_after(status: dict[str, Any], headers: Any) -> float | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, str):
-        value = int(value.strip()) if value.strip().isascii() and value.strip().isdigit() else None
+        digits = value.strip()
+        if not (digits.isascii() and digits.isdigit()):
+            value = None
+        else:  # a number past the cap needs no reading (int() refuses 4,301 digits)
+            value = int(digits) if len(digits) <= 6 else int(RETRY_AFTER_MAX_S)
     if not isinstance(value, int) or value < 1:
         return None
     return float(min(value, RETRY_AFTER_MAX_S))
+
+
+def retry_wait(error: BaseException, least: float) -> float:
+    """How long to wait before trying again after `error`: `least`, or longer where
+    the API server asked for a longer wait (`ApiError.retry_after`: API Priority and
+    Fairness' 429, a 503)."""
+    asked = error.retry_after if isinstance(error, ApiError) else None
+    return least if asked is None else max(least, asked)
 
 
 class NotLeaderError(Exception):

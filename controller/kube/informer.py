@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, Literal, TypeVar
 
-from controller.kube.client import ApiError, KubeApi, Resource
+from controller.kube.client import ApiError, KubeApi, Resource, retry_wait
 from controller.kube.clock import Clock, SystemClock
 
 __all__ = ["EventType", "Handler", "Informer", "StoreListener", "key_of"]
@@ -229,8 +229,7 @@ class Informer:
                     backoff = 0.5  # a watch worked before this failure
                 # A server that says how long to wait (429 from API Priority and
                 # Fairness, 503) is waited for, at least.
-                asked = e.retry_after if isinstance(e, ApiError) else None
-                wait = max(backoff, asked) if asked is not None else backoff
+                wait = retry_wait(e, backoff)
                 log.warning(
                     "informer error resource=%s error=%r retry_in_s=%.1f",
                     self.resource.plural,

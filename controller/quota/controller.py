@@ -35,7 +35,14 @@ from typing import Any
 
 from controller.gitauth import GitError, auth_from_secret
 from controller.jobs.spec import LABEL_USER
-from controller.kube.client import FIELD_MANAGER, RESOURCES, ApiError, KubeApi, NotLeaderError
+from controller.kube.client import (
+    FIELD_MANAGER,
+    RESOURCES,
+    ApiError,
+    KubeApi,
+    NotLeaderError,
+    retry_wait,
+)
 from controller.kube.clock import Clock, SystemClock
 from controller.kube.informer import Informer
 from controller.quota.approval import approval
@@ -192,7 +199,8 @@ class QuotaController:
                     log.warning("quota-request pass failed: %s", e)
                 elif not missing:  # said once, not every second
                     log.warning("the QuotaRequest CRD is not installed: `gangops install-crds`")
-                missing, wait = e.status == 404, max(wait, 30.0)
+                # longer where the API server asks for it
+                missing, wait = e.status == 404, retry_wait(e, max(wait, 30.0))
             except Exception:  # one bad pass must not end the loop
                 log.exception("quota-request pass failed")
             self.clock.wait(self._stop, wait)

@@ -10,7 +10,7 @@ import urllib3
 from controller.agent.agent import Agent, AgentConfig
 from controller.agent.node import CONDITION, UNHEALTHY_ANNOTATION, NodePublisher, node_patch
 from controller.agent.replay import Event, Replay, Scenario
-from controller.kube.client import RESOURCES, Kube
+from controller.kube.client import RESOURCES, ApiError, Kube
 from tests.unit.kube.fakes import FakeKube
 
 from .conftest import Clock
@@ -101,6 +101,29 @@ def test_an_unchanged_state_is_not_written_again_before_the_resync(clock: Clock)
             pub.offer(snap)
         time.sleep(0.3)
         assert pub.writes == 1
+    finally:
+        pub.stop()
+
+
+def test_a_busy_api_server_is_written_to_after_the_wait_it_asks_for() -> None:
+    """API Priority and Fairness' 429 says how long to wait (Retry-After): the
+    publisher waits that long, not its own first second."""
+    kube = FakeKube()
+    _node(kube)
+    real_patch, refused = kube.merge_patch, []
+
+    def busy_once(*args: Any, **kwargs: Any) -> Any:
+        if not refused:
+            refused.append(time.monotonic())
+            raise ApiError(429, "TooManyRequests", "too many", retry_after=2.0)
+        return real_patch(*args, **kwargs)
+
+    kube.merge_patch = busy_once  # type: ignore[method-assign]
+    pub = NodePublisher(kube, "n1", resync_s=60).start()
+    try:
+        pub.offer(_snapshot(Clock()))
+        _wait(lambda: pub.writes == 1, timeout=10)
+        assert time.monotonic() - refused[0] >= 2.0  # not after the publisher's own 1 s
     finally:
         pub.stop()
 

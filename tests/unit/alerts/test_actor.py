@@ -376,6 +376,27 @@ def test_an_api_error_keeps_the_alerts_for_the_next_pass() -> None:
     assert node(kube)["spec"].get("unschedulable") is None
 
 
+def test_a_busy_api_server_is_tried_again_after_the_wait_it_asks_for() -> None:
+    """API Priority and Fairness' 429 says how long to wait (Retry-After): the
+    worker waits that long, not its own second, then acts on the alerts it kept."""
+    kube = world()
+    actor, inbox, clock, metrics = setup(kube)
+    _failing_once(kube, ApiError(429, "TooManyRequests", "too many", retry_after=20.0))
+    start = clock.monotonic()
+    worker = threading.Thread(target=actor._work, daemon=True)  # what `start` runs
+    worker.start()
+    try:
+        inbox.put([alert(XID, node="n1", gpu=None, fp="x")], clock.monotonic())
+        deadline = time.monotonic() + 10
+        while node(kube)["spec"].get("unschedulable") is not True:
+            assert worker.is_alive() and time.monotonic() < deadline, "never acted"
+            time.sleep(0.01)
+    finally:
+        actor.stop()
+    assert metrics.errors._value.get() == 1
+    assert clock.monotonic() - start == 20.0  # the fake clock moves only in that wait
+
+
 def test_a_request_the_api_server_refuses_as_written_is_not_retried() -> None:
     kube = world()
     actor, inbox, clock, metrics = setup(kube)

@@ -86,6 +86,28 @@ def test_a_pod_refused_past_the_retry_window_raises_the_refusal_in_the_api_serve
     assert _placed(kube) == {"j-1-1": "b"}  # the next step's cleanup deletes it
 
 
+def test_a_busy_api_server_is_retried_after_the_wait_it_asks_for() -> None:
+    """API Priority and Fairness' 429 says how long to wait (Retry-After): the binder
+    waits that, not its own 0.5 s, and a wait that outlasts the window is not
+    waited for: the refusal is raised at once, for a later step to retry."""
+    kube, clock = FakeKube(), FakeClock()
+    busy = ApiError(429, "TooManyRequests", "too many requests", retry_after=3.0)
+    kube.refusals["j-1-0"] = [busy, busy]
+    start = clock.monotonic()
+    _launch(kube, clock, retry_s=10)
+    assert kube.refusals["j-1-0"] == []
+    assert clock.monotonic() - start == 6.0  # two asked-for waits, not 2 x 0.5 s
+    assert _placed(kube) == {"j-1-0": "a", "j-1-1": "b"}
+
+    kube, clock = FakeKube(), FakeClock()
+    longer = ApiError(429, "TooManyRequests", "too many requests", retry_after=60.0)
+    kube.refusals["j-1-0"] = [longer, longer]
+    start = clock.monotonic()
+    with pytest.raises(LaunchRefused, match="too many requests"):
+        _launch(kube, clock, retry_s=10)
+    assert len(kube.refusals["j-1-0"]) == 1 and clock.monotonic() == start
+
+
 def test_any_other_refusal_is_not_retried() -> None:
     kube, clock = FakeKube(), FakeClock()
     cpu = ApiError(403, "Forbidden", "failed quota: q: must specify requests.cpu")

@@ -137,6 +137,8 @@ def _status(retry: Any) -> dict[str, Any]:
         (None, {"Retry-After": "\u00b2"}, None),  # a digit to str.isdigit, not to int()
         (_status(True), {}, None),
         (_status(10**9), {}, 300.0),  # at most RETRY_AFTER_MAX_S
+        # found by a review: int() refused it, a ValueError in place of the ApiError
+        (None, {"Retry-After": "9" * 4301}, 300.0),
         (None, {}, None),
     ],
 )

@@ -10,6 +10,7 @@ import datetime as dt
 import difflib
 import shutil
 import subprocess
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from controller.kube.client import RESOURCES, NotLeaderError, Resource
+from controller.kube.client import RESOURCES, ApiError, NotLeaderError, Resource
 from controller.kube.clock import FakeClock
 from controller.quota.controller import QuotaController, QuotaSettings
 from tests.unit.kube.fakes import FakeKube
@@ -266,6 +267,28 @@ def test_a_pull_request_closed_unmerged_rejects_the_request(world: World) -> Non
     status = w.status("no")
     assert status["state"] == "Rejected" and "closed unmerged" in status["message"]
     assert {c["type"]: c["status"] for c in status["conditions"]}["Stalled"] == "True"
+
+
+def test_a_pass_the_api_server_refuses_as_busy_waits_as_long_as_it_asks(world: World) -> None:
+    """A failed pass waits 30 s, or the longer wait the API server asks for (the
+    Retry-After of API Priority and Fairness' 429 or a 503)."""
+    waits: list[float] = []
+
+    def wait(stop: threading.Event, seconds: float) -> bool:
+        waits.append(seconds)
+        stop.set()  # one pass is enough
+        return True
+
+    world.clock.wait = wait  # type: ignore[method-assign]
+    for asked in (None, 120.0):
+
+        def busy(asked: float | None = asked) -> None:
+            raise ApiError(429, "TooManyRequests", "too many", retry_after=asked)
+
+        world.ctl.step = busy  # type: ignore[method-assign]
+        world.ctl._stop.clear()
+        world.ctl.run()
+    assert waits == [30.0, 120.0]
 
 
 def test_a_forge_outage_retries_with_backoff_then_recovers(world: World) -> None:
