@@ -107,21 +107,35 @@ class _State:
     good: tuple[str, list[Obj]] | None = None
     """The last revision applied in full, and its objects: while newer revisions
     are refused, drift is corrected from it."""
-    corrected_at: float | None = None
-    """When drift of its objects was last corrected (monotonic)."""
-    corrected: frozenset[str] = frozenset()
-    """The objects that correction wrote."""
-    drift_delay: float = 0.0
-    """How long drift of its objects waits before it is corrected (`_drift_wait`)."""
+    fights: dict[str, _Fight] = field(default_factory=dict)
+    """Its objects' last drift corrections, by `str(Ref)` (`Reconciler._corrected`)."""
+
+
+@dataclass
+class _Fight:
+    """One managed object's last drift correction, and the drift seen since."""
+
+    at: float
+    """When a correction last wrote it (monotonic)."""
+    delay: float = 0.0
+    """How long that correction waited after the change it corrected."""
+    fast: bool = False
+    """Whether the latest change seen since came within `DRIFT_QUIET_S` of `at`."""
+
+    @property
+    def next_delay(self) -> float:
+        """The wait of a correction that follows a fast change: twice the last one,
+        from 1 s to `DRIFT_MAX_WAIT_S`."""
+        return min(max(2 * self.delay, 1.0), DRIFT_MAX_WAIT_S)
 
 
 DRIFT_QUIET_S = 10.0
-"""An object corrected again this long (plus the wait before it) after its source's
-last correction, which wrote it too, is corrected at once; sooner, the source's drift
-waits (`_drift_wait`)."""
+"""A managed object changed this long after the correction that last wrote it (or
+later) is drift like any other, corrected at once; changed sooner, it is another
+writer changing it back, and its correction waits (`Reconciler._drift_wait`)."""
 DRIFT_MAX_WAIT_S = 300.0
-"""The longest a source's drift waits: what another writer fighting over its objects
-gets, one correction every five minutes."""
+"""The longest an object's drift waits: what another writer fighting over it gets,
+one correction every five minutes."""
 
 
 def _requested(obj: Obj) -> str | None:
@@ -250,6 +264,7 @@ class Reconciler:
             apply=self._apply_revision,
             report=self._report,
             max_diagnostics=settings.max_diagnostics,
+            corrected=lambda result: self._corrected(CR_SOURCE, self._state(CR_SOURCE), result),
         )
         self._worker: threading.Thread | None = None
         self._running: set[threading.Thread] = set()
@@ -319,48 +334,61 @@ class Reconciler:
         labels = obj["metadata"].get("labels") or {}
         owner = labels.get(LABEL_SOURCE) or self._owners.get(ref)
         if owner:
-            self._queue.add(owner, after=self._drift_wait(owner))
+            self._queue.add(owner, after=self._drift_wait(owner, str(ref)))
 
-    def _drift_wait(self, name: str) -> float:
-        """How long drift of `name`'s objects waits before it is corrected: no time,
-        unless its last correction was under `DRIFT_QUIET_S` (plus that wait) ago."""
+    def _state(self, name: str) -> _State:
+        with self._lock:
+            return self._states.setdefault(name, _State())
+
+    def _drift_wait(self, name: str, obj: str) -> float:
+        """Object `obj` of source `name` changed: how long its correction waits. No
+        time, unless a correction wrote it under `DRIFT_QUIET_S` ago (another writer
+        changing it back, `_corrected`). Noted for that correction either way."""
         with self._lock:
             state = self._states.get(name)
-            if state is None or state.corrected_at is None:
+            fight = state.fights.get(obj) if state is not None else None
+            if fight is None:
                 return 0.0
-            since = self._clock.monotonic() - state.corrected_at
-            return state.drift_delay if since <= DRIFT_QUIET_S + state.drift_delay else 0.0
+            fight.fast = self._clock.monotonic() - fight.at <= DRIFT_QUIET_S
+            return fight.next_delay if fight.fast else 0.0
 
     def _corrected(self, name: str, state: _State, result: SyncResult) -> None:
         """Drift of `name`'s objects was corrected (the revision already applied was
-        applied again and wrote something). An object written back again within
-        `DRIFT_QUIET_S` of the last correction is another writer fighting over it (an
-        operator or a mutating webhook): each such correction waits twice as long as
-        the last, from 1 s to `DRIFT_MAX_WAIT_S`, instead of a loop of writes at the
-        API server's speed; said in the log while it lasts. Edits of other objects in
-        between (a person fixing several by hand) are corrected at once."""
+        applied again and wrote something). An object whose last change came within
+        `DRIFT_QUIET_S` of the correction that last wrote it is another writer
+        fighting over it (an operator or a mutating webhook): each such correction
+        waits twice as long as the one before, from 1 s to `DRIFT_MAX_WAIT_S`, instead
+        of a loop of writes at the API server's speed; said in the log while it lasts.
+        Every object has its own fight: the others' drift (a person fixing several
+        by hand) is corrected at once, and so is its own after a quiet spell."""
         now = self._clock.monotonic()
-        written = frozenset(
-            chain(result.created, result.configured, result.recreated, result.deleted)
-        )
-        changes = result.summary()
+        written = sorted(set(chain(result.created, result.configured, result.recreated,
+                                   result.deleted)))  # fmt: skip
+        again: list[str] = []
         with self._lock:
-            last, delay = state.corrected_at, state.drift_delay
-            again = written & state.corrected
-            if last is None or now - last > DRIFT_QUIET_S + delay or not again:
+            for obj in written:
+                last = state.fights.get(obj)
                 delay = 0.0
-            else:
-                delay = min(max(2 * delay, 1.0), DRIFT_MAX_WAIT_S)
-            state.corrected_at, state.drift_delay, state.corrected = now, delay, written
-        if delay:
+                if last is not None and last.fast:
+                    delay = last.next_delay
+                    again.append(f"{obj} ({now - last.at:.0f} s after its last)")
+                state.fights[obj] = _Fight(at=now, delay=delay)
+            # a fight whose correction is long past is over: what is left of it is
+            # what a first correction starts from
+            stale = now - 2 * (DRIFT_QUIET_S + DRIFT_MAX_WAIT_S)
+            for obj in [o for o, f in state.fights.items() if f.at < stale]:
+                del state.fights[obj]
+            longest = max((state.fights[o].next_delay for o in written), default=0.0)
+        if again:
             log.warning(
-                "drift corrected again within %.0f s: another writer may be changing them"
-                " back source=%s objects=%s changes=%r next_correction_after_s=%.0f",
-                DRIFT_QUIET_S + delay / 2,
+                "drift corrected again soon after the correction before: another writer"
+                " may be changing them back source=%s objects=%s changes=%r"
+                " next_correction_after_s=%.0f (if changed back within %.0f s)",
                 name,
-                ",".join(sorted(again)),
-                changes,
-                delay,
+                ", ".join(again),
+                result.summary(),
+                longest,
+                DRIFT_QUIET_S,
             )
 
     def _on_policy_cr(self, kind: EventType, obj: Obj) -> None:
@@ -434,8 +462,7 @@ class Reconciler:
         if name == CR_SOURCE:
             self._refuse_reserved()
             outcome = self._crs.reconcile()
-            with self._lock:
-                state = self._states.setdefault(name, _State())
+            state = self._state(name)
             if outcome is None or outcome[0] or outcome[1] in STALLING:
                 state.failures = 0
                 return None  # done, or needs a person: the next event says when

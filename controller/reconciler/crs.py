@@ -129,12 +129,23 @@ class CrSource:
     """The policy custom resources, reconciled as one policy set."""
 
     def __init__(
-        self, informers: _Informers, *, apply: Apply, report: Reporter, max_diagnostics: int
+        self,
+        informers: _Informers,
+        *,
+        apply: Apply,
+        report: Reporter,
+        max_diagnostics: int,
+        corrected: Callable[[SyncResult], None] = lambda result: None,
     ) -> None:
         self._informers = informers
         self._apply_revision = apply
         self._report = report
         self._max_diagnostics = max_diagnostics
+        self._corrected = corrected
+        """Told of a sync that wrote while the revision applied was unchanged: drift
+        corrected (the reconciler slows a fight over an object, as for a PolicySource)."""
+        self._applied: str | None = None
+        """The revision last applied in full."""
 
     def reconcile(self) -> tuple[bool, str] | None:
         """Reconcile the policy custom resources as one policy set; each CR's status says
@@ -163,6 +174,10 @@ class CrSource:
         inventory = {Ref.of(o) for o in labelled if _source_of(o) == CR_SOURCE}
         synced = self._apply_revision(built.objects, inventory, SyncOptions(source=CR_SOURCE))
         ok, reason = synced.ok, synced.reason
+        if synced.writes and revision == self._applied:
+            self._corrected(synced)
+        if ok:
+            self._applied = revision
         counted = "applied" if synced.writes else ("unchanged" if ok else "stalled")
         self._informers.metrics.reconciles.labels(CR_SOURCE, counted).inc()
         log.info(

@@ -177,3 +177,30 @@ def test_the_policysource_schema_refuses_the_reserved_name() -> None:
     assert rule["rule"] == f"oldSelf.hasValue() || (self.metadata.name != '{CR_SOURCE}')"
     assert rule["optionalOldSelf"] is True  # at create only: one made before stays writable
     assert CR_SOURCE in rule["message"]
+
+
+def test_a_fight_over_an_object_of_the_policy_crs_is_slowed_too(tmp_path: Path) -> None:
+    """Found by a review: a drift fight was slowed for PolicySources only; an operator
+    deleting the ResourceQuota the custom resources made, again and again, met a
+    correction each time at the API server's speed."""
+    kube, clock = FakeKube(), FakeClock()
+    r = Reconciler(
+        kube, settings=ReconcilerSettings(cache_dir=tmp_path), clock=clock, rng=random.Random(0)
+    )
+    for d in [cluster(), *TIERS, project("nlp").max(gpu=8).build()]:
+        d = {**d, "apiVersion": "policy.ai.operator/v1",
+             "metadata": {**d["metadata"], "generation": 1}}  # fmt: skip
+        r.policy_crs[d["kind"]].assume(kube.create(d, field_manager="test"))
+    r.reconcile(CR_SOURCE)
+    key = ("ResourceQuota", "nlp", "gangops-quota")
+    waits: list[float] = []
+    for _ in range(6):
+        quota: Any = kube.objects.pop(key)  # the other writer deletes it
+        r.managed["ResourceQuota"].forget("gangops-quota", "nlp")
+        r._on_managed("DELETED", quota)
+        waits.append(r._queue._due.pop(CR_SOURCE) - clock.monotonic())
+        clock.advance(waits[-1])
+        r.reconcile(CR_SOURCE)
+        assert key in kube.objects  # corrected
+        clock.advance(0.5)
+    assert waits == [0, 1, 2, 4, 8, 16]
