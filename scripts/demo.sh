@@ -112,9 +112,10 @@ cleanup() {
   if [[ "${GANGOPS_DEMO_KEEP:-}" == 1 && $code -eq 0 ]]; then
     say ""
     # printf, not say: a command folded at 100 columns pastes as two broken ones
-    printf 'Left running (GANGOPS_DEMO_KEEP=1). Reach it with:\n  export KUBECONFIG=%s\n  (kubectl is %s)\n' \
+    # %q: paths with spaces paste whole; &&: the state goes only once down worked
+    printf 'Left running (GANGOPS_DEMO_KEEP=1). Reach it with:\n  export KUBECONFIG=%q\n  (kubectl is %q)\n' \
       "$work/admin.kubeconfig" "$kubectl_bin"
-    printf 'Stop everything with:\n  kill %s; %s dev-cluster down --state %s; rm -rf %s\n' \
+    printf 'Stop everything with:\n  kill %s; %q dev-cluster down --state %q && rm -rf %q\n' \
       "${pids[*]}" "$gangops" "$state" "$work"
     return
   fi

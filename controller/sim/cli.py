@@ -109,6 +109,8 @@ def _simulate(args: argparse.Namespace) -> int:
     if unwritable:  # found before the run, not after it is lost
         print(f"gangops simulate: {unwritable}", file=sys.stderr)
         return 2
+    saved: str | None = None
+    """The generated trace's file, once written."""
     try:
         exp = Experiment(
             cluster=_resolve(args.cluster, "cluster"),
@@ -146,7 +148,7 @@ def _simulate(args: argparse.Namespace) -> int:
                 except OSError as e:
                     print(f"gangops simulate: --save-trace: {e}", file=sys.stderr)
                     return 1
-            runs = run_jobs(exp, nodes, jobs, doc, show_progress=args.progress)
+                saved = args.save_trace
             inputs: dict[str, Any] = {
                 "cluster": str(exp.cluster),
                 "nodes": len(nodes),
@@ -155,6 +157,11 @@ def _simulate(args: argparse.Namespace) -> int:
                 "jobs": len(jobs),
                 "mode": "arrivals-only" if exp.arrivals_only else "departures",
             }
+            try:
+                runs = run_jobs(exp, nodes, jobs, doc, show_progress=args.progress)
+            except Interrupted as e:
+                e.summary = e.summary or inputs  # headed as a trace's run is
+                raise
         else:
             runs, inputs = run(exp, show_progress=args.progress)
     except (TraceError, PolicyError, ClusterSpecError, FaultError) as e:
@@ -166,9 +173,10 @@ def _simulate(args: argparse.Namespace) -> int:
                 _heading(e.summary)
             finished = {r.name: figures(r) for r in e.finished}
             sys.stdout.write(format_table(finished, arrivals_only=exp.arrivals_only))
+        wrote = f"the generated trace is in {saved}, nothing else" if saved else "nothing"
         print(
             f"gangops simulate: interrupted; not finished: {', '.join(e.unfinished)}"
-            " (nothing written)",
+            f" ({wrote} written)",
             file=sys.stderr,
         )
         return 128 + signal.SIGINT
