@@ -348,13 +348,19 @@ tj_table
 
 # ---------------------------------------------------------------- 6. live GPU telemetry
 step "6. Live GPU telemetry: node agents, a real Prometheus, GPU health"
-# Prints the query, then each result as the Python in $2 formats it; no result fails
-# the demo (a claim with nothing under it).
+# Prints the query, then each result as the Python in $2 formats it; no result for 15 s
+# fails the demo (a claim with nothing under it). Asked again each second meanwhile: what
+# the agent just wrote on the Node reaches Prometheus at its next scrape.
 promql() {
   printf '%s$ PromQL: %s%s\n' "$dim" "$1" "$off"
-  local out
-  out="$(curl -sS -G "$prom_url/api/v1/query" --data-urlencode "query=$1" | "$python" -c "$2")"
-  [[ -n "$out" ]] || fail "PromQL $1: no result"
+  local out tries=0
+  while :; do
+    out="$(curl -sS -G "$prom_url/api/v1/query" --data-urlencode "query=$1" \
+      | "$python" -c "$2")" || out=""
+    [[ -n "$out" ]] && break
+    (( ++tries < 15 )) || fail "PromQL $1: no result in 15 s"
+    sleep 1
+  done
   printf '%s\n' "$out"
 }
 say "Every node's agent serves dcgm-exporter's metrics with the pod that holds each GPU (the"
