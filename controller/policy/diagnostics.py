@@ -55,7 +55,7 @@ CODES: dict[str, Code] = _codes(
     Code("GP107", "not-a-mapping", E, "A document is not a mapping (for example a bare list or string)."),
     Code("GP108", "missing-kind", E, "A document has no `apiVersion` or no `kind`."),
     Code("GP109", "unknown-kind", E, "A document of the `policy.ai.operator` group has a kind gangops does not know; the nearest known kind is suggested."),
-    Code("GP110", "unsupported-api-version", E, "A document of the `policy.ai.operator` group uses a version other than `v1`, or its apiVersion is a near miss of it (no version, a typo in the group on a policy kind)."),
+    Code("GP110", "unsupported-api-version", E, "A document of the `policy.ai.operator` group uses a version other than `v1`, or its apiVersion is a near miss of it (no version, a version run into the group without a `/` such as `policy.ai.operator.v1`, a typo in the group on a policy kind)."),
     Code("GP111", "foreign-document", I, "A document of another API group (a Kustomization, a cluster description) is not a policy and is skipped."),
     Code("GP112", "unreadable-file", E, "The file could not be read (permissions), or is not a regular file. Symbolic links are refused, not followed, from the working tree as from Git (which stores a link as the text of its target), so `validate` and the reconciler agree; FIFOs and devices are refused too."),
     Code("GP113", "no-policies", E, "No policy documents were found under the given paths."),

@@ -144,9 +144,14 @@ def sources_from_paths(paths: Iterable[str | Path], *, root: Path | None = None)
     text), FIFOs and devices come as refused `Source`s, reported as GP112.
 
     Display paths are relative to `root` (default: the current directory)
-    when the file is below it. Raises `FileNotFoundError` for a missing path.
+    when the file is below it. A `root` (the top of a Git working tree, as the
+    reconciler names files from it) is resolved, and so is the way to each file
+    (not the file itself: a link is named as Git names it), so a path given
+    through a linked directory is named as the same file reached directly.
+    Raises `FileNotFoundError` for a missing path.
     """
-    base = Path(os.path.abspath(root or Path.cwd()))
+    resolved = root is not None
+    base = Path(os.path.realpath(root) if root is not None else os.path.abspath(Path.cwd()))
     found: list[Path] = []
     for raw in paths:
         p = Path(raw)
@@ -154,6 +159,8 @@ def sources_from_paths(paths: Iterable[str | Path], *, root: Path | None = None)
             raise FileNotFoundError(f"{p}: no such file or directory")
         if p.is_dir():
             for dirpath, dirnames, filenames in os.walk(p):
+                # hidden directories, a hidden link to one among them (as os.walk
+                # lists it), are skipped: `sources._hidden` prunes them in Git alike
                 dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
                 # a linked directory is not walked: it is refused like a linked
                 # file (GP112), not dropped from the policy without a word
@@ -168,7 +175,7 @@ def sources_from_paths(paths: Iterable[str | Path], *, root: Path | None = None)
     out: list[Source] = []
     seen: set[Path] = set()
     for f in found:
-        absolute = Path(os.path.abspath(f))
+        absolute = _located(f, resolved=resolved)
         if absolute in seen:
             continue
         seen.add(absolute)
@@ -178,6 +185,15 @@ def sources_from_paths(paths: Iterable[str | Path], *, root: Path | None = None)
             display = f.as_posix()
         out.append(_file_source(f, display))
     return out
+
+
+def _located(f: Path, *, resolved: bool) -> Path:
+    """`f` made absolute; `resolved`: with the directories on its way resolved, as
+    `Path.resolve` resolves the top of a repository, but not `f` itself (a link is
+    named as itself, as Git names it, not as its target)."""
+    if not resolved:
+        return Path(os.path.abspath(f))
+    return Path(os.path.realpath(f.parent), f.name)
 
 
 def _file_source(f: Path, display: str) -> Source:
@@ -417,12 +433,20 @@ def _deep_diagnostic(file: str, max_depth: int, line: int, col: int) -> Diagnost
     )
 
 
+_RUN_ON_VERSION = re.compile(r"[._-]?v[0-9]+(?:(?:alpha|beta)[0-9]*)?$")
+"""A version run into the group, as in `policy.ai.operator.v1` or `policy.ai.operatorv1`."""
+
+
 def _near_miss(api_version: str, group: str, kind: str) -> bool:
     """Whether an apiVersion outside the policy group is a slip of its pen, not another
     group's document: the group without a version (`policy.ai.operator`), or a group
-    a letter or two from it on a policy kind (`policy.ai.operater/v1` Project)."""
+    a letter or two from it on a policy kind (`policy.ai.operater/v1` Project). With
+    no `/`, the whole apiVersion is the group, less a version run into it
+    (`policy.ai.operator.v1`, `policy.ai.operator-v1`, `Policy.ai.operator` Project)."""
     if api_version == API_GROUP:
         return True
+    if "/" not in api_version:
+        group = _RUN_ON_VERSION.sub("", api_version.lower())
     close = difflib.SequenceMatcher(None, group.lower(), API_GROUP).ratio() >= 0.85
     return kind in KINDS and close
 
@@ -459,10 +483,11 @@ def _document(
     kl, kc = builder.positions.get(("kind",), (line, col))
     if group != API_GROUP and _near_miss(api_version, group, kind):
         al, ac = builder.positions.get(("apiVersion",), (line, col))
+        slash = "" if "/" in api_version else "; an apiVersion is group/version"
         diags.append(
             Diagnostic(
                 "GP110",
-                f"apiVersion {api_version!r} is not supported; use {API_VERSION}"
+                f"apiVersion {api_version!r} is not supported; use {API_VERSION}{slash}"
                 " (read as a typo: skipping the document would drop its policy)",
                 file,
                 al,

@@ -23,6 +23,7 @@ from controller.policy.validate import OutsideRepository, Resolver
 __all__ = [
     "GitRefError",
     "git_tree",
+    "policy_root",
     "repository_resolver",
     "repository_top",
     "tree_sources",
@@ -42,6 +43,14 @@ def working_tree(root: Path, *, in_repository: bool = False) -> tuple[list[Sourc
     reconciler reads them from a commit (outside a repository, as without it)."""
     top = repository_top(root) if in_repository else None
     return sources_from_paths([root], root=top), repository_resolver([root])
+
+
+def policy_root(path: str) -> str:
+    """A policy root in a repository (a PolicySource's `spec.path`) as the repository
+    names it: `./policies`, `policies/` and `/policies` are `policies`, `/` and `./`
+    are `.`. The reconciler names the root in the objects' `gangops.ai/source-file`
+    so, as `plan --cluster` does (`git.GitCache.read` reads the tree so as well)."""
+    return posixpath.normpath(path.strip("/") or ".")
 
 
 def repository_top(root: Path) -> Path | None:
@@ -109,10 +118,15 @@ def working_revision(root: Path) -> str:
     return f"{sha}-dirty" if dirty else sha
 
 
-def _hidden(obj: object, _depth: int) -> bool:
+def _hidden(commit: git.Commit, obj: object) -> bool:
     """A hidden directory, not walked (as on disk, `loader.sources_from_paths`); a
-    hidden file is read, on disk and in Git alike."""
-    return isinstance(obj, git.Tree) and Path(str(obj.path)).name.startswith(".")
+    hidden file is read, on disk and in Git alike. A hidden symbolic link to a
+    directory is a hidden directory too: Git stores it as a blob, but on disk
+    `os.walk` lists it among the directories, which are skipped when hidden
+    before a link among them is refused (GP112)."""
+    if not isinstance(obj, git.Tree | git.Blob) or not Path(str(obj.path)).name.startswith("."):
+        return False
+    return isinstance(obj, git.Tree) or _links_to_tree(commit, obj)
 
 
 def tree_sources(
@@ -129,9 +143,10 @@ def tree_sources(
         sources.append(source(item))
         base = posixpath.dirname(root)
     elif isinstance(item, git.Tree):
-        for obj in item.traverse(prune=_hidden):
-            # a link to a directory is refused (as on disk, where it is not walked):
-            # its projects would otherwise leave the policy without a word
+        for obj in item.traverse(prune=lambda obj, _depth: _hidden(commit, obj)):
+            # a link to a directory (not hidden: `_hidden` pruned those) is refused (as
+            # on disk, where it is not walked): its projects would otherwise leave the
+            # policy without a word
             if isinstance(obj, git.Blob) and (
                 str(obj.path).endswith(YAML_SUFFIXES) or _links_to_tree(commit, obj)
             ):

@@ -19,6 +19,7 @@ from typing import Protocol
 from controller.kube.client import RESOURCES, KubeApi
 from controller.policy.build import Built, build
 from controller.policy.loader import Source
+from controller.policy.sources import policy_root
 from controller.policy.validate import Resolver
 from controller.reconciler.git import GitAuth, GitCache, GitError, GitRef, auth_from_secret
 from controller.reconciler.spec import PolicySourceSpec, revision_string
@@ -109,6 +110,9 @@ class GitRevisions:
             root=spec.path,
             resolve=resolve,
             revision=revision_string(spec.ref, sha),
+            # named as the repository names it (`./policies` is `policies`), as the
+            # source files are and as `plan --cluster` names it
+            source_root=policy_root(spec.path),
             system_namespace=self._system_namespace,
         )
         return sha, built

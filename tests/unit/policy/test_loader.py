@@ -213,6 +213,51 @@ def test_documents_that_are_not_policies(text: str, expect: list[tuple[str, int,
     assert result.documents == []
 
 
+@pytest.mark.parametrize(
+    "api_version",
+    [
+        "policy.ai.operator.v1",  # '.' for '/'
+        "policy.ai.operator-v1",
+        "policy.ai.operatorv1",
+        "policy.ai.operator.v1beta1",
+        "policy.ai.operater",  # a typo in the group, and no version
+        "Policy.ai.operator",  # no version, and a capital P
+    ],
+)
+def test_a_near_miss_of_the_api_version_without_a_slash_is_gp110(api_version: str) -> None:
+    """Found by a review: the near-miss check compared the group before the last `/`,
+    so an apiVersion with none (the version run into the group, or missing) was
+    GP111, skipped as another group's document: the Project dropped from the policy
+    set with exit 0, and the reconciler's prune deleted its namespaces' quotas."""
+    text = f"apiVersion: {api_version}\nkind: Project\nmetadata: {{name: nlp}}\n"
+    result = load({"p.yaml": text})
+    assert where(result) == [("GP110", 1, 1)]
+    message = result.diagnostics[0].message
+    assert "use policy.ai.operator/v1; an apiVersion is group/version" in message
+    assert result.documents == []
+
+
+@pytest.mark.parametrize(
+    ("api_version", "kind"),
+    [
+        ("v1", "ConfigMap"),
+        ("v1", "Project"),
+        ("kustomize.toolkit.fluxcd.io/v1", "Kustomization"),
+        ("project.openshift.io/v1", "Project"),
+        ("project.openshift.io", "Project"),
+        ("management.cattle.io/v3", "Project"),
+        ("kyverno.io/v1", "ClusterPolicy"),
+        ("nvidia.com/v1", "ClusterPolicy"),
+        ("policy.ai.operatorv1", "Deployment"),  # a near miss, but not of a policy kind
+    ],
+)
+def test_other_groups_policy_kinds_stay_foreign(api_version: str, kind: str) -> None:
+    """Found by the same review, which checked that reading a near miss without a
+    `/` as GP110 turns no real neighbour of the policy kinds into an error."""
+    result = load({"f.yaml": f"apiVersion: {api_version}\nkind: {kind}\n"})
+    assert where(result) == [("GP111", 2, 1)]
+
+
 def test_unknown_kind_suggests_the_nearest() -> None:
     result = load({"a.yaml": "apiVersion: policy.ai.operator/v1\nkind: PriorityTeir\n"})
     assert "did you mean 'PriorityTier'?" in result.diagnostics[0].message

@@ -573,3 +573,93 @@ def test_the_live_plan_names_source_files_as_the_reconciler_does(
     assert seen[0] == ["policies", "policies/projects/a.yaml", "policies/projects/b.yaml",
                        "policies/tiers.yaml"]  # fmt: skip
     assert os.getcwd() == str(repo.root)
+
+
+def test_a_hidden_link_to_a_directory_is_skipped_from_disk_and_from_git_alike(
+    repo: GitRepo, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Found by a review: the Git reader pruned only hidden trees, and Git stores a
+    link as a blob, so `policies/.previous -> ../archive` was refused (GP112) there,
+    while on disk `os.walk` lists the link among the directories and the hidden one
+    is skipped: `validate` passed, the reconciler stalled, `plan --base` created
+    everything. Both skip it as the hidden directory it reads as; a hidden link to
+    a file is still refused by both, as a hidden file is still read."""
+    repo.write(BASE)
+    repo.write({"projects/old.yaml": BASE["projects/b.yaml"].replace("b", "old")}, "archive")
+    os.symlink("../archive", repo.root / "policies" / ".previous")
+    os.symlink("../archive", repo.root / "policies" / ".previous.yaml")
+    os.symlink("tiers.yaml", repo.root / "policies" / ".tiers.yaml")
+    repo.commit()
+    on_disk = _verdicts(Path("policies"), None)
+    assert on_disk == _verdicts(Path("policies"), "HEAD")
+    assert [(code, file) for code, file, _, _ in on_disk] == [("GP112", "policies/.tiers.yaml")]
+    os.unlink(repo.root / "policies" / ".tiers.yaml")
+    repo.commit()
+    plan = plan_json(capsys)
+    assert plan["changes"] == [] and not plan.get("warnings")
+
+
+def test_the_live_plan_names_source_files_as_the_reconciler_does_through_a_link(
+    repo: GitRepo, tmp_path: Path
+) -> None:
+    """Found by a review: the repository's top was resolved, the files' paths only
+    made absolute, so a policy path through a linked directory (a checkout reached
+    by a link) was never below the top, and every file kept the name it was given:
+    every object an update of its `gangops.ai/source-file` annotation."""
+    import argparse
+
+    from controller.cli import _compile_tree
+    from controller.policy.compiler import ANNOTATION_SOURCE
+
+    repo.write(BASE)
+    repo.commit()
+    link = tmp_path.parent / f"{tmp_path.name}-link"
+    os.symlink(tmp_path, link)
+    args = argparse.Namespace(system_namespace="gangops-system", max_file_size=0, revision="r")
+    _, objects = _compile_tree(args, link / "policies", as_applied=True)
+    assert objects is not None
+    seen = sorted({o["metadata"]["annotations"][ANNOTATION_SOURCE] for o in objects})
+    assert seen == ["policies", "policies/projects/a.yaml", "policies/projects/b.yaml",
+                    "policies/tiers.yaml"]  # fmt: skip
+
+
+@pytest.mark.parametrize("spec_path", ["policies", "./policies", "policies/", "/policies"])
+def test_the_live_plan_names_the_policy_root_as_the_reconciler_applies_it(
+    repo: GitRepo, tmp_path: Path, spec_path: str
+) -> None:
+    """Found by a review: the reconciler wrote the root's `gangops.ai/source-file`
+    annotation with `spec.path` as written (`./policies` in clusters/flux), `plan
+    --cluster` as the repository names it (`policies`): an update in every plan,
+    never applied away. The reconciler's own read and build of the commit (its
+    GitRevisions over a file:// clone, no cluster) against the plan's compile."""
+    import argparse
+
+    from controller.cli import _compile_tree
+    from controller.policy.compiler import ANNOTATION_SOURCE
+    from controller.reconciler.fetch import GitRevisions
+    from controller.reconciler.git import GitRef
+    from controller.reconciler.spec import PolicySourceSpec
+
+    repo.write(BASE)
+    repo.commit()
+    spec = PolicySourceSpec(url=f"file://{repo.root}", ref=GitRef(branch="main"), path=spec_path)
+    revisions = GitRevisions(
+        None,  # type: ignore[arg-type]  # no Secret to read
+        cache_dir=tmp_path / ".cache",
+        system_namespace="gangops-system",
+    )
+    _, built = revisions.build(spec, revisions.resolve(spec))
+    assert built.objects is not None
+    args = argparse.Namespace(system_namespace="gangops-system", max_file_size=0, revision="r")
+    _, planned = _compile_tree(args, Path("policies"), as_applied=True)
+    assert planned is not None
+
+    def sources(objects: list[dict[str, Any]]) -> dict[tuple[str, str, str], str]:
+        return {
+            (o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"]):
+                o["metadata"]["annotations"][ANNOTATION_SOURCE]
+            for o in objects
+        }  # fmt: skip
+
+    assert sources(planned) == sources(built.objects)
+    assert "policies" in sources(built.objects).values()
