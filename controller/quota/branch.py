@@ -22,6 +22,8 @@ from typing import Any
 
 import git
 
+from controller.policy.loader import Source
+from controller.policy.sources import policy_root, tree_sources
 from controller.quota.approval import rules_of
 from controller.quota.edit import find_project, owner_of
 
@@ -134,11 +136,22 @@ class PolicyRepo:
         raise LookupError(f"no Project under {self.path!r} of {self.url} owns {namespace!r}")
 
     def _files(self, repo: git.Repo) -> Iterator[tuple[str, str]]:
-        tree = repo.commit(f"origin/{self.base}").tree
-        root = tree if self.path in ("", ".") else tree / self.path.strip("/")
-        for blob in root.traverse():
-            if isinstance(blob, git.Blob) and str(blob.path).endswith((".yaml", ".yml")):
-                yield str(blob.path), blob.data_stream.read().decode("utf-8", "replace")
+        """The policy files at the base's tip, as the reconciler reads them
+        (`sources.tree_sources`): the root as the repository names it (`./policies`
+        is `policies`), hidden directories skipped, links refused and not read."""
+
+        def source(blob: git.Blob) -> Source:
+            data = blob.data_stream.read()  # now: a later blob's stream closes this one
+            return Source(path=str(blob.path), size=blob.size, read=lambda: data)
+
+        commit = repo.commit(f"origin/{self.base}")
+        try:
+            sources, _ = tree_sources(commit, policy_root(self.path), source)
+        except KeyError:
+            raise LookupError(f"no {self.path!r} in {self.url} at {self.base}") from None
+        for s in sources:
+            if s.refused is None:
+                yield s.path, s.read().decode("utf-8", "replace")
 
     def propose(self, *, branch: str, file: str, text: str, message: str) -> Proposed:
         """Branch `branch` = the base's tip plus `file` set to `text`, pushed."""
