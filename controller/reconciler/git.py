@@ -24,7 +24,6 @@ from __future__ import annotations
 import configparser
 import hashlib
 import logging
-import posixpath
 import re
 import shutil
 import threading
@@ -35,7 +34,7 @@ import git
 
 from controller.gitauth import GitAuth, GitError, auth_from_secret
 from controller.policy.loader import DEFAULT_LIMITS, Source
-from controller.policy.sources import tree_sources
+from controller.policy.sources import policy_root, tree_sources
 from controller.policy.validate import Resolver
 
 __all__ = ["GitAuth", "GitCache", "GitError", "GitRef", "auth_from_secret"]
@@ -238,7 +237,7 @@ class GitCache:
         relative to `path`. Raises GitError: PathNotFound, or ArtifactFailed when the
         cache cannot give the commit's files (the caller re-clones with `forget`)."""
         repo = self._repo(url)
-        root = posixpath.normpath(path.strip("/") or ".")
+        root = policy_root(path)
         try:
             commit = repo.commit(sha)
         except (ValueError, git.BadName, git.BadObject, git.GitCommandError) as e:
