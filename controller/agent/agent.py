@@ -123,7 +123,14 @@ class _Gpu:
     xids: Counter[int] = field(default_factory=Counter)
     identified: bool = True
     """False for a GPU NVML counts but whose identity it could not read (lost or
-    hung from the start): out of service under its index, identified when it can be."""
+    hung from the start, or since NVML was initialised again): out of service under
+    its index with an empty UUID, identified when it can be."""
+    gone: bool = False
+    """At no index NVML could read since it was initialised again (it fell off the
+    bus, or its index could not be read): numbered past NVML's count, never read,
+    published only while not healthy (out of service under its own UUID: a GPU that
+    needs a reboot stays out), and back with its health and XIDs where NVML lists
+    its UUID again."""
 
 
 class Agent:
@@ -255,36 +262,30 @@ class Agent:
         lost GPU does not keep the others, or NVML, from starting); with `again` (NVML
         initialised anew), of every GPU NVML counts (`_renumber`)."""
         with self._lock:
-            known = {g.identity.index: g for g in self._gpus}
+            known = {g.identity.index: g for g in self._gpus if not g.gone}
             count = self._count
         missing = [i for i in range(count) if again or i not in known or not known[i].identified]
-        if not missing:
-            if again:
-                with self._lock:
-                    self._renumber({})
+        if not missing and not again:
             return
         node = self.config.node
         outcomes = self._lanes.run_all(
             {(node, i): partial(self._nvml.identity, i) for i in missing}
         )
         with self._lock:
+            read = [out.value for out in outcomes.values() if out.ok and out.value is not None]
             if again:
-                self._renumber(
-                    {i: out.value for (_, i), out in outcomes.items() if out.ok and out.value}
-                )
-                known = {g.identity.index: g for g in self._gpus}
+                self._renumber(read)
+            else:
+                for ident in read:
+                    self._place(ident)
             for (_, i), out in outcomes.items():
-                g = known.get(i)
                 if out.ok and out.value is not None:
-                    if g is None:
-                        self._gpus.append(_Gpu(out.value))
-                    else:
-                        g.identity, g.identified = out.value, True
                     continue
                 self._count_failure(str(i), out)
                 lost = out.error is not None and classify(out.error) is ErrorClass.GPU_LOST
                 if not (lost or out.hung is not None):
                     continue
+                g = self._unidentified_at(i)
                 if g is None:  # counted by NVML, so out of service, not left out
                     g = _Gpu(GpuIdentity(i, "", "", "", i), identified=False)
                     self._gpus.append(g)
@@ -294,37 +295,75 @@ class Agent:
                     self._set_health(g, h.on_lost(g.health, str(out.error), now))
             self._gpus.sort(key=lambda g: g.identity.index)
 
-    def _renumber(self, read: dict[int, GpuIdentity]) -> None:
+    def _renumber(self, read: list[GpuIdentity]) -> None:
         """NVML came back and said which GPU each index is (`read`; an index it could
-        not read is missing). Each entry goes to the index its UUID has now, with its
-        health, XIDs and owner; an index that now names a GPU no entry knows gets a new
-        entry; an entry whose GPU is at no index any more (read or not) is dropped, as
-        one past the count always was. Caller holds the lock."""
-        by_uuid = {g.identity.uuid: g for g in self._gpus if g.identified}
-        now_at = {ident.uuid for ident in read.values()}
-        kept = [
-            g
-            for g in self._gpus
-            if g.identity.index < self._count
-            and g.identity.index not in read
-            and not (g.identified and g.identity.uuid in now_at)  # moved: placed below
-        ]
-        for i, ident in read.items():
-            g = by_uuid.get(ident.uuid)
-            if g is None:
-                g = _Gpu(ident)
-            else:
-                if g.identity.index != i:
+        not read is missing), perhaps numbered anew. Each GPU read goes to its index
+        (`_place`). A GPU known before that is at no index read is `gone`: NVML lists it
+        no more, or it is at an index that could not be read, which is therefore never
+        published under its UUID (it may be another GPU now; `_identify` reads that
+        index again next round). Gone GPUs are numbered past the count, so never at an
+        index a listed GPU has; an unidentified entry past the count is dropped, as
+        always. Caller holds the lock."""
+        listed = {ident.uuid for ident in read}
+        kept = []
+        for g in self._gpus:
+            if not g.identified:
+                if g.identity.index < self._count:
+                    kept.append(g)
+                continue
+            if not g.gone and g.identity.uuid not in listed:
+                g.gone, g.sample = True, None
+                if not g.health.healthy:
                     log.warning(
-                        "GPU renumbered by NVML node=%s uuid=%s index=%d->%d",
+                        "GPU not listed by NVML any more node=%s uuid=%s state=%s;"
+                        " kept out of service",
                         self.config.node,
-                        ident.uuid,
-                        g.identity.index,
-                        i,
+                        g.identity.uuid,
+                        g.health.state.value,
                     )
-                g.identity, g.sample = ident, None
             kept.append(g)
-        self._gpus = sorted(kept, key=lambda g: g.identity.index)
+        self._gpus = kept
+        for ident in read:
+            self._place(ident)
+        gone = sorted(
+            (g for g in self._gpus if g.gone), key=lambda g: (g.health.healthy, g.identity.index)
+        )
+        for n, g in enumerate(gone, start=self._count):
+            g.identity = replace(g.identity, index=n)
+
+    def _place(self, ident: GpuIdentity) -> None:
+        """NVML says the GPU `ident.uuid` is at `ident.index`: the entry that knows that
+        UUID (renumbered, or `gone` and listed again) goes there with its health, XIDs
+        and owner; otherwise the unidentified entry at that index is identified (it
+        keeps its fault until a reading clears it), or a new entry is made. Caller
+        holds the lock."""
+        at = self._unidentified_at(ident.index)
+        g = next((g for g in self._gpus if g.identified and g.identity.uuid == ident.uuid), None)
+        if g is None:
+            if at is None:
+                self._gpus.append(_Gpu(ident))
+            else:
+                at.identity, at.identified = ident, True
+            return
+        if at is not None:  # the unidentified entry was this GPU
+            self._gpus.remove(at)
+            if g.health.healthy:
+                self._set_health(g, at.health)
+        if g.gone or g.identity.index != ident.index:
+            log.warning(
+                "GPU %s by NVML node=%s uuid=%s index=%d->%d state=%s",
+                "listed again" if g.gone else "renumbered",
+                self.config.node,
+                ident.uuid,
+                g.identity.index,
+                ident.index,
+                g.health.state.value,
+            )
+            g.sample = None
+        g.identity, g.gone = ident, False
+
+    def _unidentified_at(self, index: int) -> _Gpu | None:
+        return next((g for g in self._gpus if not g.identified and g.identity.index == index), None)
 
     def _read_owners(self, now: float) -> None:
         if self._owners_reader is None:
@@ -341,7 +380,7 @@ class Agent:
 
     def _sample(self, now: float) -> None:
         with self._lock:
-            gpus = list(self._gpus)
+            gpus = [g for g in self._gpus if not g.gone]
         node = self.config.node
         outcomes = self._lanes.run_all(
             {(node, g.identity.index): partial(self._nvml.sample, g.identity.index) for g in gpus}
@@ -460,6 +499,7 @@ class Agent:
                     xids=dict(g.xids),
                 )
                 for g in self._gpus
+                if not (g.gone and g.health.healthy)
             ),
             errors=dict(self._errors),
             owners_ok=self._owners_reader is None or self._owners_at == now,
@@ -469,7 +509,8 @@ class Agent:
 
 
 def _health_of(s: Snapshot) -> tuple[object, ...]:
-    return (s.nvml_up, tuple((g.identity.uuid, g.health.state) for g in s.gpus))
+    """What the Node says (`node.node_patch`): a GPU listed again moves to its index."""
+    return (s.nvml_up, tuple((g.identity.index, g.identity.uuid, g.health.state) for g in s.gpus))
 
 
 def _why(out: Outcome[Any]) -> str:

@@ -13,7 +13,9 @@ import pynvml
 import pytest
 
 from controller.agent.agent import Agent, AgentConfig, Owner
+from controller.agent.exposition import render
 from controller.agent.health import State
+from controller.agent.node import node_patch
 from controller.agent.nvml import ErrorClass, classify, nvml_error
 from controller.agent.replay import Event, Replay, Scenario, load_recording
 
@@ -335,8 +337,9 @@ def test_a_slow_pod_resources_answer_does_not_withdraw_every_gpu_from_scrapes(
 
 
 class _Renumbered(Replay):
-    """After `drop(j)`, NVML lists one GPU fewer and numbers the rest anew: what was
-    index j+1 is index j (a GPU fell off the bus; the driver was reloaded)."""
+    """With `gone = j`, NVML lists one GPU fewer and numbers the rest anew: what was
+    index j+1 is index j (a GPU fell off the bus; the driver was reloaded). Scenario
+    events name the GPUs by their first numbering."""
 
     gone: int | None = None
 
@@ -387,3 +390,138 @@ def test_gpus_renumbered_by_nvml_keep_their_own_uuid_state_and_pod() -> None:
     assert moved.owner == Owner("ns", "pod-on-2", "c") and moved.sample is not None
     assert moved.xids == {48: 1} and moved.health.state is State.RESET_REQUIRED
     assert s.gpus[0].xids == {} and s.gpus[0].health.state is State.HEALTHY
+
+
+def _published(agent: Agent) -> list[tuple[int, str, State]]:
+    return [(g.identity.index, g.identity.uuid, g.health.state) for g in agent.snapshot().gpus]
+
+
+def _driver_reloaded_without_gpu_1(
+    clock: Clock, events: tuple[Event, ...], owners: dict[int, Owner] | None = None
+) -> tuple[Agent, _Renumbered, list[str]]:
+    """Three GPUs; `events` play (from 0.5 s), the driver is unloaded at 1 s, and NVML
+    comes back at 7.1 s listing GPUs 0 and 2 (at 0 and 1) only."""
+    unloaded = Event(at=1, kind="driver-unloaded", seconds=2)
+    scenario = Scenario(tuple(sorted((*events, unloaded), key=lambda e: e.at)))
+    replay = _Renumbered(node="n1", gpus=3, clock=clock, scenario=scenario)
+    uuids = [replay.identity(i).uuid for i in range(3)]
+    agent = Agent(
+        replay,
+        AgentConfig(node="n1", reinit_s=5.0),
+        owners=lambda: {uuids[i]: o for i, o in (owners or {}).items()},
+        clock=clock,
+    )
+    agent.tick()
+    clock.t += 0.6
+    agent.poll_xids(0.0)
+    agent.tick()
+    clock.t += 0.5
+    agent.tick()  # NVML down
+    assert not agent.snapshot().nvml_up
+    replay.gone = 1
+    clock.t += 6
+    agent.tick()  # NVML back with two GPUs
+    assert agent.snapshot().nvml_up
+    return agent, replay, uuids
+
+
+@pytest.mark.parametrize("fault", ["error", "reset"])
+def test_an_index_whose_identity_cannot_be_read_after_a_reinit_is_not_the_gpu_that_was_there(
+    clock: Clock, fault: str
+) -> None:
+    """Found by a review of cce141a: NVML came back without GPU 1, and the identity of
+    index 1 (now GPU 2) could not be read in that round (an NVML error, or the GPU
+    lost for a moment). The entry of GPU 1 stayed at index 1, marked identified, so
+    it was never read again: GPU 2's readings went out for good under GPU 1's UUID
+    and pod, and GPU 2's XIDs (matched by UUID) were dropped, a fatal one included.
+    Now the index is unidentified until read, as at start, and the GPU read there
+    gets its own UUID, pod, health and XID counts back."""
+    at_reinit = Event(at=7.0, kind=fault, gpu=2, seconds=0.5, error=pynvml.NVML_ERROR_UNKNOWN)
+    agent, _, uuids = _driver_reloaded_without_gpu_1(
+        clock,
+        (
+            Event(at=0.5, kind="xid", gpu=2, xid=13),
+            at_reinit,
+            Event(at=9, kind="xid", gpu=2, xid=79),
+        ),
+        owners={1: Owner("ns", "pod-on-1", "c"), 2: Owner("ns", "pod-on-2", "c")},
+    )
+    # index 1 unread: out of service under its index (no UUID) only when it is lost,
+    # as at start; GPU 1 and GPU 2 are healthy and at no index read: not published
+    unread = [(1, "", State.LOST)] if fault == "reset" else []
+    assert _published(agent) == [(0, uuids[0], State.HEALTHY), *unread]
+    clock.t += 1
+    agent.tick()  # index 1 answers: GPU 2
+    s = agent.snapshot()
+    assert _published(agent) == [(0, uuids[0], State.HEALTHY), (1, uuids[2], State.HEALTHY)]
+    assert s.gpus[1].owner == Owner("ns", "pod-on-2", "c") and s.gpus[1].sample is not None
+    assert s.gpus[1].xids == {13: 1}
+    clock.t += 1
+    assert agent.poll_xids(0.0) == 1  # XID 79 on GPU 2: found by its UUID
+    s = agent.snapshot()
+    assert _published(agent) == [(0, uuids[0], State.HEALTHY), (1, uuids[2], State.REBOOT_REQUIRED)]
+    assert s.gpus[1].xids == {13: 1, 79: 1}
+
+
+def test_a_gpu_that_needs_a_reboot_stays_out_of_service_after_it_falls_off_and_the_driver_reloads(
+    clock: Clock,
+) -> None:
+    """Found by a review of cce141a: GPU 1 raised XID 79 (the node needs a reboot) and
+    fell off the bus; the driver was reloaded and NVML listed GPUs 0 and 2 only. GPU 1
+    was dropped with its state: the Node said GPUsHealthy, and its health series and
+    XID counter went. It stays out under its own UUID, numbered past the GPUs NVML
+    lists (not at an index one of them has), and is not read."""
+    agent, _, uuids = _driver_reloaded_without_gpu_1(
+        clock, (Event(at=0.5, kind="xid", gpu=1, xid=79),)
+    )
+    errors = dict(agent.snapshot().errors)
+    for _ in range(3):
+        clock.t += 1
+        agent.tick()
+    s = agent.snapshot()
+    assert _published(agent) == [
+        (0, uuids[0], State.HEALTHY),
+        (1, uuids[2], State.HEALTHY),
+        (2, uuids[1], State.REBOOT_REQUIRED),
+    ]
+    assert s.gpus[2].xids == {79: 1} and s.gpus[2].sample is None
+    assert s.errors == errors  # never read (index 2 is no GPU NVML lists)
+    annotation, status, reason, message = node_patch(s)
+    assert (annotation, status, reason) == ("2", "True", "UnhealthyGPUs")
+    assert uuids[1] in message and "reboot_required" in message
+    text = render(s).decode()
+    assert [
+        line.rsplit(" ", 1)[1]
+        for line in text.splitlines()
+        if f'UUID="{uuids[1]}"' in line
+        and (line.startswith("gangops_gpu_healthy{") or 'xid="79"' in line)
+    ] == ["1", "0"]  # DCGM_EXP_XID_ERRORS_COUNT{xid="79"} 1, gangops_gpu_healthy 0
+
+
+def test_a_gpu_that_needs_a_reboot_keeps_it_and_its_xid_counts_when_nvml_lists_it_again(
+    clock: Clock,
+) -> None:
+    """Found by a review of cce141a: GPU 1 raised XID 79, NVML lost it over one
+    re-initialisation and listed it again over the next: it came back healthy, with
+    no XIDs. A GPU that needs a reboot stays out until the agent starts again."""
+    agent, replay, uuids = _driver_reloaded_without_gpu_1(
+        clock,
+        (
+            Event(at=0.5, kind="xid", gpu=1, xid=79),
+            Event(at=10, kind="driver-unloaded", seconds=2),
+        ),
+    )
+    clock.t += 3
+    agent.tick()  # NVML down again
+    assert not agent.snapshot().nvml_up
+    replay.gone = None
+    clock.t += 6
+    agent.tick()  # NVML back with the three GPUs
+    s = agent.snapshot()
+    assert _published(agent) == [
+        (0, uuids[0], State.HEALTHY),
+        (1, uuids[1], State.REBOOT_REQUIRED),
+        (2, uuids[2], State.HEALTHY),
+    ]
+    assert s.gpus[1].xids == {79: 1} and s.gpus[1].sample is not None
+    assert node_patch(s)[:2] == ("1", "True")
