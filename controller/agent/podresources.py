@@ -18,7 +18,7 @@ import os
 import socket
 import time
 import urllib.parse
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from pathlib import Path
 from types import TracebackType
 
@@ -105,7 +105,9 @@ class PodResourcesClient:
     def list_devices(self) -> dict[str, DeviceOwner]:
         """Each `nvidia.com/gpu` device id (a GPU UUID) that a container holds, and that
         container, from `List`. A GPU no pod holds is absent. A device listed for two
-        containers (a shared GPU) keeps the first. A time-sliced GPU's replicas
+        containers (a shared GPU) keeps the first by namespace, pod and container,
+        whatever order the kubelet lists them in (so its series keep their labels
+        from one scrape to the next). A time-sliced GPU's replicas
         (`GPU-...::1`, NVIDIA's device plugin with sharing) count as the GPU itself,
         as dcgm-exporter reads them."""
         resp = api_pb2.ListPodResourcesResponse()
@@ -117,7 +119,9 @@ class PodResourcesClient:
                 for devices in container.devices:
                     if devices.resource_name == GPU_RESOURCE:
                         for device_id in devices.device_ids:
-                            owners.setdefault(_gpu(device_id), owner)
+                            gpu = _gpu(device_id)
+                            if gpu not in owners or astuple(owner) < astuple(owners[gpu]):
+                                owners[gpu] = owner
         return owners
 
     def allocatable(self) -> list[str]:

@@ -224,5 +224,7 @@ def test_time_sliced_replicas_are_their_gpu(
         ),
     ]
     assert client.list_devices() == {"GPU-1": DeviceOwner("nlp", "bert-0", "t")}
+    kubelet.pods.reverse()  # the kubelet's order is not its own: the same pod is named
+    assert client.list_devices() == {"GPU-1": DeviceOwner("nlp", "bert-0", "t")}
     kubelet.allocatable = [*gpus("GPU-1::0", "GPU-1::1", "GPU-2::0", "GPU-2::1")]
     assert client.allocatable() == ["GPU-1", "GPU-2"]
