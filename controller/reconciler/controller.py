@@ -31,7 +31,7 @@ import json
 import logging
 import random
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from itertools import chain
@@ -107,26 +107,86 @@ class _State:
     good: tuple[str, list[Obj]] | None = None
     """The last revision applied in full, and its objects: while newer revisions
     are refused, drift is corrected from it."""
-    fights: dict[str, _Fight] = field(default_factory=dict)
-    """Its objects' last drift corrections, by `str(Ref)` (`Reconciler._corrected`)."""
 
 
 @dataclass
 class _Fight:
-    """One managed object's last drift correction, and the drift seen since."""
+    """The reconciler's last write of one managed object, and the changes seen since."""
 
-    at: float
-    """When a correction last wrote it (monotonic)."""
+    written_at: float
+    """When the reconciler last wrote it (monotonic)."""
+    previous_at: float | None = None
+    """When it wrote it before that."""
     delay: float = 0.0
-    """How long that correction waited after the change it corrected."""
+    """How long the last write waited after the change it answered: 0 but in a fight."""
     fast: bool = False
-    """Whether the latest change seen since came within `DRIFT_QUIET_S` of `at`."""
+    """Whether another writer changed it within `DRIFT_QUIET_S` of `written_at`."""
+    corrects_fast: bool = False
+    """Whether the last write answered such a change (`fast` when it was written)."""
 
     @property
     def next_delay(self) -> float:
         """The wait of a correction that follows a fast change: twice the last one,
         from 1 s to `DRIFT_MAX_WAIT_S`."""
         return min(max(2 * self.delay, 1.0), DRIFT_MAX_WAIT_S)
+
+
+class _Fights:
+    """Whether another writer is fighting over a managed object (an operator or a
+    mutating webhook changing it back): the reconciler's writes of each object, by
+    `str(Ref)`, and the changes others make between them (the echo of its own write is
+    none: `_DriftMarks`). A write that answers a change made within `DRIFT_QUIET_S` of
+    the write before waits twice as long as the last, from 1 s to `DRIFT_MAX_WAIT_S`,
+    instead of a loop of writes at the API server's speed; every other change is
+    corrected at once. Times are the writes' own, taken as each write is answered, so
+    a change seen while the rest of a correction is applied is judged against it."""
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._by_obj: dict[str, _Fight] = {}
+
+    def wrote(self, obj: str) -> None:
+        """The reconciler wrote `obj` (applied, created, deleted): a change seen before
+        is what this write answers; changes from now on are judged against it."""
+        now = self._clock.monotonic()
+        with self._lock:
+            f = self._by_obj.get(obj)
+            if f is None:
+                self._by_obj[obj] = _Fight(now)
+                return
+            f.previous_at, f.written_at = f.written_at, now
+            f.corrects_fast, f.fast = f.fast, False
+            f.delay = f.next_delay if f.corrects_fast else 0.0
+
+    def changed(self, obj: str) -> float:
+        """Another writer changed `obj`: how long its correction waits."""
+        now = self._clock.monotonic()
+        with self._lock:
+            f = self._by_obj.get(obj)
+            if f is None:
+                return 0.0
+            f.fast = f.fast or now - f.written_at <= DRIFT_QUIET_S
+            return f.next_delay if f.fast else 0.0
+
+    def corrected(self, objs: Iterable[str]) -> list[tuple[str, float, float]]:
+        """A correction (the revision in hand applied again) wrote `objs`: those whose
+        write answered a fast change, a fight's, with the seconds between that write
+        and the one before, and the wait of their next correction if it goes on."""
+        now = self._clock.monotonic()
+        fights = []
+        with self._lock:
+            for obj in objs:
+                f = self._by_obj.get(obj)
+                if f is not None and f.corrects_fast:
+                    since = f.written_at - (f.previous_at or f.written_at)
+                    fights.append((obj, since, f.next_delay))
+            # a write long past can start no fight: what is left of it is what a
+            # first write starts from
+            stale = now - 2 * (DRIFT_QUIET_S + DRIFT_MAX_WAIT_S)
+            for obj in [o for o, f in self._by_obj.items() if f.written_at < stale]:
+                del self._by_obj[obj]
+        return fights
 
 
 DRIFT_QUIET_S = 10.0
@@ -153,19 +213,25 @@ def _kept(message: str, status: Obj) -> str:
 class _Live:
     """The managed objects, as the informers see them (the `apply.LiveObjects` seam)."""
 
-    def __init__(self, informers: dict[str, Informer]) -> None:
+    def __init__(
+        self, informers: dict[str, Informer], wrote: Callable[[Ref, Obj | None], None]
+    ) -> None:
         self._by_kind = informers
+        self._wrote = wrote
+        """Told of each object the reconciler wrote (None: deleted), as it is answered."""
 
     def get(self, ref: Ref) -> Obj | None:
         inf = self._by_kind.get(ref.kind)
         return inf.get(ref.name, ref.namespace) if inf else None
 
     def assume(self, obj: Obj) -> None:
+        self._wrote(Ref.of(obj), obj)
         inf = self._by_kind.get(obj["kind"])
         if inf is not None:
             inf.assume(obj)
 
     def forget(self, ref: Ref) -> None:
+        self._wrote(ref, None)
         inf = self._by_kind.get(ref.kind)
         if inf is not None:
             inf.forget(ref.name, ref.namespace)
@@ -182,8 +248,12 @@ def _drift_mark(obj: Obj) -> str:
     return json.dumps([meta, rest], sort_keys=True, default=str)
 
 
+_DELETED_HERE = ""
+"""The mark of an object the reconciler deleted: its DELETED event is no drift."""
+
+
 class _DriftMarks:
-    """Each managed object's `_drift_mark`, as last seen."""
+    """Each managed object's `_drift_mark`, as last seen or written."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -191,17 +261,22 @@ class _DriftMarks:
 
     def moved(self, kind: EventType, ref: Ref, obj: Obj) -> bool:
         """Can this event be drift? A change only to status or bookkeeping (a
-        ResourceQuota's usage moves with every pod) cannot: only a change to
-        what was applied, an addition or a deletion can."""
+        ResourceQuota's usage moves with every pod) cannot, nor the echo of the
+        reconciler's own write (`wrote`): only a change to what was applied, an
+        addition or a deletion by someone else can."""
         mark = _drift_mark(obj)
         with self._lock:
             if kind == "DELETED":
-                self._marks.pop(ref, None)
-            elif self._marks.get(ref) == mark and kind == "MODIFIED":
+                return self._marks.pop(ref, None) != _DELETED_HERE
+            if self._marks.get(ref) == mark:
                 return False
-            else:
-                self._marks[ref] = mark
+            self._marks[ref] = mark
         return True
+
+    def wrote(self, ref: Ref, obj: Obj | None) -> None:
+        """The reconciler wrote `obj` (None: deleted it): its own event is no drift."""
+        with self._lock:
+            self._marks[ref] = _DELETED_HERE if obj is None else _drift_mark(obj)
 
 
 class Reconciler:
@@ -251,7 +326,8 @@ class Reconciler:
             for kind in APPLY_ORDER
         }
         self.policy_crs = {kind: informer(kind, self._on_policy_cr) for kind in POLICY_KINDS}
-        self._live = _Live(self.managed)
+        self._fights = _Fights(self._clock)
+        self._live = _Live(self.managed, self._wrote)
         self._report = Reporter(
             kube,
             sources=self.sources,
@@ -264,7 +340,7 @@ class Reconciler:
             apply=self._apply_revision,
             report=self._report,
             max_diagnostics=settings.max_diagnostics,
-            corrected=lambda result: self._corrected(CR_SOURCE, self._state(CR_SOURCE), result),
+            corrected=lambda result: self._corrected(CR_SOURCE, result),
         )
         self._worker: threading.Thread | None = None
         self._running: set[threading.Thread] = set()
@@ -334,60 +410,31 @@ class Reconciler:
         labels = obj["metadata"].get("labels") or {}
         owner = labels.get(LABEL_SOURCE) or self._owners.get(ref)
         if owner:
-            self._queue.add(owner, after=self._drift_wait(owner, str(ref)))
+            self._queue.add(owner, after=self._fights.changed(str(ref)))
 
     def _state(self, name: str) -> _State:
         with self._lock:
             return self._states.setdefault(name, _State())
 
-    def _drift_wait(self, name: str, obj: str) -> float:
-        """Object `obj` of source `name` changed: how long its correction waits. No
-        time, unless a correction wrote it under `DRIFT_QUIET_S` ago (another writer
-        changing it back, `_corrected`). Noted for that correction either way."""
-        with self._lock:
-            state = self._states.get(name)
-            fight = state.fights.get(obj) if state is not None else None
-            if fight is None:
-                return 0.0
-            fight.fast = self._clock.monotonic() - fight.at <= DRIFT_QUIET_S
-            return fight.next_delay if fight.fast else 0.0
+    def _wrote(self, ref: Ref, obj: Obj | None) -> None:
+        self._marks.wrote(ref, obj)
+        self._fights.wrote(str(ref))
 
-    def _corrected(self, name: str, state: _State, result: SyncResult) -> None:
+    def _corrected(self, name: str, result: SyncResult) -> None:
         """Drift of `name`'s objects was corrected (the revision already applied was
-        applied again and wrote something). An object whose last change came within
-        `DRIFT_QUIET_S` of the correction that last wrote it is another writer
-        fighting over it (an operator or a mutating webhook): each such correction
-        waits twice as long as the one before, from 1 s to `DRIFT_MAX_WAIT_S`, instead
-        of a loop of writes at the API server's speed; said in the log while it lasts.
-        Every object has its own fight: the others' drift (a person fixing several
-        by hand) is corrected at once, and so is its own after a quiet spell."""
-        now = self._clock.monotonic()
-        written = sorted(set(chain(result.created, result.configured, result.recreated,
-                                   result.deleted)))  # fmt: skip
-        again: list[str] = []
-        with self._lock:
-            for obj in written:
-                last = state.fights.get(obj)
-                delay = 0.0
-                if last is not None and last.fast:
-                    delay = last.next_delay
-                    again.append(f"{obj} ({now - last.at:.0f} s after its last)")
-                state.fights[obj] = _Fight(at=now, delay=delay)
-            # a fight whose correction is long past is over: what is left of it is
-            # what a first correction starts from
-            stale = now - 2 * (DRIFT_QUIET_S + DRIFT_MAX_WAIT_S)
-            for obj in [o for o, f in state.fights.items() if f.at < stale]:
-                del state.fights[obj]
-            longest = max((state.fights[o].next_delay for o in written), default=0.0)
-        if again:
+        applied again and wrote something): a fight over any of them (`_Fights`) is
+        said in the log while it lasts."""
+        written = chain(result.created, result.configured, result.recreated, result.deleted)
+        fights = self._fights.corrected(sorted(set(written)))
+        if fights:
             log.warning(
                 "drift corrected again soon after the correction before: another writer"
                 " may be changing them back source=%s objects=%s changes=%r"
                 " next_correction_after_s=%.0f (if changed back within %.0f s)",
                 name,
-                ", ".join(again),
+                ", ".join(f"{obj} ({since:.0f} s after its last)" for obj, since, _ in fights),
                 result.summary(),
-                longest,
+                max(wait for _, _, wait in fights),
                 DRIFT_QUIET_S,
             )
 
@@ -519,7 +566,7 @@ class Reconciler:
         )
         self._own(name, set(result.inventory), state)
         if result.writes and state.good is not None and state.good[0] == revision:
-            self._corrected(name, state, result)
+            self._corrected(name, result)
         # Observed before the status write, so whoever sees the new status also
         # sees the duration of the reconcile that wrote it.
         self.metrics.duration.labels(name).observe(self._clock.monotonic() - t0)
@@ -569,7 +616,7 @@ class Reconciler:
                 state.good[0],
                 result.summary(),
             )
-            self._corrected(name, state, result)
+            self._corrected(name, result)
 
     def _refuse_reserved(self) -> None:
         """A PolicySource named `CR_SOURCE` (the policy custom resources' source name,

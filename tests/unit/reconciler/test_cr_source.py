@@ -15,7 +15,12 @@ from jsonschema import Draft202012Validator
 from controller.kube.client import ApiError
 from controller.kube.clock import FakeClock
 from controller.policy.validate import schema_dir
-from controller.reconciler.controller import CR_SOURCE, Reconciler, ReconcilerSettings
+from controller.reconciler.controller import (
+    CR_SOURCE,
+    DRIFT_QUIET_S,
+    Reconciler,
+    ReconcilerSettings,
+)
 from tests.unit.kube.fakes import FakeKube
 from tests.unit.policy.builders import TIERS, cluster, project
 
@@ -192,6 +197,7 @@ def test_a_fight_over_an_object_of_the_policy_crs_is_slowed_too(tmp_path: Path) 
              "metadata": {**d["metadata"], "generation": 1}}  # fmt: skip
         r.policy_crs[d["kind"]].assume(kube.create(d, field_manager="test"))
     r.reconcile(CR_SOURCE)
+    clock.advance(DRIFT_QUIET_S + 1)  # nobody changed anything back at once
     key = ("ResourceQuota", "nlp", "gangops-quota")
     waits: list[float] = []
     for _ in range(6):

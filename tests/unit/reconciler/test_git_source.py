@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import base64
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -404,13 +404,18 @@ QUOTA = ("ResourceQuota", "gangops-quota", "nlp")
 CLASS = ("PriorityClass", "normal", "")
 
 
+def _applied_then_quiet(world: World) -> None:
+    world.git.push(URL, "main", GOOD, FILES)
+    world.reconcile()
+    world.clock.advance(DRIFT_QUIET_S + 1)  # nobody changed anything back at once
+
+
 def test_drift_corrected_again_and_again_waits_longer_each_time(world: World) -> None:
     """Noticed and left last stop: another writer fighting over a managed object (an
     operator deleting or rewriting it) met a correction at the API server's speed, for
-    ever. A change within `DRIFT_QUIET_S` of the correction that last wrote the object
+    ever. A change within `DRIFT_QUIET_S` of the reconciler's last write of the object
     now waits 1 s, doubling to `DRIFT_MAX_WAIT_S`."""
-    world.git.push(URL, "main", GOOD, FILES)
-    world.reconcile()
+    _applied_then_quiet(world)
     waits = []
     for _ in range(11):
         waits.append(_undone(world, *QUOTA))
@@ -429,8 +434,7 @@ def test_a_fight_over_one_object_delays_no_other_and_ends_after_a_quiet_spell(
     """Found by a review: the wait was the source's, so a person deleting a
     PriorityClass while an operator fought over a ResourceQuota had it put back five
     minutes late; and a fight's wait outlived the fight (10 s plus the wait itself)."""
-    world.git.push(URL, "main", GOOD, FILES)
-    world.reconcile()
+    _applied_then_quiet(world)
     for _ in range(11):
         world.clock.advance(_undone(world, *QUOTA))
         world.reconcile(fetch=False)
@@ -449,8 +453,7 @@ def test_a_fight_over_two_objects_corrected_in_turn_slows_each(world: World) -> 
     """Found by a review: only the source's last correction was compared, so a writer
     undoing two objects, each seen by its own reconcile (A, B, A, B, ...), was never
     slowed."""
-    world.git.push(URL, "main", GOOD, FILES)
-    world.reconcile()
+    _applied_then_quiet(world)
     waits = []
     for _ in range(4):
         for obj in (QUOTA, CLASS):
@@ -459,3 +462,65 @@ def test_a_fight_over_two_objects_corrected_in_turn_slows_each(world: World) -> 
             world.reconcile(fetch=False)
             world.clock.advance(0.5)
     assert waits == [0, 0, 1, 1, 2, 2, 4, 4]
+
+
+def _during_sync(world: World, then: Callable[[], None]) -> None:
+    """`then` runs as each sync that wrote something returns, before the reconciler
+    looks at what it wrote (a watch event arriving while the sync ends)."""
+    r = world.reconciler
+    real = r._apply_revision
+
+    def apply(*a: Any, **kw: Any) -> Any:
+        result = real(*a, **kw)
+        if result.writes:
+            then()
+        return result
+
+    r._apply_revision = apply  # type: ignore[method-assign]
+
+
+def test_a_change_back_seen_before_the_sync_returns_is_judged_against_its_write(
+    world: World,
+) -> None:
+    """Found by a review: a fight's record was written after the sync returned, so a
+    change back that arrived first (a mutating webhook's is the write's own echo) was
+    judged against the correction before, and the fight started over at 16 s."""
+    _applied_then_quiet(world)
+    _during_sync(world, lambda: waits.append(_undone(world, *QUOTA)))
+    waits = [_undone(world, *QUOTA)]
+    for _ in range(11):
+        world.clock.advance(waits[-1])
+        world.reconcile(fetch=False)
+    assert waits == [0, 1, 2, 4, 8, 16, 32, 64, 128, 256, DRIFT_MAX_WAIT_S, DRIFT_MAX_WAIT_S]
+
+
+def test_the_echo_of_a_correction_is_no_change(world: World, caplog: Any) -> None:
+    """Found by a review: the watch's echo of the reconciler's own write counted as a
+    change; before the sync returned it brought the next correction forward, and
+    later it marked a correction made a minute on (another object's drift putting this
+    one back too) as a fight."""
+    _applied_then_quiet(world)
+    r = world.reconciler
+    key = ("ResourceQuota", "nlp", "gangops-quota")
+
+    def echo() -> None:
+        r._on_managed("ADDED", world.kube.objects[key])
+        assert "team" not in r._queue._due  # no change: nothing queued
+
+    _during_sync(world, echo)
+    waits = []
+    for _ in range(11):
+        waits.append(_undone(world, *QUOTA))
+        world.clock.advance(waits[-1])
+        world.reconcile(fetch=False)
+        world.clock.advance(0.5)
+    assert waits == [0, 1, 2, 4, 8, 16, 32, 64, 128, 256, DRIFT_MAX_WAIT_S]
+    world.clock.advance(60)  # the fight is over; a person deletes both at once
+    quota = world.kube.objects[key]
+    _delete_by_hand(world, *QUOTA)
+    assert _undone(world, *CLASS) == 0  # its event first; its reconcile puts both back
+    caplog.clear()
+    world.reconcile(fetch=False)
+    assert ("ResourceQuota", "gangops-quota") in world.applied()
+    assert "another writer" not in caplog.text
+    r._on_managed("DELETED", quota)  # the quota's own event, handled after: it is back
