@@ -17,7 +17,7 @@ from pathlib import Path
 from controller.policy.build import build
 from controller.policy.plan import make_plan
 from controller.policy.report import format_plan
-from controller.policy.sources import git_tree, working_tree
+from controller.policy.sources import git_tree, policy_root, working_tree
 from controller.quota.edit import Edit, format_amount
 from controller.quota.request import QuotaRequestSpec
 
@@ -36,8 +36,9 @@ class Checked:
 def check_tree(workdir: Path, path: str, *, base_commit: str, head_name: str) -> Checked:
     """Validate the policies under `path` of the working tree at `workdir` and plan
     them over the same root at `base_commit`; diagnostics name files by their path
-    in the repository."""
-    root = workdir / path
+    in the repository. `path` is a PolicySource's spec.path (`/policies` is the
+    repository's `policies`, not the controller's own)."""
+    root = workdir / policy_root(path)
     sources, resolve = working_tree(root)
     head = build(sources, root=str(root), resolve=resolve, revision=head_name)
     diagnostics = [

@@ -490,3 +490,19 @@ def test_a_request_naming_someone_elses_job_leaves_that_job_alone(world: World) 
     w.step()
     job = w.kube.get(RESOURCES["TrainingJob"], "bobs", "nlp")
     assert job is not None and "quotaRequest" not in job["status"]
+
+
+@pytest.mark.parametrize("path", ["policies", "./policies", "policies/", "/policies"])
+def test_every_spelling_of_the_policy_root_gives_a_validated_pull_request(
+    world: World, path: str
+) -> None:
+    """Found by a review: with spec.path `/policies` the pull request's check read
+    the controller's own /policies (FileNotFoundError, every pass, after the branch
+    was pushed); `./policies` failed before 4c0e58a as well."""
+    world.kube.objects[("PolicySource", "", "platform")]["spec"]["path"] = path
+    world.request("more-gpus")
+    world.step()
+    status = world.status("more-gpus")
+    assert status.get("state") == "Pending" and status["pullRequest"]["valid"] is True, status
+    _, body = world.forge.bodies[1][0]
+    assert "The policy set validates." in body and "### Plan" in body
