@@ -125,6 +125,11 @@ class _Gpu:
     """False for a GPU NVML counts but whose identity it could not read (lost or
     hung from the start, or since NVML was initialised again): out of service under
     its index with an empty UUID, identified when it can be."""
+    stand_in: bool = False
+    """An unidentified entry that holds, out of service, the index of a GPU that was
+    not healthy when NVML was initialised again and whose index could then not be
+    read (it may well be there still): its fault is that GPU's, never carried over to
+    another GPU identified there."""
     gone: bool = False
     """At no index NVML could read since it was initialised again (it fell off the
     bus, or its index could not be read): numbered past NVML's count, never read,
@@ -273,6 +278,7 @@ class Agent:
         )
         with self._lock:
             read = [out.value for out in outcomes.values() if out.ok and out.value is not None]
+            was = {g.identity.index: g for g in self._gpus if g.identified and not g.gone}
             if again:
                 self._renumber(read)
             else:
@@ -284,11 +290,24 @@ class Agent:
                 self._count_failure(str(i), out)
                 lost = out.error is not None and classify(out.error) is ErrorClass.GPU_LOST
                 if not (lost or out.hung is not None):
+                    before = was.get(i) if again else None
+                    if before is not None and before.gone and not before.health.healthy:
+                        # the GPU that needed a reset or a reboot here may be here still:
+                        # its index stays out of service until it is read
+                        self._gpus.append(
+                            _Gpu(
+                                GpuIdentity(i, "", "", "", i),
+                                health=before.health,
+                                identified=False,
+                                stand_in=True,
+                            )
+                        )
                     continue
                 g = self._unidentified_at(i)
                 if g is None:  # counted by NVML, so out of service, not left out
                     g = _Gpu(GpuIdentity(i, "", "", "", i), identified=False)
                     self._gpus.append(g)
+                g.stand_in = False  # its fault is this index's own now
                 if out.hung is not None:
                     self._set_health(g, h.on_hang(g.health, self.config.deadline_s, now))
                 else:
@@ -339,6 +358,9 @@ class Agent:
         holds the lock."""
         at = self._unidentified_at(ident.index)
         g = next((g for g in self._gpus if g.identified and g.identity.uuid == ident.uuid), None)
+        if at is not None and at.stand_in:  # another GPU's fault: not this one's
+            self._gpus.remove(at)
+            at = None
         if g is None:
             if at is None:
                 self._gpus.append(_Gpu(ident))

@@ -18,6 +18,8 @@ from controller.agent.health import State
 from controller.agent.node import node_patch
 from controller.agent.nvml import ErrorClass, classify, nvml_error
 from controller.agent.replay import Event, Replay, Scenario, load_recording
+from controller.gang.view import node_of
+from controller.nodehealth import UNHEALTHY_ANNOTATION
 
 from .conftest import Clock
 
@@ -525,3 +527,49 @@ def test_a_gpu_that_needs_a_reboot_keeps_it_and_its_xid_counts_when_nvml_lists_i
     ]
     assert s.gpus[1].xids == {79: 1} and s.gpus[1].sample is not None
     assert node_patch(s)[:2] == ("1", "True")
+
+
+def _bad_gpus_the_scheduler_counts(annotation: str, gpus: int) -> int:
+    node = {
+        "metadata": {"name": "n1", "annotations": {UNHEALTHY_ANNOTATION: annotation}},
+        "status": {
+            "allocatable": {"nvidia.com/gpu": str(gpus)},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+    return node_of(node).bad_gpus
+
+
+@pytest.mark.parametrize("reinit", [False, True])
+def test_a_gpu_that_needs_a_reboot_keeps_its_index_out_of_service_while_it_cannot_be_read(
+    clock: Clock, reinit: bool
+) -> None:
+    """Found by a review of a1f8d53: after NVML was initialised again, a GPU that
+    needed a reboot whose identity read then failed with an ordinary error (not lost,
+    not hung) was `gone`, numbered past NVML's count, and the scheduler, which counts
+    the indices the device plugin advertises, offered it again."""
+    events = [
+        Event(at=0.5, kind="xid", gpu=1, xid=79),
+        Event(at=6.9, kind="error", gpu=1, error=pynvml.NVML_ERROR_UNKNOWN),
+    ]
+    if reinit:
+        events.append(Event(at=1, kind="driver-unloaded", seconds=2))
+    replay = Replay(
+        node="n1", gpus=3, clock=clock, scenario=Scenario(tuple(sorted(events, key=lambda e: e.at)))
+    )
+    agent = Agent(replay, AgentConfig(node="n1", reinit_s=5.0), clock=clock)
+    agent.tick()
+    clock.t += 0.6
+    agent.poll_xids(0.0)
+    agent.tick()
+    clock.t += 0.5
+    agent.tick()
+    clock.t += 6
+    for _ in range(5):
+        agent.tick()
+        clock.t += 1
+    s = agent.snapshot()
+    assert s.nvml_up
+    annotation = node_patch(s)[0]
+    assert "1" in annotation.split(",")
+    assert _bad_gpus_the_scheduler_counts(annotation, 3) == 1
