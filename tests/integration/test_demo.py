@@ -10,6 +10,8 @@ import signal
 import subprocess
 from pathlib import Path
 
+from tests.interrupt import ctrl_c_as_a_terminal
+
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "scripts" / "demo.sh"
 
@@ -75,6 +77,7 @@ def test_demo_interrupted_leaves_nothing_behind(control_plane: object) -> None:
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,
+        preexec_fn=ctrl_c_as_a_terminal,
     )
     assert proc.stdout is not None
     seen = []

@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 from kubernetes import client, config
 
+from tests.interrupt import ctrl_c_as_a_terminal
+
 from .kube import wait_for
 
 ONE_NODE = """\
@@ -73,6 +75,7 @@ def _start_foreground(
             stdout=subprocess.PIPE,
             stderr=err,
             text=True,
+            preexec_fn=ctrl_c_as_a_terminal,
         )
     assert proc.stdout is not None
     line = proc.stdout.readline()  # printed once the cluster is ready

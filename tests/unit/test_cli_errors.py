@@ -15,6 +15,7 @@ import pytest
 
 from controller import cli
 from controller.kube.client import ApiError, connect
+from tests.interrupt import ctrl_c_as_a_terminal
 
 REPO = Path(__file__).resolve().parents[2]
 CLUSTER = str(REPO / "clusters/local/cluster.yaml")
@@ -119,6 +120,7 @@ def _gangops(*args: str, stdout: int = subprocess.PIPE) -> subprocess.Popen[str]
         stdout=stdout,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=ctrl_c_as_a_terminal,
     )
 
 
