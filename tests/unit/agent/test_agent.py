@@ -358,42 +358,6 @@ class _Renumbered(Replay):
         return super().sample(self._real(index))
 
 
-def test_gpus_renumbered_by_nvml_keep_their_own_uuid_state_and_pod() -> None:
-    """Found by a review: after NVML came back with GPU 1 gone, index 1 (now the GPU
-    that was 2) was published under GPU 1's UUID, without its pod, and GPU 2's XIDs
-    and health stayed with the wrong entry. Entries follow their UUID."""
-    clock = Clock()
-    replay = _Renumbered(
-        node="n1", gpus=3, clock=clock,
-        scenario=Scenario((Event(at=0.5, kind="xid", gpu=2, xid=48),
-                           Event(at=1, kind="driver-unloaded", seconds=2))),
-    )  # fmt: skip
-    uuids = [replay.identity(i).uuid for i in range(3)]
-    agent = Agent(
-        replay,
-        AgentConfig(node="n1", reinit_s=5.0),
-        owners=lambda: {uuids[2]: Owner("ns", "pod-on-2", "c")},
-        clock=clock,
-    )
-    agent.tick()
-    clock.t += 0.6
-    agent.poll_xids(0.0)
-    agent.tick()
-    clock.t += 0.5
-    agent.tick()  # NVML down
-    assert not agent.snapshot().nvml_up
-    replay.gone = 1
-    clock.t += 6
-    agent.tick()  # NVML back, two GPUs: uuids[0] at 0, uuids[2] at 1
-    s = agent.snapshot()
-    assert s.nvml_up
-    assert [(g.identity.index, g.identity.uuid) for g in s.gpus] == [(0, uuids[0]), (1, uuids[2])]
-    moved = s.gpus[1]
-    assert moved.owner == Owner("ns", "pod-on-2", "c") and moved.sample is not None
-    assert moved.xids == {48: 1} and moved.health.state is State.RESET_REQUIRED
-    assert s.gpus[0].xids == {} and s.gpus[0].health.state is State.HEALTHY
-
-
 def _published(agent: Agent) -> list[tuple[int, str, State]]:
     return [(g.identity.index, g.identity.uuid, g.health.state) for g in agent.snapshot().gpus]
 
@@ -425,6 +389,23 @@ def _driver_reloaded_without_gpu_1(
     agent.tick()  # NVML back with two GPUs
     assert agent.snapshot().nvml_up
     return agent, replay, uuids
+
+
+def test_gpus_renumbered_by_nvml_keep_their_own_uuid_state_and_pod(clock: Clock) -> None:
+    """Found by a review: after NVML came back with GPU 1 gone, index 1 (now the GPU
+    that was 2) was published under GPU 1's UUID, without its pod, and GPU 2's XIDs
+    and health stayed with the wrong entry. Entries follow their UUID."""
+    agent, _, uuids = _driver_reloaded_without_gpu_1(
+        clock,
+        (Event(at=0.5, kind="xid", gpu=2, xid=48),),
+        owners={2: Owner("ns", "pod-on-2", "c")},
+    )
+    s = agent.snapshot()
+    assert [(g.identity.index, g.identity.uuid) for g in s.gpus] == [(0, uuids[0]), (1, uuids[2])]
+    moved = s.gpus[1]
+    assert moved.owner == Owner("ns", "pod-on-2", "c") and moved.sample is not None
+    assert moved.xids == {48: 1} and moved.health.state is State.RESET_REQUIRED
+    assert s.gpus[0].xids == {} and s.gpus[0].health.state is State.HEALTHY
 
 
 @pytest.mark.parametrize("fault", ["error", "reset"])

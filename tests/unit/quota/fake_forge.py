@@ -9,8 +9,10 @@ would fetch), `close` closes one unmerged, and `down` makes every call raise
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -20,6 +22,28 @@ from controller.quota.forge import Forge, ForgeUnavailable, PullRequest
 def git(cwd: Path, *args: str) -> str:
     out = subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True)
     return out.stdout.strip()
+
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def policy_remote(tmp: Path, *, also: Callable[[Path], None] = lambda seed: None) -> Path:
+    """A bare repository `tmp/policies.git` on branch main holding this checkout's
+    policies/ and, beside them, the cluster file their `capacityFrom` names; `also`
+    adds to the seed's working tree before its one commit."""
+    remote = tmp / "policies.git"
+    subprocess.run(["git", "init", "--quiet", "--bare", "-b", "main", str(remote)], check=True)
+    seed = tmp / "seed"
+    seed.mkdir()
+    git(seed, "init", "--quiet", "-b", "main")
+    shutil.copytree(ROOT / "policies", seed / "policies")
+    (seed / "clusters" / "local").mkdir(parents=True)
+    shutil.copy(ROOT / "clusters" / "local" / "cluster.yaml", seed / "clusters" / "local")
+    also(seed)
+    git(seed, "add", ".")
+    git(seed, "-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-qm", "seed")
+    git(seed, "push", "--quiet", str(remote), "main")
+    return remote
 
 
 @dataclass

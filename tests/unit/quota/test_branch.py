@@ -4,34 +4,25 @@ reconciler reads the policy tree."""
 from __future__ import annotations
 
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from controller.quota.branch import PolicyRepo
 
-from .fake_forge import git
-
-ROOT = Path(__file__).resolve().parents[3]
+from .fake_forge import policy_remote
 
 
 @pytest.fixture
 def remote(tmp_path: Path) -> Path:
-    """A bare repository holding the example policies, and under a hidden directory
-    an old copy of the nlp Project (an archive the reconciler never reads)."""
-    remote = tmp_path / "policies.git"
-    subprocess.run(["git", "init", "--quiet", "--bare", "-b", "main", str(remote)], check=True)
-    seed = tmp_path / "seed"
-    seed.mkdir()
-    git(seed, "init", "--quiet", "-b", "main")
-    shutil.copytree(ROOT / "policies", seed / "policies")
-    (seed / "policies" / ".archive").mkdir()
-    shutil.copy(ROOT / "policies" / "projects" / "nlp.yaml", seed / "policies" / ".archive")
-    git(seed, "add", ".")
-    git(seed, "-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-qm", "seed")
-    git(seed, "push", "--quiet", str(remote), "main")
-    return remote
+    """The example policies and, under a hidden directory, an old copy of the nlp
+    Project (an archive the reconciler never reads)."""
+
+    def archive(seed: Path) -> None:
+        (seed / "policies" / ".archive").mkdir()
+        shutil.copy(seed / "policies" / "projects" / "nlp.yaml", seed / "policies" / ".archive")
+
+    return policy_remote(tmp_path, also=archive)
 
 
 @pytest.mark.parametrize("path", ["policies", "./policies", "policies/", "/policies"])

@@ -8,8 +8,6 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import difflib
-import shutil
-import subprocess
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,7 +21,7 @@ from controller.kube.clock import FakeClock
 from controller.quota.controller import QuotaController, QuotaSettings
 from tests.unit.kube.fakes import FakeKube
 
-from .fake_forge import FakeForge, git
+from .fake_forge import FakeForge, git, policy_remote
 
 ROOT = Path(__file__).resolve().parents[3]
 Obj = dict[str, Any]
@@ -98,18 +96,7 @@ class World:
 
 @pytest.fixture
 def world(tmp_path: Path) -> World:
-    remote = tmp_path / "policies.git"
-    subprocess.run(["git", "init", "--quiet", "--bare", "-b", "main", str(remote)], check=True)
-    seed = tmp_path / "seed"
-    seed.mkdir()
-    git(seed, "init", "--quiet", "-b", "main")
-    shutil.copytree(ROOT / "policies", seed / "policies")
-    # cluster-policy.yaml's capacityFrom names the cluster file beside the policies
-    (seed / "clusters" / "local").mkdir(parents=True)
-    shutil.copy(ROOT / "clusters" / "local" / "cluster.yaml", seed / "clusters" / "local")
-    git(seed, "add", ".")
-    git(seed, "-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-qm", "seed")
-    git(seed, "push", "--quiet", str(remote), "main")
+    remote = policy_remote(tmp_path)
     kube = ListingKube()
     kube.create(
         {

@@ -140,21 +140,26 @@ def test_a_policy_that_cannot_be_built_is_a_policy_error(tmp_path: Path) -> None
     assert policy_doc(exp, 8)["cluster"]["capacity"]["gpu"] == 8
 
 
-def test_ctrl_c_shows_the_schedulers_that_finished(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """Noticed and left last stop: a Ctrl-C in the third of three schedulers lost the
-    two that had finished. They are printed, the rest named, exit 130."""
+def _ctrl_c_in(monkeypatch: pytest.MonkeyPatch, scheduler: str) -> None:
+    """A Ctrl-C as `scheduler` is simulated."""
     import controller.sim.run as sim_run
 
     real = sim_run.simulate
 
     def simulate(jobs, sched, *a, **kw):  # type: ignore[no-untyped-def]
-        if sched.name == "random":
+        if sched.name == scheduler:
             raise KeyboardInterrupt
         return real(jobs, sched, *a, **kw)
 
     monkeypatch.setattr(sim_run, "simulate", simulate)
+
+
+def test_ctrl_c_shows_the_schedulers_that_finished(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Noticed and left last stop: a Ctrl-C in the third of three schedulers lost the
+    two that had finished. They are printed, the rest named, exit 130."""
+    _ctrl_c_in(monkeypatch, "random")
     report = tmp_path / "report"
     code = _simulate(tmp_path, "--scheduler", "gangops", "bestfit", "random", "fifo-greedy",
                      "--report", str(report))  # fmt: skip
@@ -171,16 +176,7 @@ def test_ctrl_c_in_a_generated_run_is_headed_and_names_the_trace_it_saved(
 ) -> None:
     """Found by a review: with --generate the trace is written before the run, and
     the Ctrl-C said "nothing written" beside it; the table came without its heading."""
-    import controller.sim.run as sim_run
-
-    real = sim_run.simulate
-
-    def simulate(jobs, sched, *a, **kw):  # type: ignore[no-untyped-def]
-        if sched.name == "random":
-            raise KeyboardInterrupt
-        return real(jobs, sched, *a, **kw)
-
-    monkeypatch.setattr(sim_run, "simulate", simulate)
+    _ctrl_c_in(monkeypatch, "random")
     c, saved = tmp_path / "cluster.csv", tmp_path / "generated.csv"
     c.write_text(NODES, encoding="utf-8")
     code = main(["simulate", "--no-progress", "--cluster", str(c), "--generate", "20",
