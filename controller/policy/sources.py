@@ -135,12 +135,17 @@ def tree_sources(
     """The YAML files at or under `root` (a path in the commit, "." for the
     top) as `source` makes them, sorted by path, hidden directories skipped;
     and a resolver of paths relative to `root` that never leaves the commit.
+    A `root` that is a symbolic link to a directory of the commit is that
+    directory, as on disk, where the directory a linked root names is walked; a
+    link to anything else is refused (GP112), as a linked file is on disk.
     Raises KeyError when `root` does not exist in the commit."""
     item = commit.tree if root == "." else commit.tree / root
+    if isinstance(item, git.Blob) and (linked := _linked_tree(commit, item)) is not None:
+        root, item = linked, commit.tree / linked
     sources: list[Source] = []
     base = root
     if isinstance(item, git.Blob):
-        sources.append(source(item))
+        sources.append(_blob_source(item, source))
         base = posixpath.dirname(root)
     elif isinstance(item, git.Tree):
         for obj in item.traverse(prune=lambda obj, _depth: _hidden(commit, obj)):
@@ -172,19 +177,25 @@ _LINK_MODE = 0o120000
 
 def _links_to_tree(commit: git.Commit, blob: git.Blob) -> bool:
     """Whether `blob` is a symbolic link to a directory of `commit`."""
+    return _linked_tree(commit, blob) is not None
+
+
+def _linked_tree(commit: git.Commit, blob: git.Blob) -> str | None:
+    """The path of the directory of `commit` that `blob` is a symbolic link to, if it
+    is one (a target outside the commit is none)."""
     if blob.mode != _LINK_MODE or blob.size > 4096:
-        return False
+        return None
     target = posixpath.normpath(
         posixpath.join(
             posixpath.dirname(str(blob.path)), blob.data_stream.read().decode(errors="replace")
         )
     )
     if target.startswith(("..", "/")):
-        return False
+        return None
     try:
-        return isinstance(commit.tree / target, git.Tree)
+        return target if isinstance(commit.tree / target, git.Tree) else None
     except KeyError:
-        return False
+        return None
 
 
 def _blob_source(blob: git.Blob, source: Callable[[git.Blob], Source]) -> Source:

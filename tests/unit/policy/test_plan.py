@@ -663,3 +663,38 @@ def test_the_live_plan_names_the_policy_root_as_the_reconciler_applies_it(
 
     assert sources(planned) == sources(built.objects)
     assert "policies" in sources(built.objects).values()
+
+
+def test_a_policy_root_that_is_a_link_is_read_on_a_git_ref_as_on_disk(
+    repo: GitRepo, tmp_path: Path
+) -> None:
+    """Found by a review: a PolicySource whose spec.path is a link to a directory
+    (`current -> policies`) had the link's text read as a YAML document (GP107,
+    nothing applied) while `validate current` walked the directory; a root that
+    links to a file is refused on a Git ref as on disk (GP112)."""
+    from controller.reconciler.fetch import GitRevisions
+    from controller.reconciler.git import GitRef
+    from controller.reconciler.spec import PolicySourceSpec
+
+    repo.write(BASE)
+    os.symlink("policies", repo.root / "current")
+    os.symlink("policies/projects/a.yaml", repo.root / "one.yaml")
+    repo.commit()
+    revisions = GitRevisions(
+        None,  # type: ignore[arg-type]  # no Secret to read
+        cache_dir=tmp_path / ".cache",
+        system_namespace="gangops-system",
+    )
+
+    def built(path: str) -> Any:
+        spec = PolicySourceSpec(url=f"file://{repo.root}", ref=GitRef(branch="main"), path=path)
+        return revisions.build(spec, revisions.resolve(spec))[1]
+
+    def content(objects: list[dict[str, Any]] | None) -> list[Any]:
+        assert objects is not None
+        return [(o["kind"], o["metadata"]["name"], o.get("spec"), o.get("data")) for o in objects]
+
+    assert main(["validate", "current"]) == 0
+    assert content(built("current").objects) == content(built("policies").objects)
+    assert main(["validate", "one.yaml"]) == 1
+    assert [d.code for d in built("one.yaml").validation.diagnostics if d.is_error] == ["GP112"]
