@@ -57,7 +57,7 @@ CODES: dict[str, Code] = _codes(
     Code("GP109", "unknown-kind", E, "A document of the `policy.ai.operator` group has a kind gangops does not know; the nearest known kind is suggested."),
     Code("GP110", "unsupported-api-version", E, "A document of the `policy.ai.operator` group uses a version other than `v1`, or its apiVersion is a near miss of it (no version, a version run into the group without a `/` such as `policy.ai.operator.v1`, a typo in the group on a policy kind)."),
     Code("GP111", "foreign-document", I, "A document of another API group (a Kustomization, a cluster description) is not a policy and is skipped."),
-    Code("GP112", "unreadable-file", E, "The file could not be read (permissions), or is not a regular file. Symbolic links are refused, not followed, from the working tree as from Git (which stores a link as the text of its target), so `validate` and the reconciler agree; FIFOs and devices are refused too."),
+    Code("GP112", "unreadable-file", E, "The file could not be read (permissions), or is not a regular file. Symbolic links are refused, not followed, from the working tree as from Git (which stores a link as the text of its target), so `validate` and the reconciler agree (but a PATH, or a PolicySource's `spec.path`, that links to a directory is that directory); FIFOs and devices are refused too."),
     Code("GP113", "no-policies", E, "No policy documents were found under the given paths."),
     Code("GP114", "too-deep", E, "Lists and mappings nest more than 100 levels deep (policies need fewer than ten); the file or document is not read."),
     # -- schema (GP2xx)
