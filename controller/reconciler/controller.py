@@ -145,12 +145,15 @@ class _Fights:
         self._clock = clock
         self._lock = threading.Lock()
         self._by_obj: dict[str, _Fight] = {}
+        self._pruned_at = clock.monotonic()
 
     def wrote(self, obj: str) -> None:
         """The reconciler wrote `obj` (applied, created, deleted): a change seen before
         is what this write answers; changes from now on are judged against it."""
         now = self._clock.monotonic()
         with self._lock:
+            if now - self._pruned_at > DRIFT_QUIET_S + DRIFT_MAX_WAIT_S:
+                self._prune(now)
             f = self._by_obj.get(obj)
             if f is None:
                 self._by_obj[obj] = _Fight(now)
@@ -173,7 +176,6 @@ class _Fights:
         """A correction (the revision in hand applied again) wrote `objs`: those whose
         write answered a fast change, a fight's, with the seconds between that write
         and the one before, and the wait of their next correction if it goes on."""
-        now = self._clock.monotonic()
         fights = []
         with self._lock:
             for obj in objs:
@@ -181,12 +183,16 @@ class _Fights:
                 if f is not None and f.corrects_fast:
                     since = f.written_at - (f.previous_at or f.written_at)
                     fights.append((obj, since, f.next_delay))
-            # a write long past can start no fight: what is left of it is what a
-            # first write starts from
-            stale = now - 2 * (DRIFT_QUIET_S + DRIFT_MAX_WAIT_S)
-            for obj in [o for o, f in self._by_obj.items() if f.written_at < stale]:
-                del self._by_obj[obj]
         return fights
+
+    def _prune(self, now: float) -> None:
+        """Forget writes long past (objects pruned, renamed, or long left alone): such
+        a write can start no fight, so a first write starts from nothing the same.
+        Caller holds the lock."""
+        self._pruned_at = now
+        stale = now - 2 * (DRIFT_QUIET_S + DRIFT_MAX_WAIT_S)
+        for obj in [o for o, f in self._by_obj.items() if f.written_at < stale]:
+            del self._by_obj[obj]
 
 
 DRIFT_QUIET_S = 10.0

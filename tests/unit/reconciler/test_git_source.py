@@ -22,6 +22,7 @@ from controller.reconciler.controller import (
     DRIFT_QUIET_S,
     Reconciler,
     ReconcilerSettings,
+    _Fights,
 )
 from controller.reconciler.fetch import GitRevisions
 from controller.reconciler.git import GitAuth, GitRef
@@ -524,3 +525,17 @@ def test_the_echo_of_a_correction_is_no_change(world: World, caplog: Any) -> Non
     assert ("ResourceQuota", "gangops-quota") in world.applied()
     assert "another writer" not in caplog.text
     r._on_managed("DELETED", quota)  # the quota's own event, handled after: it is back
+
+
+def test_writes_long_past_are_forgotten() -> None:
+    """The record of every object the reconciler writes is kept only while it can
+    start a fight: objects pruned or renamed over months of revisions are not kept
+    for good."""
+    clock = FakeClock()
+    fights = _Fights(clock)
+    for i in range(1000):
+        fights.wrote(f"ResourceQuota team-{i}/gangops-quota")
+    clock.advance(2 * (DRIFT_QUIET_S + DRIFT_MAX_WAIT_S) + 1)
+    fights.wrote("PriorityClass normal")
+    assert list(fights._by_obj) == ["PriorityClass normal"]
+    assert fights.changed("ResourceQuota team-1/gangops-quota") == 0  # as for a new one
