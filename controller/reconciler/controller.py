@@ -196,9 +196,9 @@ class _Fights:
 
 
 DRIFT_QUIET_S = 10.0
-"""A managed object changed this long after the correction that last wrote it (or
-later) is drift like any other, corrected at once; changed sooner, it is another
-writer changing it back, and its correction waits (`Reconciler._drift_wait`)."""
+"""A managed object changed this long after the reconciler last wrote it (or later)
+is drift like any other, corrected at once; changed sooner, it is another writer
+changing it back, and its correction waits (`_Fights`)."""
 DRIFT_MAX_WAIT_S = 300.0
 """The longest an object's drift waits: what another writer fighting over it gets,
 one correction every five minutes."""
