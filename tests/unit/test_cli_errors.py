@@ -129,7 +129,10 @@ def test_ctrl_c_is_one_line_and_exit_130() -> None:
     time.sleep(4)
     p.send_signal(signal.SIGINT)
     _, err = p.communicate(timeout=60)
-    assert (p.returncode, err.strip()) == (130, "gangops simulate: interrupted")
+    # while the jobs are generated, or (on a quiet machine, past 4 s) while they run,
+    # when the line names the schedulers not finished (7038cd8): one line either way
+    assert p.returncode == 130 and len(err.strip().splitlines()) == 1, err
+    assert err.startswith("gangops simulate: interrupted"), err
 
 
 def test_output_into_a_closed_pipe_ends_quietly() -> None:
