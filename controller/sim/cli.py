@@ -157,11 +157,7 @@ def _simulate(args: argparse.Namespace) -> int:
                 "jobs": len(jobs),
                 "mode": "arrivals-only" if exp.arrivals_only else "departures",
             }
-            try:
-                runs = run_jobs(exp, nodes, jobs, doc, show_progress=args.progress)
-            except Interrupted as e:
-                e.summary = e.summary or inputs  # headed as a trace's run is
-                raise
+            runs = run_jobs(exp, nodes, jobs, doc, show_progress=args.progress, summary=inputs)
         else:
             runs, inputs = run(exp, show_progress=args.progress)
     except (TraceError, PolicyError, ClusterSpecError, FaultError) as e:

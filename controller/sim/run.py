@@ -102,13 +102,16 @@ class SchedulerRun:
 
 class Interrupted(KeyboardInterrupt):
     """A Ctrl-C while schedulers are simulated: the ones that finished (`finished`),
-    the ones that did not (`unfinished`), and the inputs' summary once `run` has one."""
+    the ones that did not (`unfinished`), and the inputs' summary, if the caller
+    gave one (`run_jobs`)."""
 
-    def __init__(self, finished: list[SchedulerRun], unfinished: list[str]) -> None:
+    def __init__(
+        self, finished: list[SchedulerRun], unfinished: list[str], summary: dict[str, Any] | None
+    ) -> None:
         super().__init__()
         self.finished = finished
         self.unfinished = unfinished
-        self.summary: dict[str, Any] | None = None
+        self.summary = summary
 
 
 def prepare_arrivals(
@@ -192,9 +195,11 @@ def run_jobs(
     doc: dict[str, Any],
     *,
     show_progress: bool = False,
+    summary: dict[str, Any] | None = None,
 ) -> list[SchedulerRun]:
     """Simulate every scheduler of `exp` on `jobs` (tenants already assigned);
-    with `show_progress`, each run's progress goes to stderr (`controller.progress`)."""
+    with `show_progress`, each run's progress goes to stderr (`controller.progress`).
+    A Ctrl-C raises `Interrupted` with the runs that finished and `summary`."""
     capacity = sum(n.gpus for n in nodes) * MILLI
     policy = SchedulingPolicy.from_dict(doc)
     replay, faults = _truth_inputs(exp, nodes)
@@ -203,45 +208,38 @@ def run_jobs(
     shapes = [
         PodShape(t.gpus, t.gpu_milli, t.cpu_milli, 0, t.gpu_models) for t in typical_pods(pods)
     ]
+    seeds = exp.seeds if exp.arrivals_only else 1
+
+    def one(name: str, seed: int) -> RunResult:
+        desc = f"simulate {name}" + (f" seed {seed}" if seeds > 1 else "")
+        frag = FragModel.of(pods)
+        feed = None
+        if name == "gangops" and exp.use_telemetry and not exp.arrivals_only and (replay or faults):
+            feed = Feed(policy, replay=replay, faults=faults, t0=first)
+        sched = make_scheduler(name, nodes, doc, fragmentation=frag, seed=seed, feed=feed)
+        if exp.arrivals_only:
+            workload = prepare_arrivals(jobs, capacity, seed=seed, tune=exp.tune, order=exp.order)
+            with progress(len(workload), desc, unit="jobs", enabled=show_progress) as bar:
+                return simulate_arrivals(workload, sched, policy, capacity_milli=capacity,
+                                         shapes=shapes, progress=bar.set)  # fmt: skip
+        truth = Truth(Devices(nodes), faults, replay) if (replay or faults) else None
+        with progress(len(jobs), desc, unit="jobs", enabled=show_progress) as bar:
+            r = simulate(jobs, sched, policy, capacity_milli=capacity, tick=exp.tick,
+                         progress=bar.set, truth=truth)  # fmt: skip
+        if feed is not None:
+            r.forecast = feed.score()
+        return r
+
     out: list[SchedulerRun] = []
     try:
         for name in exp.schedulers:
-            sched_run = SchedulerRun(name)
             t0 = time.perf_counter()
-            seeds = exp.seeds if exp.arrivals_only else 1
-            for k in range(seeds):
-                seed = exp.seed + k
-                desc = f"simulate {name}" + (f" seed {seed}" if seeds > 1 else "")
-                frag = FragModel.of(pods)
-                feed = None
-                if (
-                    name == "gangops"
-                    and exp.use_telemetry
-                    and not exp.arrivals_only
-                    and (replay or faults)
-                ):
-                    feed = Feed(policy, replay=replay, faults=faults, t0=first)
-                sched = make_scheduler(name, nodes, doc, fragmentation=frag, seed=seed, feed=feed)
-                if exp.arrivals_only:
-                    workload = prepare_arrivals(
-                        jobs, capacity, seed=seed, tune=exp.tune, order=exp.order
-                    )
-                    with progress(len(workload), desc, unit="jobs", enabled=show_progress) as bar:
-                        r = simulate_arrivals(workload, sched, policy, capacity_milli=capacity,
-                                              shapes=shapes, progress=bar.set)  # fmt: skip
-                else:
-                    truth = Truth(Devices(nodes), faults, replay) if (replay or faults) else None
-                    with progress(len(jobs), desc, unit="jobs", enabled=show_progress) as bar:
-                        r = simulate(jobs, sched, policy, capacity_milli=capacity, tick=exp.tick,
-                                     progress=bar.set, truth=truth)  # fmt: skip
-                    if feed is not None:
-                        r.forecast = feed.score()
-                sched_run.runs.append(r)
-            sched_run.wall_seconds = time.perf_counter() - t0
-            out.append(sched_run)
+            runs = [one(name, exp.seed + k) for k in range(seeds)]
+            out.append(SchedulerRun(name, runs, time.perf_counter() - t0))
     except KeyboardInterrupt:
         done = {r.name for r in out}
-        raise Interrupted(out, [n for n in exp.schedulers if n not in done]) from None
+        unfinished = [n for n in exp.schedulers if n not in done]
+        raise Interrupted(out, unfinished, summary) from None
     return out
 
 
@@ -294,8 +292,4 @@ def run(
         "mode": "arrivals-only" if exp.arrivals_only else "departures",
         "seeds": exp.seeds if exp.arrivals_only else 1,
     }
-    try:
-        return run_jobs(exp, nodes, jobs, doc, show_progress=show_progress), summary
-    except Interrupted as e:
-        e.summary = summary
-        raise
+    return run_jobs(exp, nodes, jobs, doc, show_progress=show_progress, summary=summary), summary
