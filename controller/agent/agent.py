@@ -278,7 +278,12 @@ class Agent:
         )
         with self._lock:
             read = [out.value for out in outcomes.values() if out.ok and out.value is not None]
-            was = {g.identity.index: g for g in self._gpus if g.identified and not g.gone}
+            # before the re-init: the GPU at each index (whose fault may be there still)
+            was = (
+                {g.identity.index: g for g in self._gpus if g.identified and not g.gone}
+                if again
+                else {}
+            )
             if again:
                 self._renumber(read)
             else:
@@ -290,23 +295,15 @@ class Agent:
                 self._count_failure(str(i), out)
                 lost = out.error is not None and classify(out.error) is ErrorClass.GPU_LOST
                 if not (lost or out.hung is not None):
-                    before = was.get(i) if again else None
+                    before = was.get(i)
                     if before is not None and before.gone and not before.health.healthy:
                         # the GPU that needed a reset or a reboot here may be here still:
                         # its index stays out of service until it is read
-                        self._gpus.append(
-                            _Gpu(
-                                GpuIdentity(i, "", "", "", i),
-                                health=before.health,
-                                identified=False,
-                                stand_in=True,
-                            )
-                        )
+                        stand_in = self._unidentified(i)
+                        stand_in.health, stand_in.stand_in = before.health, True
                     continue
-                g = self._unidentified_at(i)
-                if g is None:  # counted by NVML, so out of service, not left out
-                    g = _Gpu(GpuIdentity(i, "", "", "", i), identified=False)
-                    self._gpus.append(g)
+                # counted by NVML, so out of service, not left out
+                g = self._unidentified_at(i) or self._unidentified(i)
                 g.stand_in = False  # its fault is this index's own now
                 if out.hung is not None:
                     self._set_health(g, h.on_hang(g.health, self.config.deadline_s, now))
@@ -383,6 +380,13 @@ class Agent:
             )
             g.sample = None
         g.identity, g.gone = ident, False
+
+    def _unidentified(self, index: int) -> _Gpu:
+        """A new entry for a GPU NVML counts at `index` but could not identify. Caller
+        holds the lock."""
+        g = _Gpu(GpuIdentity(index, "", "", "", index), identified=False)
+        self._gpus.append(g)
+        return g
 
     def _unidentified_at(self, index: int) -> _Gpu | None:
         return next((g for g in self._gpus if not g.identified and g.identity.index == index), None)
