@@ -81,6 +81,10 @@ class GpuView:
     last_xid: int
     xids: Mapping[int, int]
     """XID -> how many since the agent started."""
+    xid_owners: Mapping[int, Owner] = field(default_factory=dict)
+    """XID -> the container that held the GPU when that XID last came (absent when
+    none did): the alert about an XID names the pod it hit even once that pod has
+    ended, as a fatal XID's pod usually has by the next scrape."""
 
 
 @dataclass(frozen=True)
@@ -121,6 +125,7 @@ class _Gpu:
     sampled_at: float = 0.0
     last_xid: int = 0
     xids: Counter[int] = field(default_factory=Counter)
+    xid_owners: dict[int, Owner] = field(default_factory=dict)
     identified: bool = True
     """False for a GPU NVML counts but whose identity it could not read (lost or
     hung from the start, or since NVML was initialised again): out of service under
@@ -467,6 +472,11 @@ class Agent:
                 cls = h.classify_xid(event.xid, dict(self.config.xid_overrides))
                 g.xids[event.xid] += 1
                 g.last_xid = event.xid
+                owner = self._owners.get(event.uuid)
+                if owner is None:
+                    g.xid_owners.pop(event.xid, None)
+                else:
+                    g.xid_owners[event.xid] = owner
                 log.warning(
                     "XID node=%s gpu=%d uuid=%s xid=%d class=%s",
                     self.config.node,
@@ -523,6 +533,7 @@ class Agent:
                     owner=self._owners.get(g.identity.uuid),
                     last_xid=g.last_xid,
                     xids=dict(g.xids),
+                    xid_owners=dict(g.xid_owners),
                 )
                 for g in self._gpus
                 if not (g.gone and g.health.healthy)

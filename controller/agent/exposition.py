@@ -94,9 +94,10 @@ def _lines(s: Snapshot, hostname_label: str) -> Iterator[str]:
                 if g.sample is not None and f.name in g.sample
             ]
         yield from _family(f.name, f.kind, f.help, lines)
-    xid_lines = []
+    xid_lines, totals, xid_owners = [], [], []
     for g in s.gpus:
         base = gpu_labels(g, s, hostname_label)
+        fixed = gpu_labels(g, s, hostname_label, owner=False)
         # The fatal XIDs from 0, so that the first one is an increase: a series that
         # appears at 1 gives `increase()` one sample, and the chart's alert never fired.
         counts = {**dict.fromkeys(FATAL_XIDS, 0), **g.xids}
@@ -104,8 +105,34 @@ def _lines(s: Snapshot, hostname_label: str) -> Iterator[str]:
             xid_lines.append(
                 f"DCGM_EXP_XID_ERRORS_COUNT{_labels([*base, ('xid', str(xid))])} {n}\n"
             )
+            totals.append(
+                f"gangops_gpu_xid_errors_total{_labels([*fixed, ('xid', str(xid))])} {n}\n"
+            )
+        for xid, o in sorted(g.xid_owners.items()):
+            pairs = [("container", o.container), ("namespace", o.namespace), ("pod", o.pod)]
+            xid_owners.append(
+                f"gangops_gpu_xid_owner_info{_labels([*fixed, ('xid', str(xid)), *pairs])} 1\n"
+            )
     yield from _family(
         "DCGM_EXP_XID_ERRORS_COUNT", "counter", "reported XIDs during last window", xid_lines
+    )
+    # DCGM's count takes its pod labels from the GPU's holder at each scrape: when a
+    # fatal XID ends the pod before the next scrape, the count first shows on a new
+    # series (no pod) already at 1, and `increase()` sees nothing. The alert reads this
+    # count, whose labels never change, and the pod from the owner series beside it.
+    yield from _family(
+        "gangops_gpu_xid_errors_total",
+        "counter",
+        "XIDs since the agent started, by XID (the fatal ones from 0); no pod labels, so a"
+        " pod ending never starts a new series (see gangops_gpu_xid_owner_info).",
+        totals,
+    )
+    yield from _family(
+        "gangops_gpu_xid_owner_info",
+        "gauge",
+        "1 for the container that held the GPU when its last XID of this number came (none"
+        " when no container did), kept until the next such XID.",
+        xid_owners,
     )
     host = _labels([(hostname_label, s.node)])
     yield from _family(

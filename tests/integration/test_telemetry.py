@@ -145,6 +145,12 @@ def test_a_scripted_xid_is_counted_and_a_hung_call_withdraws_only_that_gpu(
     # the fatal XIDs are counted from 0 on every GPU, so the first is an increase
     zeros = telemetry.query(f'DCGM_EXP_XID_ERRORS_COUNT{{Hostname="{node}", xid="79"}} == 0')
     assert {z["gpu"] for z in zeros} == {str(i) for i in range(8)}, zeros
+    # the count the chart's GangopsGPUFatalXID reads: one series per GPU, risen from 0
+    risen = telemetry.query(
+        f'increase(gangops_gpu_xid_errors_total{{Hostname="{node}", xid="48"}}[5m]) > 0'
+    )
+    assert [r["gpu"] for r in risen] == ["1"], risen
+    assert all("pod" not in r for r in risen)
 
     def withdrawn() -> bool:
         gpus = {s["gpu"] for s in telemetry.query(f'DCGM_FI_DEV_GPU_UTIL{{Hostname="{node}"}}')}

@@ -477,7 +477,8 @@ def test_a_gpu_that_needs_a_reboot_stays_out_of_service_after_it_falls_off_and_t
         line.rsplit(" ", 1)[1]
         for line in text.splitlines()
         if f'UUID="{uuids[1]}"' in line
-        and (line.startswith("gangops_gpu_healthy{") or 'xid="79"' in line)
+        and (line.startswith(("gangops_gpu_healthy{", "DCGM_EXP_XID_ERRORS_COUNT{")))
+        and ('xid="79"' in line or "xid=" not in line)
     ] == ["1", "0"]  # DCGM_EXP_XID_ERRORS_COUNT{xid="79"} 1, gangops_gpu_healthy 0
 
 

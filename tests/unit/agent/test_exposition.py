@@ -167,12 +167,72 @@ def test_fatal_xid_counts_start_at_zero(clock: Clock) -> None:
     """Found by a review: a GPU's first fatal XID made its count series appear at 1,
     and `increase()` over one sample is nothing, so the chart's GangopsGPUFatalXID
     never fired on what the agent exports. Every fatal XID is counted from 0."""
-    counts = {
-        (s.labels["gpu"], s.labels["xid"]): s.value
-        for s in _families(render(_snapshot(clock)).decode())["DCGM_EXP_XID_ERRORS_COUNT"].samples  # type: ignore[attr-defined]
-    }
-    assert counts == {(g, str(x)): 0.0 for g in ("0", "1") for x in FATAL_XIDS}
+    fams = _families(render(_snapshot(clock)).decode())
+    for name in ("DCGM_EXP_XID_ERRORS_COUNT", "gangops_gpu_xid_errors"):
+        counts = {
+            (s.labels["gpu"], s.labels["xid"]): s.value
+            for s in fams[name].samples  # type: ignore[attr-defined]
+        }
+        assert counts == {(g, str(x)): 0.0 for g in ("0", "1") for x in FATAL_XIDS}, name
     assert {48, 79, 95, 119, 140} <= set(FATAL_XIDS) and 13 not in FATAL_XIDS
+
+
+def test_the_xid_count_the_alert_reads_never_changes_labels_and_the_pod_it_hit_is_kept(
+    clock: Clock,
+) -> None:
+    """Found by a review: DCGM's XID count takes its pod labels from the GPU's holder
+    at each scrape, so a fatal XID that ends the pod before the next scrape shows on a
+    new series already at 1, and the chart's alert never saw it rise. The alert reads
+    gangops_gpu_xid_errors_total, which never carries pod labels, and the pod from
+    gangops_gpu_xid_owner_info: the holder when that XID came, kept after it ends."""
+    uuid = fake_gpu_uuid("gpu-node-7", 1)
+    owners = {uuid: Owner("nlp", "bert-0", "trainer")}
+    replay = Replay(
+        node="gpu-node-7", gpus=2, clock=clock,
+        scenario=Scenario(
+            (Event(at=1.5, kind="xid", gpu=1, xid=79), Event(at=5.5, kind="xid", gpu=1, xid=79))
+        ),
+    )  # fmt: skip
+    agent = Agent(replay, AgentConfig(node="gpu-node-7"), owners=lambda: owners, clock=clock)
+
+    def series(name: str) -> dict[tuple[tuple[str, str], ...], float]:
+        family = _families(render(agent.snapshot()).decode()).get(name)
+        return {
+            tuple(sorted(s.labels.items())): s.value
+            for s in getattr(family, "samples", ())  # absent while it has no series
+            if s.labels["gpu"] == "1" and s.labels["xid"] == "79"
+        }
+
+    agent.tick()
+    before = series("gangops_gpu_xid_errors")
+    dcgm_before = series("DCGM_EXP_XID_ERRORS_COUNT")
+    assert list(before.values()) == [0.0] and series("gangops_gpu_xid_owner_info") == {}
+    clock.t += 2
+    assert agent.poll_xids(0) == 1
+    owners.clear()  # the XID ended the pod
+    agent.tick()
+    after = series("gangops_gpu_xid_errors")
+    assert after == {k: 1.0 for k in before}, "the same series, risen"
+    assert not {"pod", "namespace", "container"} & {k for k, _ in next(iter(after))}
+    (info,) = series("gangops_gpu_xid_owner_info").items()
+    assert info[1] == 1.0
+    assert {"namespace": "nlp", "pod": "bert-0", "container": "trainer"}.items() <= dict(
+        info[0]
+    ).items()
+    # DCGM's count, for contrast: a new series already at 1, the pod's one gone
+    dcgm_after = series("DCGM_EXP_XID_ERRORS_COUNT")
+    assert set(dcgm_after).isdisjoint(dcgm_before) and list(dcgm_after.values()) == [1.0]
+    # kept while other pods come and go, until the next XID 79, which hit no pod
+    owners[uuid] = Owner("nlp", "bert-1", "trainer")
+    clock.t += 2
+    agent.tick()
+    assert series("gangops_gpu_xid_owner_info") == dict([info])
+    owners.clear()
+    clock.t += 2
+    agent.tick()  # bert-1 has gone, as the agent reads it
+    assert agent.poll_xids(0) == 1
+    assert series("gangops_gpu_xid_owner_info") == {}
+    assert list(series("gangops_gpu_xid_errors").values()) == [2.0]
 
 
 def test_the_fatal_xid_alert_names_the_fatal_xids() -> None:
@@ -180,5 +240,5 @@ def test_the_fatal_xid_alert_names_the_fatal_xids() -> None:
     rules = (
         Path(__file__).parents[3] / "charts/gangops/files/prometheus/alert-rules.yaml"
     ).read_text()
-    named = set(re.findall(r'DCGM_EXP_XID_ERRORS_COUNT\{xid=~"([0-9|]+)"', rules))
+    named = set(re.findall(r'gangops_gpu_xid_errors_total\{xid=~"([0-9|]+)"', rules))
     assert named and all(set(map(int, n.split("|"))) == set(FATAL_XIDS) for n in named), named

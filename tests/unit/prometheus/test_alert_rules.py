@@ -8,7 +8,9 @@ Without promtool (Debian package `prometheus`) the tests skip, saying how to ins
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 
 from controller.devcluster.prometheus import ALERT_RULES
 from tests.unit.prometheus.test_recording_rules import HERE, promtool
@@ -51,3 +53,116 @@ def test_every_alert_names_what_the_receiver_acts_on() -> None:
     assert len(blocks) == 6
     for block in blocks:
         assert re.search(r"gangops_action: (gpu|node|none)\b", block), block.split()[0]
+
+
+def _promtool_series(scrapes: list[str]) -> list[dict[str, str]]:
+    """Scrapes of the agent's `/metrics` as promtool input series, one value per
+    scrape: `_` before a series first shows, `stale` in the scrape after it goes (as
+    Prometheus marks it). The agent writes one sample a line, `name{labels} value`
+    (prometheus_client's parser would add `_total` to DCGM's counters)."""
+    seen = [
+        {
+            series: float(value)
+            for line in text.splitlines()
+            if line and not line.startswith("#")
+            for series, value in [line.rsplit(" ", 1)]
+        }
+        for text in scrapes
+    ]
+    out = []
+    for name in sorted({n for values in seen for n in values}):
+        row, present = [], False
+        for values in seen:
+            if name in values:
+                row.append(f"{values[name]:g}")
+                present = True
+            else:
+                row.append("stale" if present else "_")
+                present = False
+        out.append({"series": name, "values": " ".join(row)})
+    return out
+
+
+def test_the_agents_own_series_fire_the_fatal_xid_alert_when_the_xid_ends_the_pod(
+    tmp_path: Path,
+) -> None:
+    """The agent's exposition, scraped every 15 s, through the chart's rule in promtool.
+    train-0 holds GPU 1; XID 79 comes and train-0 ends before the next scrape, as a
+    fatal XID's pod usually does. The alert fires at that scrape, naming train-0 (so
+    its job is restarted). Found by a review: the rule read DCGM's count, whose pod
+    labels follow the GPU's holder at each scrape, so the count first showed on a new
+    series already at 1, and nothing fired."""
+    from controller.agent.agent import Agent, AgentConfig, Owner
+    from controller.agent.exposition import render
+    from controller.agent.replay import Event, Replay, Scenario, fake_gpu_uuid
+
+    clock = [1000.0]
+    uuid = fake_gpu_uuid("node-a", 1)
+    owners = {uuid: Owner("team-a", "train-0", "trainer")}
+    replay = Replay(
+        node="node-a", gpus=2, clock=lambda: clock[0],
+        scenario=Scenario((Event(at=40, kind="xid", gpu=1, xid=79),)),
+    )  # fmt: skip
+    agent = Agent(replay, AgentConfig(node="node-a"), owners=lambda: owners, clock=lambda: clock[0])
+    scrapes = []
+    for i in range(8):  # scrapes at 0, 15, ... 105 s
+        clock[0] = 1000.0 + 15 * i
+        if agent.poll_xids(0):
+            owners.clear()  # the XID ends train-0 before the next scrape
+        agent.tick()
+        scrapes.append(render(agent.snapshot()).decode())
+    series = _promtool_series(scrapes)
+
+    def gpu_1_xid_79(name: str) -> list[dict[str, str]]:
+        return [
+            s for s in series
+            if s["series"].startswith(name + "{")
+            and 'gpu="1"' in s["series"] and 'xid="79"' in s["series"]
+        ]  # fmt: skip
+
+    dcgm = gpu_1_xid_79("DCGM_EXP_XID_ERRORS_COUNT")
+    assert [s["values"] for s in dcgm] == ["0 0 0 stale _ _ _ _", "_ _ _ 1 1 1 1 1"], (
+        "DCGM's count moves to a new series at 1: no series of it rises"
+    )
+    (count,) = gpu_1_xid_79("gangops_gpu_xid_errors_total")
+    assert count["values"] == "0 0 0 1 1 1 1 1"
+    labels = dict(re.findall(r'(\w+)="([^"]*)"', count["series"]))
+    fired = {
+        **labels, "alertname": "GangopsGPUFatalXID", "severity": "critical",
+        "gangops_action": "gpu", "namespace": "team-a", "pod": "train-0", "container": "trainer",
+    }  # fmt: skip
+    from ruamel.yaml import YAML
+
+    (rule,) = [
+        r
+        for g in YAML(typ="safe").load(ALERT_RULES.read_text())["groups"]
+        for r in g["rules"]
+        if r.get("alert") == "GangopsGPUFatalXID"
+    ]
+    annotations = {
+        k: re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m: fired[m.group(1)], v)
+        for k, v in rule["annotations"].items()
+    }
+    case = {
+        "rule_files": [str(ALERT_RULES)],
+        "evaluation_interval": "15s",
+        "tests": [
+            {
+                "name": "XID 79 on GPU 1, train-0 ended before the next scrape",
+                "interval": "15s",
+                "input_series": series,
+                "alert_rule_test": [
+                    {"eval_time": "30s", "alertname": "GangopsGPUFatalXID", "exp_alerts": []},
+                    {
+                        "eval_time": "45s",
+                        "alertname": "GangopsGPUFatalXID",
+                        "exp_alerts": [{"exp_labels": fired, "exp_annotations": annotations}],
+                    },
+                ],
+            }
+        ],
+    }
+    path = tmp_path / "agent-xid.test.yaml"
+    path.write_text(json.dumps(case))
+    out = promtool("test", "rules", str(path))
+    assert out.returncode == 0, out.stdout + out.stderr
