@@ -85,6 +85,11 @@ class PolicySourceSpec:
                 f"interval {spec.get('interval')!r} is shorter than {MIN_INTERVAL_S:g}s "
                 "(use the push webhook to reconcile at once)"
             )
+        path = str(spec.get("path") or ".")
+        if ".." in path.split("/"):
+            raise ValueError(
+                f"path {path!r} must stay inside the repository: it may not have a '..' segment"
+            )
         timeout_s = parse_duration(str(spec.get("timeout") or "60s"))
         if not MIN_TIMEOUT_S <= timeout_s <= MAX_TIMEOUT_S:
             raise ValueError(
@@ -94,7 +99,7 @@ class PolicySourceSpec:
         return cls(
             url=str(spec["url"]),
             ref=GitRef(branch=ref.get("branch"), tag=ref.get("tag"), commit=ref.get("commit")),
-            path=str(spec.get("path") or "."),
+            path=path,
             interval_s=interval_s,
             timeout_s=timeout_s,
             secret_name=(spec.get("secretRef") or {}).get("name"),

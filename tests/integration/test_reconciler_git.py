@@ -251,6 +251,8 @@ def test_a_remote_that_never_answers_does_not_hold_up_another_source(
         ("timeout", "1h", "timeout must be between 1s and 10m"),
         ("timeout", "0s", "timeout must be between 1s and 10m"),
         ("interval", "0s", "interval must be at least 10s"),
+        ("path", "policies/../../etc", "path must stay inside the repository"),
+        ("path", "..", "it may not have a '..' segment"),
     ],
 )
 def test_absurd_timeouts_and_intervals_are_refused_at_admission(
