@@ -33,7 +33,7 @@ from controller.agent import health as h
 from controller.agent.deadline import Lanes, Outcome
 from controller.agent.nvml import ErrorClass, GpuIdentity, Nvml, Sample, classify, error_name
 
-__all__ = ["Agent", "AgentConfig", "GpuView", "Owner", "Snapshot"]
+__all__ = ["Agent", "AgentConfig", "GpuView", "Owner", "Snapshot", "XidOwner"]
 
 log = logging.getLogger(__name__)
 
@@ -62,10 +62,24 @@ class AgentConfig:
     owners_ttl_s: float = 30.0
     """How long owners read earlier stay in use while pod-resources cannot be read."""
     xid_overrides: Mapping[int, h.XidClass] = field(default_factory=dict)
+    xid_owner_ttl_s: float = 600.0
+    """How long the pod an XID hit is named after that XID number's last repeat:
+    longer than the alert's 5-minute `increase()`, so the alert keeps its pod."""
 
     @property
     def stale_after_s(self) -> float:
         return self.interval_s + self.deadline_s
+
+
+@dataclass(frozen=True)
+class XidOwner:
+    """The container an XID number last hit on a GPU: the one holding the GPU at the
+    last such XID that found one. A repeat that finds none (the pod has ended) keeps
+    it and moves `at` on; it is dropped `xid_owner_ttl_s` after the last repeat."""
+
+    owner: Owner
+    at: float
+    """Wall-clock (Unix) time of that XID number's last repeat."""
 
 
 @dataclass(frozen=True)
@@ -81,9 +95,9 @@ class GpuView:
     last_xid: int
     xids: Mapping[int, int]
     """XID -> how many since the agent started."""
-    xid_owners: Mapping[int, Owner] = field(default_factory=dict)
-    """XID -> the container that held the GPU when that XID last came (absent when
-    none did): the alert about an XID names the pod it hit even once that pod has
+    xid_owners: Mapping[int, XidOwner] = field(default_factory=dict)
+    """XID -> the container that XID last hit, while that XID keeps coming (see
+    `XidOwner`): the alert about an XID names the pod it hit even once that pod has
     ended, as a fatal XID's pod usually has by the next scrape."""
 
 
@@ -125,7 +139,8 @@ class _Gpu:
     sampled_at: float = 0.0
     last_xid: int = 0
     xids: Counter[int] = field(default_factory=Counter)
-    xid_owners: dict[int, Owner] = field(default_factory=dict)
+    xid_owners: dict[int, tuple[XidOwner, float]] = field(default_factory=dict)
+    """XID -> its owner and, on the agent's clock, when it last came."""
     identified: bool = True
     """False for a GPU NVML counts but whose identity it could not read (lost or
     hung from the start, or since NVML was initialised again): out of service under
@@ -155,9 +170,11 @@ class Agent:
         on_held: Callable[[set[str] | None], None] | None = None,
         lanes: Lanes | None = None,
         clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
         on_change: Callable[[Snapshot], None] | None = None,
     ) -> None:
         self.config = config
+        self._wall = wall
         self._nvml = nvml
         self._owners_reader = owners
         self._on_held = on_held
@@ -473,10 +490,15 @@ class Agent:
                 g.xids[event.xid] += 1
                 g.last_xid = event.xid
                 owner = self._owners.get(event.uuid)
+                if owner is None and event.xid in g.xid_owners:
+                    # the pod it hit has ended; a repeat is still that pod's fault
+                    previous, last = g.xid_owners[event.xid]
+                    if now - last <= self.config.xid_owner_ttl_s:
+                        owner = previous.owner
                 if owner is None:
                     g.xid_owners.pop(event.xid, None)
                 else:
-                    g.xid_owners[event.xid] = owner
+                    g.xid_owners[event.xid] = (XidOwner(owner, self._wall()), now)
                 log.warning(
                     "XID node=%s gpu=%d uuid=%s xid=%d class=%s",
                     self.config.node,
@@ -533,7 +555,11 @@ class Agent:
                     owner=self._owners.get(g.identity.uuid),
                     last_xid=g.last_xid,
                     xids=dict(g.xids),
-                    xid_owners=dict(g.xid_owners),
+                    xid_owners={
+                        xid: o
+                        for xid, (o, at) in g.xid_owners.items()
+                        if now - at <= self.config.xid_owner_ttl_s
+                    },
                 )
                 for g in self._gpus
                 if not (g.gone and g.health.healthy)

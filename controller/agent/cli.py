@@ -51,8 +51,8 @@ same round (never a frozen value) and gangops_gpu_healthy 0; NVML itself down
 sets gangops_nvml_up 0 and NVML is initialised again every 5 s. XID errors arrive
 through NVML's event loop within a second as DCGM_EXP_XID_ERRORS_COUNT{xid=...},
 gangops_gpu_xid_errors_total{xid=...} (no pod labels, so a pod the XID ends
-starts no new series; gangops_gpu_xid_owner_info names the pod it hit) and
-DCGM_FI_DEV_XID_ERRORS; each XID's class (see --xid-class) decides the
+starts no new series; gangops_gpu_xid_owner_timestamp_seconds names the pod it
+hit) and DCGM_FI_DEV_XID_ERRORS; each XID's class (see --xid-class) decides the
 GPU's health, which is also published on the Node (condition GPUProblem and
 the annotation gangops.ai/unhealthy-gpus) so the scheduler can leave a bad GPU
 alone without Prometheus. GPUs are attributed to containers through the

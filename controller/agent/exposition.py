@@ -109,9 +109,11 @@ def _lines(s: Snapshot, hostname_label: str) -> Iterator[str]:
                 f"gangops_gpu_xid_errors_total{_labels([*fixed, ('xid', str(xid))])} {n}\n"
             )
         for xid, o in sorted(g.xid_owners.items()):
-            pairs = [("container", o.container), ("namespace", o.namespace), ("pod", o.pod)]
+            who = [("container", o.owner.container), ("namespace", o.owner.namespace)]
+            pairs = [(hostname_label, s.node), ("UUID", g.identity.uuid), ("xid", str(xid))]
             xid_owners.append(
-                f"gangops_gpu_xid_owner_info{_labels([*fixed, ('xid', str(xid)), *pairs])} 1\n"
+                f"gangops_gpu_xid_owner_timestamp_seconds"
+                f"{_labels([*pairs, *who, ('pod', o.owner.pod)])} {_value(o.at)}\n"
             )
     yield from _family(
         "DCGM_EXP_XID_ERRORS_COUNT", "counter", "reported XIDs during last window", xid_lines
@@ -119,19 +121,20 @@ def _lines(s: Snapshot, hostname_label: str) -> Iterator[str]:
     # DCGM's count takes its pod labels from the GPU's holder at each scrape: when a
     # fatal XID ends the pod before the next scrape, the count first shows on a new
     # series (no pod) already at 1, and `increase()` sees nothing. The alert reads this
-    # count, whose labels never change, and the pod from the owner series beside it.
+    # count, which has no pod labels, and the pod from the owner series beside it.
     yield from _family(
         "gangops_gpu_xid_errors_total",
         "counter",
         "XIDs since the agent started, by XID (the fatal ones from 0); no pod labels, so a"
-        " pod ending never starts a new series (see gangops_gpu_xid_owner_info).",
+        " pod ending never starts a new series (see gangops_gpu_xid_owner_timestamp_seconds).",
         totals,
     )
     yield from _family(
-        "gangops_gpu_xid_owner_info",
+        "gangops_gpu_xid_owner_timestamp_seconds",
         "gauge",
-        "1 for the container that held the GPU when its last XID of this number came (none"
-        " when no container did), kept until the next such XID.",
+        "Unix time of the last XID of this number on the GPU, for the container it hit: the"
+        " one holding the GPU at the last such XID that found one (a repeat after it ended is"
+        " still its); gone 10 minutes after the last repeat.",
         xid_owners,
     )
     host = _labels([(hostname_label, s.node)])

@@ -177,36 +177,49 @@ def test_fatal_xid_counts_start_at_zero(clock: Clock) -> None:
     assert {48, 79, 95, 119, 140} <= set(FATAL_XIDS) and 13 not in FATAL_XIDS
 
 
-def test_the_xid_count_the_alert_reads_never_changes_labels_and_the_pod_it_hit_is_kept(
+def test_the_xid_count_the_alert_reads_keeps_its_series_and_the_pod_it_hit_is_kept(
     clock: Clock,
 ) -> None:
-    """Found by a review: DCGM's XID count takes its pod labels from the GPU's holder
+    """Found by reviews: DCGM's XID count takes its pod labels from the GPU's holder
     at each scrape, so a fatal XID that ends the pod before the next scrape shows on a
     new series already at 1, and the chart's alert never saw it rise. The alert reads
-    gangops_gpu_xid_errors_total, which never carries pod labels, and the pod from
-    gangops_gpu_xid_owner_info: the holder when that XID came, kept after it ends."""
+    gangops_gpu_xid_errors_total, which has no pod labels, and the pod from
+    gangops_gpu_xid_owner_timestamp_seconds: the holder when that XID came, kept while
+    the XID repeats after the pod has ended (a repeat dropped it), at the time of the
+    last repeat, until 10 minutes after it."""
     uuid = fake_gpu_uuid("gpu-node-7", 1)
     owners = {uuid: Owner("nlp", "bert-0", "trainer")}
+    xids = (1.5, 5.5, 606.0, 607.0)
     replay = Replay(
         node="gpu-node-7", gpus=2, clock=clock,
-        scenario=Scenario(
-            (Event(at=1.5, kind="xid", gpu=1, xid=79), Event(at=5.5, kind="xid", gpu=1, xid=79))
-        ),
+        scenario=Scenario(tuple(Event(at=t, kind="xid", gpu=1, xid=79) for t in xids)),
     )  # fmt: skip
-    agent = Agent(replay, AgentConfig(node="gpu-node-7"), owners=lambda: owners, clock=clock)
+    agent = Agent(
+        replay,
+        AgentConfig(node="gpu-node-7"),
+        owners=lambda: owners,
+        clock=clock,
+        wall=lambda: 1_765_000_000 + clock.t,
+    )
 
     def series(name: str) -> dict[tuple[tuple[str, str], ...], float]:
         family = _families(render(agent.snapshot()).decode()).get(name)
         return {
             tuple(sorted(s.labels.items())): s.value
             for s in getattr(family, "samples", ())  # absent while it has no series
-            if s.labels["gpu"] == "1" and s.labels["xid"] == "79"
+            if s.labels["UUID"] == uuid and s.labels["xid"] == "79"
         }
+
+    def hit() -> list[tuple[str, float]]:
+        return [
+            (dict(labels)["pod"], at)
+            for labels, at in series("gangops_gpu_xid_owner_timestamp_seconds").items()
+        ]
 
     agent.tick()
     before = series("gangops_gpu_xid_errors")
     dcgm_before = series("DCGM_EXP_XID_ERRORS_COUNT")
-    assert list(before.values()) == [0.0] and series("gangops_gpu_xid_owner_info") == {}
+    assert list(before.values()) == [0.0] and hit() == []
     clock.t += 2
     assert agent.poll_xids(0) == 1
     owners.clear()  # the XID ended the pod
@@ -214,25 +227,38 @@ def test_the_xid_count_the_alert_reads_never_changes_labels_and_the_pod_it_hit_i
     after = series("gangops_gpu_xid_errors")
     assert after == {k: 1.0 for k in before}, "the same series, risen"
     assert not {"pod", "namespace", "container"} & {k for k, _ in next(iter(after))}
-    (info,) = series("gangops_gpu_xid_owner_info").items()
-    assert info[1] == 1.0
-    assert {"namespace": "nlp", "pod": "bert-0", "container": "trainer"}.items() <= dict(
-        info[0]
-    ).items()
+    (labels,) = series("gangops_gpu_xid_owner_timestamp_seconds")
+    assert dict(labels) == {
+        "Hostname": "gpu-node-7", "UUID": uuid, "xid": "79",
+        "namespace": "nlp", "pod": "bert-0", "container": "trainer",
+    }  # fmt: skip
+    assert hit() == [("bert-0", 1_765_001_002.0)]
     # DCGM's count, for contrast: a new series already at 1, the pod's one gone
     dcgm_after = series("DCGM_EXP_XID_ERRORS_COUNT")
     assert set(dcgm_after).isdisjoint(dcgm_before) and list(dcgm_after.values()) == [1.0]
-    # kept while other pods come and go, until the next XID 79, which hit no pod
+    # another pod on the GPU changes nothing; a repeat that finds no pod is bert-0's
     owners[uuid] = Owner("nlp", "bert-1", "trainer")
     clock.t += 2
     agent.tick()
-    assert series("gangops_gpu_xid_owner_info") == dict([info])
+    assert hit() == [("bert-0", 1_765_001_002.0)]
     owners.clear()
     clock.t += 2
     agent.tick()  # bert-1 has gone, as the agent reads it
     assert agent.poll_xids(0) == 1
-    assert series("gangops_gpu_xid_owner_info") == {}
-    assert list(series("gangops_gpu_xid_errors").values()) == [2.0]
+    assert hit() == [("bert-0", 1_765_001_006.0)]
+    # 10 minutes after the last repeat it is no one's; the next repeat finds no pod
+    clock.t += 600.5
+    agent.tick()
+    assert hit() == []
+    assert agent.poll_xids(0) == 1
+    assert hit() == []
+    # and one that finds a pod names it
+    owners[uuid] = Owner("nlp", "bert-2", "trainer")
+    agent.tick()
+    clock.t += 1
+    assert agent.poll_xids(0) == 1
+    assert hit() == [("bert-2", 1_765_001_607.5)]
+    assert list(series("gangops_gpu_xid_errors").values()) == [4.0]
 
 
 def test_the_fatal_xid_alert_names_the_fatal_xids() -> None:

@@ -302,8 +302,10 @@ def _operator_target(monitor: Obj, objs: list[Obj]) -> dict[str, str]:
     target.update(job=str(job), endpoint=endpoint["port"], instance="10.0.0.7:9400")
     for r in endpoint.get("relabelings", []):
         action = r.get("action", "replace").lower()
-        if action == "replace":
-            assert not r.get("sourceLabels"), r
+        if action == "replace" and r.get("sourceLabels"):
+            assert r["sourceLabels"] == ["__meta_kubernetes_pod_node_name"], r
+            target[r["targetLabel"]] = "node-a"
+        elif action == "replace":
             target[r["targetLabel"]] = r["replacement"]
         elif action in ("labeldrop", "labelkeep"):
             drop = action == "labeldrop"
@@ -348,6 +350,8 @@ def test_a_gpu_no_pod_holds_carries_no_pod_labels_through_the_podmonitor() -> No
             )
     assert holders == {"0": ("nlp", "bert-0", "trainer"), "1": (None, None, None)}
     assert target["job"] == "gangops-agent" and target["instance"]
+    # `up` has only the target's labels: it names the node (GangopsNodeAgentDown)
+    assert target["Hostname"] == "node-a"
 
 
 @pytest.mark.parametrize(

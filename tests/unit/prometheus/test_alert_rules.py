@@ -88,10 +88,11 @@ def test_the_agents_own_series_fire_the_fatal_xid_alert_when_the_xid_ends_the_po
 ) -> None:
     """The agent's exposition, scraped every 15 s, through the chart's rule in promtool.
     train-0 holds GPU 1; XID 79 comes and train-0 ends before the next scrape, as a
-    fatal XID's pod usually does. The alert fires at that scrape, naming train-0 (so
-    its job is restarted). Found by a review: the rule read DCGM's count, whose pod
-    labels follow the GPU's holder at each scrape, so the count first showed on a new
-    series already at 1, and nothing fired."""
+    fatal XID's pod usually does, and XID 79 comes again (they come in bursts). The
+    alert fires at that scrape, naming train-0 (so its job is restarted), and goes on
+    naming it. Found by reviews: the rule read DCGM's count, whose pod labels follow
+    the GPU's holder at each scrape, so the count first showed on a new series already
+    at 1, and nothing fired; then the repeat, finding no pod, dropped train-0."""
     from controller.agent.agent import Agent, AgentConfig, Owner
     from controller.agent.exposition import render
     from controller.agent.replay import Event, Replay, Scenario, fake_gpu_uuid
@@ -101,16 +102,19 @@ def test_the_agents_own_series_fire_the_fatal_xid_alert_when_the_xid_ends_the_po
     owners = {uuid: Owner("team-a", "train-0", "trainer")}
     replay = Replay(
         node="node-a", gpus=2, clock=lambda: clock[0],
-        scenario=Scenario((Event(at=40, kind="xid", gpu=1, xid=79),)),
+        scenario=Scenario(
+            (Event(at=40.2, kind="xid", gpu=1, xid=79), Event(at=42.2, kind="xid", gpu=1, xid=79))
+        ),
     )  # fmt: skip
     agent = Agent(replay, AgentConfig(node="node-a"), owners=lambda: owners, clock=lambda: clock[0])
     scrapes = []
-    for i in range(8):  # scrapes at 0, 15, ... 105 s
-        clock[0] = 1000.0 + 15 * i
+    for t in range(106):  # a round a second, scrapes at 0, 15, ... 105 s
+        clock[0] = 1000.0 + t
         if agent.poll_xids(0):
             owners.clear()  # the XID ends train-0 before the next scrape
         agent.tick()
-        scrapes.append(render(agent.snapshot()).decode())
+        if t % 15 == 0:
+            scrapes.append(render(agent.snapshot()).decode())
     series = _promtool_series(scrapes)
 
     def gpu_1_xid_79(name: str) -> list[dict[str, str]]:
@@ -121,11 +125,11 @@ def test_the_agents_own_series_fire_the_fatal_xid_alert_when_the_xid_ends_the_po
         ]  # fmt: skip
 
     dcgm = gpu_1_xid_79("DCGM_EXP_XID_ERRORS_COUNT")
-    assert [s["values"] for s in dcgm] == ["0 0 0 stale _ _ _ _", "_ _ _ 1 1 1 1 1"], (
+    assert [s["values"] for s in dcgm] == ["0 0 0 stale _ _ _ _", "_ _ _ 2 2 2 2 2"], (
         "DCGM's count moves to a new series at 1: no series of it rises"
     )
     (count,) = gpu_1_xid_79("gangops_gpu_xid_errors_total")
-    assert count["values"] == "0 0 0 1 1 1 1 1"
+    assert count["values"] == "0 0 0 2 2 2 2 2"
     labels = dict(re.findall(r'(\w+)="([^"]*)"', count["series"]))
     fired = {
         **labels, "alertname": "GangopsGPUFatalXID", "severity": "critical",
@@ -153,11 +157,14 @@ def test_the_agents_own_series_fire_the_fatal_xid_alert_when_the_xid_ends_the_po
                 "input_series": series,
                 "alert_rule_test": [
                     {"eval_time": "30s", "alertname": "GangopsGPUFatalXID", "exp_alerts": []},
-                    {
-                        "eval_time": "45s",
-                        "alertname": "GangopsGPUFatalXID",
-                        "exp_alerts": [{"exp_labels": fired, "exp_annotations": annotations}],
-                    },
+                    *(
+                        {
+                            "eval_time": f"{t}s",
+                            "alertname": "GangopsGPUFatalXID",
+                            "exp_alerts": [{"exp_labels": fired, "exp_annotations": annotations}],
+                        }
+                        for t in (45, 60, 105)
+                    ),
                 ],
             }
         ],
