@@ -106,7 +106,13 @@ def test_the_agents_own_series_fire_the_fatal_xid_alert_when_the_xid_ends_the_po
             (Event(at=40.2, kind="xid", gpu=1, xid=79), Event(at=42.2, kind="xid", gpu=1, xid=79))
         ),
     )  # fmt: skip
-    agent = Agent(replay, AgentConfig(node="node-a"), owners=lambda: owners, clock=lambda: clock[0])
+    agent = Agent(
+        replay,
+        AgentConfig(node="node-a"),
+        owners=lambda: owners,
+        clock=lambda: clock[0],
+        wall=lambda: clock[0] - 1000.0,  # promtool's time: its first sample is at 0
+    )
     scrapes = []
     for t in range(106):  # a round a second, scrapes at 0, 15, ... 105 s
         clock[0] = 1000.0 + t
