@@ -13,7 +13,9 @@ GPUs, a real Prometheus evaluating the chart's alerting rules, a real Alertmanag
 - a scripted leak on one GPU of a running gang: Prometheus' GangopsGPUMemoryLeak
   fires, the GPU is quarantined, the job is asked to checkpoint and, after its
   grace period, its gang is restarted on another node (not counted against its
-  backoffLimit); the leak stops and the GPU returns after the cool-down.
+  backoffLimit); the leak stops and the GPU returns after the cool-down;
+- a scripted fatal XID on one GPU of a running gang: GangopsGPUFatalXID fires on
+  the agent's own count, naming the pod it hit, and the gang is restarted elsewhere.
 
 Without Prometheus or Alertmanager installed the module skips, saying how to
 install them (scripts/debian-deps.sh does).
@@ -36,6 +38,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -511,6 +514,58 @@ class Leak:
     seconds: float = 75.0
 
 
+@contextmanager
+def live_alerts(
+    dev_cluster: DevCluster, alerting: Alerting, tmp_path: Path, scenario: str
+) -> Iterator[float]:
+    """The node agents replaying GPUs with `scenario` (YAML events), and a real
+    Prometheus scraping them with the chart's rules, posting to `alerting`'s
+    Alertmanager. The scenario's clock starts once Prometheus has scraped the agents
+    (an XID before the first scrape would show at 1 there: no increase); yields that
+    moment (time.monotonic), then stops both."""
+    before = list(dev_cluster.components)
+    prom = None
+    try:
+        path, start = tmp_path / "scenario.yaml", tmp_path / "scenario.start"
+        path.write_text(scenario)
+        start_agents(
+            dev_cluster,
+            TelemetryOptions(
+                replay_dir=steady_recording(tmp_path / "rec"),
+                scenario=path,
+                scenario_start_file=start,
+                speed=1,
+            ),
+        )
+        prom = start_prometheus(
+            tmp_path / "prometheus",
+            PrometheusConfig(
+                file_sd_files=(dev_cluster.prometheus_targets_file,),
+                alertmanagers=(alerting.am.address,),
+            ),
+        )
+        scraped = prom.query
+        wait_for("Prometheus to scrape the agents", lambda: scraped("gangops_nvml_up"), timeout=60)
+        start.touch()
+        yield time.monotonic()
+    finally:
+        if prom is not None:
+            prom.stop()
+        for c in dev_cluster.components:
+            if c not in before:
+                c.stop(5.0)
+        dev_cluster.components[:] = before
+
+
+def _relocated(env: GangEnv, job: str, node: str) -> bool:
+    pods = env.pods(job)
+    return (
+        env.status(job).get("phase") == "Running"
+        and len(pods) == 8
+        and {p["spec"].get("nodeName") for p in pods} == {node}
+    )
+
+
 def test_a_leak_checkpoints_and_restarts_the_job_elsewhere_and_the_gpu_returns(
     gang_env: GangEnv, dev_cluster: DevCluster, alerting: Alerting, tmp_path: Path, cleanup: None
 ) -> None:
@@ -519,87 +574,105 @@ def test_a_leak_checkpoints_and_restarts_the_job_elsewhere_and_the_gpu_returns(
     env.set_policy(alert_policy(env, [{"alert": LEAK, "cooldownSeconds": 45}]))
     blocker = env.occupy(spare, 8)  # the job starts on the leaky node
     proc = controller(env, dev_cluster, alerting, tmp_path / "run.log")
-    before = list(dev_cluster.components)
-    prom = None
     try:
         env.create(env.job("leaky", gang=8, backoff_limit=0))
         env.wait_phase("leaky", "Running", timeout=60)
         assert {p["spec"]["nodeName"] for p in env.pods("leaky")} == {leaky}
         env.kube.delete(RESOURCES["Pod"], blocker["metadata"]["name"], namespace=env.namespace)
         leak = Leak()
-        scenario = tmp_path / "scenario.yaml"
-        scenario.write_text(
+        scenario = (
             "events:\n"
             f"  - {{at: {leak.at_s}, node: {leaky}, gpu: 0, kind: memory-ramp,"
             f" mib-per-second: {leak.mib_per_second}, seconds: {leak.seconds}}}\n"
         )
-        start_agents(
-            dev_cluster,
-            TelemetryOptions(
-                replay_dir=steady_recording(tmp_path / "rec"), scenario=scenario, speed=1
-            ),
-        )
-        t_agents = time.monotonic()
-        prom = start_prometheus(
-            tmp_path / "prometheus",
-            PrometheusConfig(
-                file_sd_files=(dev_cluster.prometheus_targets_file,),
-                alertmanagers=(alerting.am.address,),
-            ),
-        )
+        with live_alerts(dev_cluster, alerting, tmp_path, scenario) as t_start:
 
-        def quarantined() -> bool:
-            return 0 in parse_indices(node_annotations(env.kube, leaky).get(QUARANTINE_ANNOTATION))
+            def quarantined() -> bool:
+                ann = node_annotations(env.kube, leaky)
+                return 0 in parse_indices(ann.get(QUARANTINE_ANNOTATION))
 
-        wait_for("GPU 0 of the leaky node to be quarantined", quarantined, timeout=150)
-        t_action = time.monotonic()
-        job = env.get("leaky")
-        assert "GangopsGPUMemoryLeak" in job["metadata"]["annotations"][CHECKPOINT_ANNOTATION]
-        assert "GPU 0" in node_annotations(env.kube, leaky)[REASON_ANNOTATION]
-
-        def relocated() -> bool:
-            pods = env.pods("leaky")
-            return (
-                env.status("leaky").get("phase") == "Running"
-                and len(pods) == 8
-                and {p["spec"].get("nodeName") for p in pods} == {spare}
+            wait_for("GPU 0 of the leaky node to be quarantined", quarantined, timeout=150)
+            t_action = time.monotonic()
+            job = env.get("leaky")
+            assert "GangopsGPUMemoryLeak" in job["metadata"]["annotations"][CHECKPOINT_ANNOTATION]
+            assert "GPU 0" in node_annotations(env.kube, leaky)[REASON_ANNOTATION]
+            wait_for(
+                "the gang to run again on the spare node",
+                lambda: _relocated(env, "leaky", spare),
+                timeout=90,
             )
-
-        wait_for("the gang to run again on the spare node", relocated, timeout=90)
-        st = env.status("leaky")
-        assert st.get("relocations") == 1 and not st.get("restarts"), st  # backoffLimit 0
-        assert RESTART_ANNOTATION in env.get("leaky")["metadata"]["annotations"]
-        assert len(events(env.kube, "leaky", "CheckpointRequested", env.namespace)) == 1
-        assert len(events(env.kube, "leaky", "RestartRequested", env.namespace)) == 1
-        text = explain_job(
-            env.kube, f"{env.namespace}/leaky", system_namespace=env.system_namespace,
-            node_selector=env.node_selector,
-        )  # fmt: skip
-        assert f"Held out of service by alert actions: {leaky}: GPU 0: {LEAK}" in text, text
-        wait_for(
-            "the GPU back after the leak stops and the cool-down passes",
-            lambda: (
-                not quarantined() and QUARANTINE_ANNOTATION not in node_annotations(env.kube, leaky)
-            ),
-            timeout=leak.seconds + 120,
-        )
-        wait_for(
-            "one GPUReturned Event",
-            lambda: len(events(env.kube, leaky, "GPUReturned")) == 1,
-            timeout=10,
-        )
-        print(
-            f"leak to action {t_action - t_agents - leak.at_s:.1f}s"
-            f" (scrape and evaluation 1s, for 30s, group_wait 1s)"
-        )
+            st = env.status("leaky")
+            assert st.get("relocations") == 1 and not st.get("restarts"), st  # backoffLimit 0
+            assert RESTART_ANNOTATION in env.get("leaky")["metadata"]["annotations"]
+            assert len(events(env.kube, "leaky", "CheckpointRequested", env.namespace)) == 1
+            assert len(events(env.kube, "leaky", "RestartRequested", env.namespace)) == 1
+            text = explain_job(
+                env.kube, f"{env.namespace}/leaky", system_namespace=env.system_namespace,
+                node_selector=env.node_selector,
+            )  # fmt: skip
+            assert f"Held out of service by alert actions: {leaky}: GPU 0: {LEAK}" in text, text
+            wait_for(
+                "the GPU back after the leak stops and the cool-down passes",
+                lambda: (
+                    not quarantined()
+                    and QUARANTINE_ANNOTATION not in node_annotations(env.kube, leaky)
+                ),
+                timeout=leak.seconds + 120,
+            )
+            wait_for(
+                "one GPUReturned Event",
+                lambda: len(events(env.kube, leaky, "GPUReturned")) == 1,
+                timeout=10,
+            )
+            print(
+                f"leak to action {t_action - t_start - leak.at_s:.1f}s"
+                f" (scrape and evaluation 1s, for 30s, group_wait 1s)"
+            )
     finally:
         stop(proc)
-        if prom is not None:
-            prom.stop()
-        for c in dev_cluster.components:
-            if c not in before:
-                c.stop(5.0)
-        dev_cluster.components[:] = before
+
+
+def test_a_fatal_xid_restarts_the_job_it_hit_elsewhere_through_prometheus(
+    gang_env: GangEnv, dev_cluster: DevCluster, alerting: Alerting, tmp_path: Path, cleanup: None
+) -> None:
+    """XID 48 (a double-bit ECC error: the GPU needs a reset) on GPU 3 under a running
+    gang. The agent counts it on gangops_gpu_xid_errors_total and records the pod it
+    hit; the real Prometheus fires the chart's GangopsGPUFatalXID naming that pod; the
+    GPU is quarantined and the job checkpointed and restarted on the spare node, not
+    counted against its backoffLimit of 0."""
+    env = gang_env
+    hit, spare = env.claim(2)
+    env.set_policy(alert_policy(env, [{"alert": XID}]))
+    blocker = env.occupy(spare, 8)  # the job starts on the node the XID hits
+    proc = controller(env, dev_cluster, alerting, tmp_path / "run.log")
+    try:
+        env.create(env.job("hit", gang=8, backoff_limit=0))
+        env.wait_phase("hit", "Running", timeout=60)
+        assert {p["spec"]["nodeName"] for p in env.pods("hit")} == {hit}
+        env.kube.delete(RESOURCES["Pod"], blocker["metadata"]["name"], namespace=env.namespace)
+        scenario = f"events:\n  - {{at: 5, node: {hit}, gpu: 3, kind: xid, xid: 48}}\n"
+        with live_alerts(dev_cluster, alerting, tmp_path, scenario) as t_start:
+            wait_for(
+                "GPU 3 quarantined",
+                lambda: (
+                    3 in parse_indices(node_annotations(env.kube, hit).get(QUARANTINE_ANNOTATION))
+                ),
+                timeout=90,
+            )
+            t_action = time.monotonic()
+            job = env.get("hit")
+            assert XID in job["metadata"]["annotations"][CHECKPOINT_ANNOTATION]
+            assert "GPU 3" in node_annotations(env.kube, hit)[REASON_ANNOTATION]
+            wait_for(
+                "the gang to run again on the spare node",
+                lambda: _relocated(env, "hit", spare),
+                timeout=90,
+            )
+            st = env.status("hit")
+            assert st.get("relocations") == 1 and not st.get("restarts"), st
+            print(f"XID to action {t_action - t_start - 5:.1f}s (scrape and evaluation 1s)")
+    finally:
+        stop(proc)
 
 
 def _basic(user: str, password: str) -> str:
