@@ -60,8 +60,10 @@ from controller.gang.cli import explain_job
 from controller.kube.client import RESOURCES, Kube
 from controller.nodehealth import (
     CHECKPOINT_ANNOTATION,
+    CONDITION,
     QUARANTINE_ANNOTATION,
     RESTART_ANNOTATION,
+    UNHEALTHY_ANNOTATION,
     parse_indices,
 )
 from tests.unit.chart.dashboards import DASHBOARDS, fed_by, load, queries
@@ -557,13 +559,44 @@ def live_alerts(
         dev_cluster.components[:] = before
 
 
-def _relocated(env: GangEnv, job: str, node: str) -> bool:
-    pods = env.pods(job)
-    return (
-        env.status(job).get("phase") == "Running"
-        and len(pods) == 8
-        and {p["spec"].get("nodeName") for p in pods} == {node}
-    )
+def quarantined(env: GangEnv, node: str, gpu: int) -> bool:
+    return gpu in parse_indices(node_annotations(env.kube, node).get(QUARANTINE_ANNOTATION))
+
+
+def acted_on(env: GangEnv, job: str, node: str, gpu: int, alert: str, spare: str) -> float:
+    """Wait until `alert` has quarantined `gpu` of `node` and the 8-worker `job` runs
+    again on `spare`, restarted by the alert action once (a relocation: not counted
+    against its backoffLimit); when the quarantine came (time.monotonic)."""
+    wait_for(f"GPU {gpu} of {node} quarantined", lambda: quarantined(env, node, gpu), timeout=150)
+    t_action = time.monotonic()
+    assert alert in env.get(job)["metadata"]["annotations"][CHECKPOINT_ANNOTATION]
+    assert f"GPU {gpu}" in node_annotations(env.kube, node)[REASON_ANNOTATION]
+
+    def relocated() -> bool:
+        pods = env.pods(job)
+        return (
+            env.status(job).get("phase") == "Running"
+            and len(pods) == 8
+            and {p["spec"].get("nodeName") for p in pods} == {spare}
+        )
+
+    wait_for("the gang to run again on the spare node", relocated, timeout=90)
+    st = env.status(job)
+    assert st.get("relocations") == 1 and not st.get("restarts"), st  # backoffLimit 0
+    assert RESTART_ANNOTATION in env.get(job)["metadata"]["annotations"]
+    assert len(events(env.kube, job, "CheckpointRequested", env.namespace)) == 1
+    assert len(events(env.kube, job, "RestartRequested", env.namespace)) == 1
+    return t_action
+
+
+def gang_on(env: GangEnv, job: str, node: str, spare: str) -> None:
+    """The 8-worker `job` (backoffLimit 0) running on `node`, placed there while
+    `spare` was full; `spare` is then freed for its restart."""
+    blocker = env.occupy(spare, 8)
+    env.create(env.job(job, gang=8, backoff_limit=0))
+    env.wait_phase(job, "Running", timeout=60)
+    assert {p["spec"]["nodeName"] for p in env.pods(job)} == {node}
+    env.kube.delete(RESOURCES["Pod"], blocker["metadata"]["name"], namespace=env.namespace)
 
 
 def test_a_leak_checkpoints_and_restarts_the_job_elsewhere_and_the_gpu_returns(
@@ -572,13 +605,9 @@ def test_a_leak_checkpoints_and_restarts_the_job_elsewhere_and_the_gpu_returns(
     env = gang_env
     leaky, spare = env.claim(2)
     env.set_policy(alert_policy(env, [{"alert": LEAK, "cooldownSeconds": 45}]))
-    blocker = env.occupy(spare, 8)  # the job starts on the leaky node
     proc = controller(env, dev_cluster, alerting, tmp_path / "run.log")
     try:
-        env.create(env.job("leaky", gang=8, backoff_limit=0))
-        env.wait_phase("leaky", "Running", timeout=60)
-        assert {p["spec"]["nodeName"] for p in env.pods("leaky")} == {leaky}
-        env.kube.delete(RESOURCES["Pod"], blocker["metadata"]["name"], namespace=env.namespace)
+        gang_on(env, "leaky", leaky, spare)
         leak = Leak()
         scenario = (
             "events:\n"
@@ -586,26 +615,7 @@ def test_a_leak_checkpoints_and_restarts_the_job_elsewhere_and_the_gpu_returns(
             f" mib-per-second: {leak.mib_per_second}, seconds: {leak.seconds}}}\n"
         )
         with live_alerts(dev_cluster, alerting, tmp_path, scenario) as t_start:
-
-            def quarantined() -> bool:
-                ann = node_annotations(env.kube, leaky)
-                return 0 in parse_indices(ann.get(QUARANTINE_ANNOTATION))
-
-            wait_for("GPU 0 of the leaky node to be quarantined", quarantined, timeout=150)
-            t_action = time.monotonic()
-            job = env.get("leaky")
-            assert "GangopsGPUMemoryLeak" in job["metadata"]["annotations"][CHECKPOINT_ANNOTATION]
-            assert "GPU 0" in node_annotations(env.kube, leaky)[REASON_ANNOTATION]
-            wait_for(
-                "the gang to run again on the spare node",
-                lambda: _relocated(env, "leaky", spare),
-                timeout=90,
-            )
-            st = env.status("leaky")
-            assert st.get("relocations") == 1 and not st.get("restarts"), st  # backoffLimit 0
-            assert RESTART_ANNOTATION in env.get("leaky")["metadata"]["annotations"]
-            assert len(events(env.kube, "leaky", "CheckpointRequested", env.namespace)) == 1
-            assert len(events(env.kube, "leaky", "RestartRequested", env.namespace)) == 1
+            t_action = acted_on(env, "leaky", leaky, 0, LEAK, spare)
             text = explain_job(
                 env.kube, f"{env.namespace}/leaky", system_namespace=env.system_namespace,
                 node_selector=env.node_selector,
@@ -614,7 +624,7 @@ def test_a_leak_checkpoints_and_restarts_the_job_elsewhere_and_the_gpu_returns(
             wait_for(
                 "the GPU back after the leak stops and the cool-down passes",
                 lambda: (
-                    not quarantined()
+                    not quarantined(env, leaky, 0)
                     and QUARANTINE_ANNOTATION not in node_annotations(env.kube, leaky)
                 ),
                 timeout=leak.seconds + 120,
@@ -643,36 +653,31 @@ def test_a_fatal_xid_restarts_the_job_it_hit_elsewhere_through_prometheus(
     env = gang_env
     hit, spare = env.claim(2)
     env.set_policy(alert_policy(env, [{"alert": XID}]))
-    blocker = env.occupy(spare, 8)  # the job starts on the node the XID hits
     proc = controller(env, dev_cluster, alerting, tmp_path / "run.log")
     try:
-        env.create(env.job("hit", gang=8, backoff_limit=0))
-        env.wait_phase("hit", "Running", timeout=60)
-        assert {p["spec"]["nodeName"] for p in env.pods("hit")} == {hit}
-        env.kube.delete(RESOURCES["Pod"], blocker["metadata"]["name"], namespace=env.namespace)
+        gang_on(env, "hit", hit, spare)
         scenario = f"events:\n  - {{at: 5, node: {hit}, gpu: 3, kind: xid, xid: 48}}\n"
         with live_alerts(dev_cluster, alerting, tmp_path, scenario) as t_start:
-            wait_for(
-                "GPU 3 quarantined",
-                lambda: (
-                    3 in parse_indices(node_annotations(env.kube, hit).get(QUARANTINE_ANNOTATION))
-                ),
-                timeout=90,
-            )
-            t_action = time.monotonic()
-            job = env.get("hit")
-            assert XID in job["metadata"]["annotations"][CHECKPOINT_ANNOTATION]
-            assert "GPU 3" in node_annotations(env.kube, hit)[REASON_ANNOTATION]
-            wait_for(
-                "the gang to run again on the spare node",
-                lambda: _relocated(env, "hit", spare),
-                timeout=90,
-            )
-            st = env.status("hit")
-            assert st.get("relocations") == 1 and not st.get("restarts"), st
+            t_action = acted_on(env, "hit", hit, 3, XID, spare)
             print(f"XID to action {t_action - t_start - 5:.1f}s (scrape and evaluation 1s)")
     finally:
         stop(proc)
+        forget_gpu_health(env.kube, hit)
+
+
+def forget_gpu_health(kube: Kube, node: str) -> None:
+    """Take the stopped agents' GPU health off `node` (the annotation the scheduler
+    counts, and the condition), which the next tests share: XID 48 left GPU 3 out."""
+    kube.merge_patch(
+        RESOURCES["Node"], node, {"metadata": {"annotations": {UNHEALTHY_ANNOTATION: None}}},
+        field_manager="it",
+    )  # fmt: skip
+    obj = kube.get(RESOURCES["Node"], node) or {}
+    conditions = (obj.get("status") or {}).get("conditions") or []
+    kept = [c for c in conditions if c.get("type") != CONDITION]
+    if kept != conditions:  # a merge patch replaces the list
+        patch = {"status": {"conditions": kept}}
+        kube.merge_patch(RESOURCES["Node"], node, patch, field_manager="it", subresource="status")
 
 
 def _basic(user: str, password: str) -> str:
