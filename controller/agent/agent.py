@@ -62,9 +62,10 @@ class AgentConfig:
     owners_ttl_s: float = 30.0
     """How long owners read earlier stay in use while pod-resources cannot be read."""
     xid_overrides: Mapping[int, h.XidClass] = field(default_factory=dict)
-    xid_owner_ttl_s: float = 600.0
-    """How long the pod an XID hit is named after that XID number's last repeat:
-    longer than the alert's 5-minute `increase()`, so the alert keeps its pod."""
+    xid_owner_window_s: float = 360.0
+    """A repeat of an XID that finds no pod within this long of the last one is still
+    the pod's that XID hit (the alert about it, a 5-minute `increase()` seen a scrape
+    late, is still firing); the pod is named this long after the last repeat."""
 
     @property
     def stale_after_s(self) -> float:
@@ -73,9 +74,10 @@ class AgentConfig:
 
 @dataclass(frozen=True)
 class XidOwner:
-    """The container an XID number last hit on a GPU: the one holding the GPU at the
-    last such XID that found one. A repeat that finds none (the pod has ended) keeps
-    it and moves `at` on; it is dropped `xid_owner_ttl_s` after the last repeat."""
+    """The container an XID number hit on a GPU: the one holding the GPU at that XID.
+    A repeat within `xid_owner_window_s` that finds none (the pod has ended) keeps it
+    and moves `at` on; it is dropped `xid_owner_window_s` after the last repeat, or
+    at a later repeat that finds no pod."""
 
     owner: Owner
     at: float
@@ -99,6 +101,9 @@ class GpuView:
     """XID -> the container that XID last hit, while that XID keeps coming (see
     `XidOwner`): the alert about an XID names the pod it hit even once that pod has
     ended, as a fatal XID's pod usually has by the next scrape."""
+    xid_times: Mapping[int, float] = field(default_factory=dict)
+    """XID -> wall-clock (Unix) time it last came: an owner whose `at` is older was
+    not hit by the last one."""
 
 
 @dataclass(frozen=True)
@@ -141,6 +146,8 @@ class _Gpu:
     xids: Counter[int] = field(default_factory=Counter)
     xid_owners: dict[int, tuple[XidOwner, float]] = field(default_factory=dict)
     """XID -> its owner and, on the agent's clock, when it last came."""
+    xid_times: dict[int, float] = field(default_factory=dict)
+    """XID -> wall-clock time it last came."""
     identified: bool = True
     """False for a GPU NVML counts but whose identity it could not read (lost or
     hung from the start, or since NVML was initialised again): out of service under
@@ -491,14 +498,17 @@ class Agent:
                 g.last_xid = event.xid
                 owner = self._owners.get(event.uuid)
                 if owner is None and event.xid in g.xid_owners:
-                    # the pod it hit has ended; a repeat is still that pod's fault
+                    # the pod it hit has ended; a repeat while the alert about it
+                    # still fires is still that pod's fault
                     previous, last = g.xid_owners[event.xid]
-                    if now - last <= self.config.xid_owner_ttl_s:
+                    if now - last <= self.config.xid_owner_window_s:
                         owner = previous.owner
+                wall = self._wall()
+                g.xid_times[event.xid] = wall
                 if owner is None:
                     g.xid_owners.pop(event.xid, None)
                 else:
-                    g.xid_owners[event.xid] = (XidOwner(owner, self._wall()), now)
+                    g.xid_owners[event.xid] = (XidOwner(owner, wall), now)
                 log.warning(
                     "XID node=%s gpu=%d uuid=%s xid=%d class=%s",
                     self.config.node,
@@ -558,8 +568,9 @@ class Agent:
                     xid_owners={
                         xid: o
                         for xid, (o, at) in g.xid_owners.items()
-                        if now - at <= self.config.xid_owner_ttl_s
+                        if now - at <= self.config.xid_owner_window_s
                     },
+                    xid_times=dict(g.xid_times),
                 )
                 for g in self._gpus
                 if not (g.gone and g.health.healthy)

@@ -94,7 +94,7 @@ def _lines(s: Snapshot, hostname_label: str) -> Iterator[str]:
                 if g.sample is not None and f.name in g.sample
             ]
         yield from _family(f.name, f.kind, f.help, lines)
-    xid_lines, totals, xid_owners = [], [], []
+    xid_lines, totals, xid_owners, xid_times = [], [], [], []
     for g in s.gpus:
         base = gpu_labels(g, s, hostname_label)
         fixed = gpu_labels(g, s, hostname_label, owner=False)
@@ -107,6 +107,11 @@ def _lines(s: Snapshot, hostname_label: str) -> Iterator[str]:
             )
             totals.append(
                 f"gangops_gpu_xid_errors_total{_labels([*fixed, ('xid', str(xid))])} {n}\n"
+            )
+        for xid, at in sorted(g.xid_times.items()):
+            pairs = [(hostname_label, s.node), ("UUID", g.identity.uuid), ("xid", str(xid))]
+            xid_times.append(
+                f"gangops_gpu_xid_last_timestamp_seconds{_labels(pairs)} {_value(at)}\n"
             )
         for xid, o in sorted(g.xid_owners.items()):
             who = [("container", o.owner.container), ("namespace", o.owner.namespace)]
@@ -130,11 +135,19 @@ def _lines(s: Snapshot, hostname_label: str) -> Iterator[str]:
         totals,
     )
     yield from _family(
+        "gangops_gpu_xid_last_timestamp_seconds",
+        "gauge",
+        "Unix time of the last XID of this number on the GPU.",
+        xid_times,
+    )
+    yield from _family(
         "gangops_gpu_xid_owner_timestamp_seconds",
         "gauge",
-        "Unix time of the last XID of this number on the GPU, for the container it hit: the"
-        " one holding the GPU at the last such XID that found one (a repeat after it ended is"
-        " still its); gone 10 minutes after the last repeat.",
+        "Unix time of the last XID of this number on the GPU that this container was hit by:"
+        " the one holding the GPU then, or, for a repeat within 6 minutes that found none"
+        " (the pod has ended), the one the XID before it hit; gone 6 minutes after it. The"
+        " last XID hit this container only while this equals"
+        " gangops_gpu_xid_last_timestamp_seconds.",
         xid_owners,
     )
     host = _labels([(hostname_label, s.node)])

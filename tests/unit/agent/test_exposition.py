@@ -185,11 +185,12 @@ def test_the_xid_count_the_alert_reads_keeps_its_series_and_the_pod_it_hit_is_ke
     new series already at 1, and the chart's alert never saw it rise. The alert reads
     gangops_gpu_xid_errors_total, which has no pod labels, and the pod from
     gangops_gpu_xid_owner_timestamp_seconds: the holder when that XID came, kept while
-    the XID repeats after the pod has ended (a repeat dropped it), at the time of the
-    last repeat, until 10 minutes after it."""
+    the XID repeats within 6 minutes after the pod has ended (a repeat dropped it), at
+    the time of the last repeat, until 6 minutes after it (a repeat 8 minutes later
+    named it); gangops_gpu_xid_last_timestamp_seconds says when the last XID came."""
     uuid = fake_gpu_uuid("gpu-node-7", 1)
     owners = {uuid: Owner("nlp", "bert-0", "trainer")}
-    xids = (1.5, 5.5, 606.0, 607.0)
+    xids = (1.5, 5.5, 406.0, 407.0)
     replay = Replay(
         node="gpu-node-7", gpus=2, clock=clock,
         scenario=Scenario(tuple(Event(at=t, kind="xid", gpu=1, xid=79) for t in xids)),
@@ -246,18 +247,20 @@ def test_the_xid_count_the_alert_reads_keeps_its_series_and_the_pod_it_hit_is_ke
     agent.tick()  # bert-1 has gone, as the agent reads it
     assert agent.poll_xids(0) == 1
     assert hit() == [("bert-0", 1_765_001_006.0)]
-    # 10 minutes after the last repeat it is no one's; the next repeat finds no pod
-    clock.t += 600.5
+    # 6 minutes after the last repeat it is no one's; the next repeat finds no pod
+    clock.t += 400.5
     agent.tick()
     assert hit() == []
     assert agent.poll_xids(0) == 1
     assert hit() == []
+    (last,) = series("gangops_gpu_xid_last_timestamp_seconds").values()
+    assert last == 1_765_001_406.5
     # and one that finds a pod names it
     owners[uuid] = Owner("nlp", "bert-2", "trainer")
     agent.tick()
     clock.t += 1
     assert agent.poll_xids(0) == 1
-    assert hit() == [("bert-2", 1_765_001_607.5)]
+    assert hit() == [("bert-2", 1_765_001_407.5)]
     assert list(series("gangops_gpu_xid_errors").values()) == [4.0]
 
 

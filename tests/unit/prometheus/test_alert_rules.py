@@ -12,6 +12,8 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 from controller.devcluster.prometheus import ALERT_RULES
 from tests.unit.prometheus.test_recording_rules import HERE, promtool
 
@@ -83,16 +85,29 @@ def _promtool_series(scrapes: list[str]) -> list[dict[str, str]]:
     return out
 
 
+TRAIN_0 = {"namespace": "team-a", "pod": "train-0", "container": "trainer"}
+
+
+@pytest.mark.parametrize(
+    ("repeat_at", "expect"),
+    [
+        # a burst: the repeat 2 s later, train-0 gone, is still train-0's
+        (42.2, {30: None, 45: TRAIN_0, 60: TRAIN_0, 105: TRAIN_0}),
+        # a repeat long after the alert resolved, on the idle GPU: no one's
+        (520.2, {45: TRAIN_0, 345: None, 540: {}, 600: {}}),
+    ],
+)
 def test_the_agents_own_series_fire_the_fatal_xid_alert_when_the_xid_ends_the_pod(
-    tmp_path: Path,
+    tmp_path: Path, repeat_at: float, expect: dict[int, dict[str, str] | None]
 ) -> None:
     """The agent's exposition, scraped every 15 s, through the chart's rule in promtool.
     train-0 holds GPU 1; XID 79 comes and train-0 ends before the next scrape, as a
-    fatal XID's pod usually does, and XID 79 comes again (they come in bursts). The
-    alert fires at that scrape, naming train-0 (so its job is restarted), and goes on
-    naming it. Found by reviews: the rule read DCGM's count, whose pod labels follow
-    the GPU's holder at each scrape, so the count first showed on a new series already
-    at 1, and nothing fired; then the repeat, finding no pod, dropped train-0."""
+    fatal XID's pod usually does, and XID 79 comes again. The alert fires at that
+    scrape, naming train-0 (so its job is restarted); a repeat while it fires goes on
+    naming train-0, one long after it resolved names no pod. Found by reviews: the
+    rule read DCGM's count, whose pod labels follow the GPU's holder at each scrape,
+    so the count first showed on a new series already at 1, and nothing fired; then a
+    repeat, finding no pod, dropped train-0; then a repeat 8 minutes later named it."""
     from controller.agent.agent import Agent, AgentConfig, Owner
     from controller.agent.exposition import render
     from controller.agent.replay import Event, Replay, Scenario, fake_gpu_uuid
@@ -103,7 +118,8 @@ def test_the_agents_own_series_fire_the_fatal_xid_alert_when_the_xid_ends_the_po
     replay = Replay(
         node="node-a", gpus=2, clock=lambda: clock[0],
         scenario=Scenario(
-            (Event(at=40.2, kind="xid", gpu=1, xid=79), Event(at=42.2, kind="xid", gpu=1, xid=79))
+            (Event(at=40.2, kind="xid", gpu=1, xid=79),
+             Event(at=repeat_at, kind="xid", gpu=1, xid=79))
         ),
     )  # fmt: skip
     agent = Agent(
@@ -114,7 +130,7 @@ def test_the_agents_own_series_fire_the_fatal_xid_alert_when_the_xid_ends_the_po
         wall=lambda: clock[0] - 1000.0,  # promtool's time: its first sample is at 0
     )
     scrapes = []
-    for t in range(106):  # a round a second, scrapes at 0, 15, ... 105 s
+    for t in range(max(expect) + 1):  # a round a second, a scrape every 15 s
         clock[0] = 1000.0 + t
         if agent.poll_xids(0):
             owners.clear()  # the XID ends train-0 before the next scrape
@@ -130,17 +146,12 @@ def test_the_agents_own_series_fire_the_fatal_xid_alert_when_the_xid_ends_the_po
             and 'gpu="1"' in s["series"] and 'xid="79"' in s["series"]
         ]  # fmt: skip
 
-    dcgm = gpu_1_xid_79("DCGM_EXP_XID_ERRORS_COUNT")
-    assert [s["values"] for s in dcgm] == ["0 0 0 stale _ _ _ _", "_ _ _ 2 2 2 2 2"], (
-        "DCGM's count moves to a new series at 1: no series of it rises"
-    )
+    for dcgm in gpu_1_xid_79("DCGM_EXP_XID_ERRORS_COUNT"):  # the first XID, for contrast
+        first = {v for v in dcgm["values"].split()[:6] if v not in ("_", "stale")}
+        assert len(first) <= 1, f"DCGM's count shows the first XID on no rising series: {dcgm}"
     (count,) = gpu_1_xid_79("gangops_gpu_xid_errors_total")
-    assert count["values"] == "0 0 0 2 2 2 2 2"
+    assert count["values"].startswith("0 0 0 1 ") or count["values"].startswith("0 0 0 2 ")
     labels = dict(re.findall(r'(\w+)="([^"]*)"', count["series"]))
-    fired = {
-        **labels, "alertname": "GangopsGPUFatalXID", "severity": "critical",
-        "gangops_action": "gpu", "namespace": "team-a", "pod": "train-0", "container": "trainer",
-    }  # fmt: skip
     from ruamel.yaml import YAML
 
     (rule,) = [
@@ -149,28 +160,33 @@ def test_the_agents_own_series_fire_the_fatal_xid_alert_when_the_xid_ends_the_po
         for r in g["rules"]
         if r.get("alert") == "GangopsGPUFatalXID"
     ]
-    annotations = {
-        k: re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m: fired[m.group(1)], v)
-        for k, v in rule["annotations"].items()
-    }
+
+    def fired(owner: dict[str, str]) -> dict[str, object]:
+        got = {
+            **labels, "alertname": "GangopsGPUFatalXID", "severity": "critical",
+            "gangops_action": "gpu", **owner,
+        }  # fmt: skip
+        annotations = {
+            k: re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m: got[m.group(1)], v)
+            for k, v in rule["annotations"].items()
+        }
+        return {"exp_labels": got, "exp_annotations": annotations}
+
     case = {
         "rule_files": [str(ALERT_RULES)],
         "evaluation_interval": "15s",
         "tests": [
             {
-                "name": "XID 79 on GPU 1, train-0 ended before the next scrape",
+                "name": f"XID 79 on GPU 1, train-0 ended, XID 79 again at {repeat_at}s",
                 "interval": "15s",
                 "input_series": series,
                 "alert_rule_test": [
-                    {"eval_time": "30s", "alertname": "GangopsGPUFatalXID", "exp_alerts": []},
-                    *(
-                        {
-                            "eval_time": f"{t}s",
-                            "alertname": "GangopsGPUFatalXID",
-                            "exp_alerts": [{"exp_labels": fired, "exp_annotations": annotations}],
-                        }
-                        for t in (45, 60, 105)
-                    ),
+                    {
+                        "eval_time": f"{t}s",
+                        "alertname": "GangopsGPUFatalXID",
+                        "exp_alerts": [] if owner is None else [fired(owner)],
+                    }
+                    for t, owner in expect.items()
                 ],
             }
         ],
