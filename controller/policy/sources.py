@@ -23,6 +23,7 @@ from controller.policy.validate import OutsideRepository, Resolver
 __all__ = [
     "GitRefError",
     "git_tree",
+    "outside_repository",
     "policy_root",
     "repository_resolver",
     "repository_top",
@@ -51,6 +52,16 @@ def policy_root(path: str) -> str:
     are `.`. The reconciler names the root in the objects' `gangops.ai/source-file`
     so, as `plan --cluster` does (`git.GitCache.read` reads the tree so as well)."""
     return posixpath.normpath(path.strip("/") or ".")
+
+
+def outside_repository(path: str) -> str | None:
+    """Why a policy root (a PolicySource's `spec.path`) leaves its repository, or None
+    when it stays inside (`policies/../teams` is `teams`: inside). The CRD refuses
+    any `..` segment in a new object; this is for ones created before that rule."""
+    root = policy_root(path)
+    if root == ".." or root.startswith("../"):
+        return f"path {path!r} leaves the repository (it is {root!r} from its top)"
+    return None
 
 
 def repository_top(root: Path) -> Path | None:

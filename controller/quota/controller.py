@@ -45,6 +45,7 @@ from controller.kube.client import (
 )
 from controller.kube.clock import Clock, SystemClock
 from controller.kube.informer import Informer
+from controller.policy.sources import outside_repository
 from controller.quota.approval import approval
 from controller.quota.body import check_tree, pr_body, pr_title
 from controller.quota.branch import GitUnavailable, PolicyRepo
@@ -338,6 +339,8 @@ class QuotaController:
     def _source(self, src: Obj) -> SourceInfo:
         name = src["metadata"]["name"]
         spec = src["spec"]
+        if (why := outside_repository(str(spec.get("path") or "."))) is not None:
+            raise LookupError(f"PolicySource {name}: {why}")
         token = self._token(spec["forge"]["secretRef"]["name"])
         env = self._git_env((spec.get("secretRef") or {}).get("name"))
         fingerprint = hashlib.sha256(repr((spec, token, sorted(env.items()))).encode()).hexdigest()

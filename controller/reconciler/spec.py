@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from controller.policy.sources import outside_repository
 from controller.reconciler.git import GitRef
 
 __all__ = [
@@ -86,10 +87,8 @@ class PolicySourceSpec:
                 "(use the push webhook to reconcile at once)"
             )
         path = str(spec.get("path") or ".")
-        if ".." in path.split("/"):
-            raise ValueError(
-                f"path {path!r} must stay inside the repository: it may not have a '..' segment"
-            )
+        if (why := outside_repository(path)) is not None:
+            raise ValueError(why)
         timeout_s = parse_duration(str(spec.get("timeout") or "60s"))
         if not MIN_TIMEOUT_S <= timeout_s <= MAX_TIMEOUT_S:
             raise ValueError(

@@ -493,3 +493,20 @@ def test_every_spelling_of_the_policy_root_gives_a_validated_pull_request(
     assert status.get("state") == "Pending" and status["pullRequest"]["valid"] is True, status
     _, body = world.forge.bodies[1][0]
     assert "The policy set validates." in body and "### Plan" in body
+
+
+@pytest.mark.parametrize("path", ["../policies", "policies/../.."])
+def test_a_policy_root_outside_the_repository_is_named_as_the_reason(
+    world: World, path: str
+) -> None:
+    """Found by a review: a PolicySource written before the CRD refused '..' segments
+    gave a bare LookupError (no '../policies' in the clone); the reconciler stops such
+    a source, and the request says why. Nothing is pushed."""
+    world.kube.objects[("PolicySource", "", "platform")]["spec"]["path"] = path
+    world.request("more-gpus")
+    world.step()
+    status = world.status("more-gpus")
+    assert status.get("state") == "Rejected", status
+    assert "PolicySource platform" in status["message"], status
+    assert "leaves the repository" in status["message"], status
+    assert world.forge.prs == {}
