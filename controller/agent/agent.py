@@ -33,7 +33,7 @@ from controller.agent import health as h
 from controller.agent.deadline import Lanes, Outcome
 from controller.agent.nvml import ErrorClass, GpuIdentity, Nvml, Sample, classify, error_name
 
-__all__ = ["Agent", "AgentConfig", "GpuView", "Owner", "Snapshot", "XidOwner"]
+__all__ = ["Agent", "AgentConfig", "GpuView", "Owner", "Snapshot"]
 
 log = logging.getLogger(__name__)
 
@@ -73,18 +73,6 @@ class AgentConfig:
 
 
 @dataclass(frozen=True)
-class XidOwner:
-    """The container an XID number hit on a GPU: the one holding the GPU at that XID.
-    A repeat within `xid_owner_window_s` that finds none (the pod has ended) keeps it
-    and moves `at` on; it is dropped `xid_owner_window_s` after the last repeat, or
-    at a later repeat that finds no pod."""
-
-    owner: Owner
-    at: float
-    """Wall-clock (Unix) time of that XID number's last repeat."""
-
-
-@dataclass(frozen=True)
 class GpuView:
     """One GPU as the last round saw it."""
 
@@ -97,13 +85,14 @@ class GpuView:
     last_xid: int
     xids: Mapping[int, int]
     """XID -> how many since the agent started."""
-    xid_owners: Mapping[int, XidOwner] = field(default_factory=dict)
-    """XID -> the container that XID last hit, while that XID keeps coming (see
-    `XidOwner`): the alert about an XID names the pod it hit even once that pod has
-    ended, as a fatal XID's pod usually has by the next scrape."""
+    xid_owners: Mapping[int, Owner] = field(default_factory=dict)
+    """XID -> the container its last repeat hit: the one holding the GPU then or, for
+    a repeat within `xid_owner_window_s` that found none (the pod has ended), the one
+    the repeat before it hit; until `xid_owner_window_s` after the last repeat. The
+    alert about an XID names the pod it hit even once that pod has ended, as a fatal
+    XID's pod usually has by the next scrape."""
     xid_times: Mapping[int, float] = field(default_factory=dict)
-    """XID -> wall-clock (Unix) time it last came: an owner whose `at` is older was
-    not hit by the last one."""
+    """XID -> wall-clock (Unix) time it last came (an owner's time too)."""
 
 
 @dataclass(frozen=True)
@@ -144,7 +133,7 @@ class _Gpu:
     sampled_at: float = 0.0
     last_xid: int = 0
     xids: Counter[int] = field(default_factory=Counter)
-    xid_owners: dict[int, tuple[XidOwner, float]] = field(default_factory=dict)
+    xid_owners: dict[int, tuple[Owner, float]] = field(default_factory=dict)
     """XID -> its owner and, on the agent's clock, when it last came."""
     xid_times: dict[int, float] = field(default_factory=dict)
     """XID -> wall-clock time it last came."""
@@ -502,13 +491,12 @@ class Agent:
                     # still fires is still that pod's fault
                     previous, last = g.xid_owners[event.xid]
                     if now - last <= self.config.xid_owner_window_s:
-                        owner = previous.owner
-                wall = self._wall()
-                g.xid_times[event.xid] = wall
+                        owner = previous
+                g.xid_times[event.xid] = self._wall()
                 if owner is None:
                     g.xid_owners.pop(event.xid, None)
                 else:
-                    g.xid_owners[event.xid] = (XidOwner(owner, wall), now)
+                    g.xid_owners[event.xid] = (owner, now)
                 log.warning(
                     "XID node=%s gpu=%d uuid=%s xid=%d class=%s",
                     self.config.node,

@@ -109,17 +109,18 @@ def _lines(s: Snapshot, hostname_label: str) -> Iterator[str]:
                 f"gangops_gpu_xid_errors_total{_labels([*fixed, ('xid', str(xid))])} {n}\n"
             )
         for xid, at in sorted(g.xid_times.items()):
+            # labels that name the GPU whatever its index or holder
             pairs = [(hostname_label, s.node), ("UUID", g.identity.uuid), ("xid", str(xid))]
             xid_times.append(
                 f"gangops_gpu_xid_last_timestamp_seconds{_labels(pairs)} {_value(at)}\n"
             )
-        for xid, o in sorted(g.xid_owners.items()):
-            who = [("container", o.owner.container), ("namespace", o.owner.namespace)]
-            pairs = [(hostname_label, s.node), ("UUID", g.identity.uuid), ("xid", str(xid))]
-            xid_owners.append(
-                f"gangops_gpu_xid_owner_timestamp_seconds"
-                f"{_labels([*pairs, *who, ('pod', o.owner.pod)])} {_value(o.at)}\n"
-            )
+            o = g.xid_owners.get(xid)
+            if o is not None:  # the pod this XID last hit: at this XID's time
+                who = [("container", o.container), ("namespace", o.namespace), ("pod", o.pod)]
+                xid_owners.append(
+                    f"gangops_gpu_xid_owner_timestamp_seconds{_labels([*pairs, *who])}"
+                    f" {_value(at)}\n"
+                )
     yield from _family(
         "DCGM_EXP_XID_ERRORS_COUNT", "counter", "reported XIDs during last window", xid_lines
     )
