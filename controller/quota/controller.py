@@ -23,11 +23,12 @@ quota sees the pull request's URL on the job.
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime as dt
 import hashlib
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
@@ -225,8 +226,7 @@ class QuotaController:
         groups: dict[tuple[str, str, str], list[tuple[Obj, QuotaRequestSpec]]] = {}
         for obj in objs:
             status = obj.get("status") or {}
-            state = status.get("state")
-            if state in ("Rejected", "Expired"):
+            if status.get("state") in ("Rejected", "Expired"):
                 continue
             try:
                 spec = QuotaRequestSpec.parse(obj)
@@ -235,18 +235,40 @@ class QuotaController:
                 continue
             if _waiting(status, now):
                 continue
-            if state == "Ready":
-                self._expiry(obj, spec, now)
-                continue
-            pr = status.get("pullRequest") or {}
-            if pr.get("merged"):
-                self._applied(obj, spec)
-                continue
-            if pr.get("number") and not self._poll_settled(obj, spec, int(pr["number"])):
-                continue
-            groups.setdefault(spec.key, []).append((obj, spec))
+            with self._alone([(obj, spec)]):
+                if self._settled(obj, spec, now):
+                    continue
+                groups.setdefault(spec.key, []).append((obj, spec))
         for members in groups.values():
-            self._propose(members)
+            with self._alone(members):
+                self._propose(members)
+
+    def _settled(self, obj: Obj, spec: QuotaRequestSpec, now: dt.datetime) -> bool:
+        """Move a request on as far as its pull request (or its revert) allows; False
+        when it is open or new, and joins its group's proposal."""
+        status = obj.get("status") or {}
+        if status.get("state") == "Ready":
+            self._expiry(obj, spec, now)
+            return True
+        pr = status.get("pullRequest") or {}
+        if pr.get("merged"):
+            self._applied(obj, spec)
+            return True
+        return bool(pr.get("number")) and not self._poll_settled(obj, spec, int(pr["number"]))
+
+    @contextlib.contextmanager
+    def _alone(self, members: list[tuple[Obj, QuotaRequestSpec]]) -> Iterator[None]:
+        """An unforeseen error in one request (or group) puts it in Retry with the
+        error as its reason, and the pass goes on to the others; the API server's
+        and the leader's refusals end the pass, as they would for every request."""
+        try:
+            yield
+        except (ApiError, NotLeaderError):
+            raise
+        except Exception as e:
+            log.exception("quota request failed unexpectedly")
+            for obj, spec in members:
+                self._retry(obj, spec, f"unexpected error: {e!r}")
 
     def _propose_for_blocked_jobs(self, requests: list[Obj]) -> list[Obj]:
         """Create a QuotaRequest for each job blocked only by a max, in projects that
@@ -406,17 +428,20 @@ class QuotaController:
         self._polled[key] = (t, pr)
         return pr
 
-    def _poll_settled(self, obj: Obj, spec: QuotaRequestSpec, number: int) -> bool:
+    def _poll_settled(
+        self, obj: Obj, spec: QuotaRequestSpec, number: int, *, fresh: bool = False
+    ) -> bool:
         """Read the request's pull request; False when that settled the request
-        (merged or closed), True when it is still open (and joins its group)."""
+        (merged or closed) or the forge could not say, True when it is still open
+        (and joins its group)."""
         status = obj.get("status") or {}
         prs = dict(status.get("pullRequest") or {})
         try:
             info = self._info_of(obj)
             if info is None:
                 return True
-            pr = self._poll(info, number)
-        except (ForgeUnavailable, LookupError) as e:
+            pr = self._poll(info, number, fresh=fresh)
+        except (ForgeError, LookupError) as e:  # a refusal too: an expired token, a 404
             self._retry(obj, spec, f"reading pull request {prs.get('url')}: {e}")
             return False
         if pr.state == "open":
@@ -483,6 +508,16 @@ class QuotaController:
             if prs.get("valid"):
                 total = sum((s.amount for _, s in members), Fraction(0))
                 self._auto_approve(members[0][0], int(prs["number"]), first, total)
+            return
+        # The group changed. A member's pull request may have been merged or closed
+        # since it was last read (a read is kept forge_poll_s): rebuilt over a base
+        # that holds it already, its amount would be counted twice. Those settle
+        # now, and the group is proposed again next pass without them.
+        if not all(
+            self._poll_settled(o, s, int(n), fresh=True)
+            for o, s in members
+            if (n := ((o.get("status") or {}).get("pullRequest") or {}).get("number"))
+        ):
             return
         try:
             info, path, text = self._source_for(first.project)
@@ -609,7 +644,8 @@ class QuotaController:
                     )
                 return
             if revert.get("number"):
-                self._auto_approve(obj, int(revert["number"]), spec, -spec.amount)
+                if revert.get("valid"):  # as a raise: only a change that validates
+                    self._auto_approve(obj, int(revert["number"]), spec, -spec.amount)
                 pr = self._poll(info, int(revert["number"]))
                 if pr.state == "merged":
                     revert.update({"merged": True, "mergeCommit": pr.merge_sha or pr.head_sha})
@@ -666,7 +702,7 @@ class QuotaController:
         except (GitUnavailable, ForgeUnavailable, ForgeError) as e:
             self._retry(obj, spec, f"opening the revert: {e}", keep="Ready")
             return
-        revert = {"url": pr.url, "number": pr.number, "branch": branch}
+        revert = {"url": pr.url, "number": pr.number, "branch": branch, "valid": checked.valid}
         self._set(
             obj,
             spec,

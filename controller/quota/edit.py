@@ -13,6 +13,7 @@ changed value stay byte for byte. Pure: text in, text out.
 from __future__ import annotations
 
 import io
+import json
 import re
 from dataclasses import dataclass
 from fractions import Fraction
@@ -295,7 +296,7 @@ def edit_max(text: str, *, project: str, user: str | None, resource: str, delta:
             text, at = _append_key(text, member, "max", f"{{{resource}: {new}}}")
         elif members is not None:
             old = None
-            entry = f"{{name: {user}, max: {{{resource}: {new}}}}}"
+            entry = f"{{name: {_string(user)}, max: {{{resource}: {new}}}}}"
             text, at = _append_member(text, members, entry)
         else:
             raise EditError(
@@ -305,6 +306,17 @@ def edit_max(text: str, *, project: str, user: str | None, resource: str, delta:
         want = ("users", user)
     _verify(docs, index, _docs(text), want=want, resource=resource, value=target)
     return Edit(text=text, path=path, old=old, new=new, line=_line_of(text, at))
+
+
+def _string(value: str) -> str:
+    """`value` as a YAML string: plain where it reads back as itself, else
+    double-quoted (a username of `12345`, `true` or `null` is a label value, and
+    plain it would read as a number, a boolean or nothing)."""
+    try:
+        plain = YAML(typ="safe", pure=True).load(value)
+    except Exception:  # not a plain scalar at all
+        plain = None
+    return value if plain == value else json.dumps(value)
 
 
 def _plain(node: Any) -> Any:
@@ -336,7 +348,9 @@ def _verify(
         members = spec["users"]["members"]
         entry = next((m for m in members if m.get("name") == want[1]), None)
         new_members = new[index]["spec"]["users"]["members"]
-        new_entry = next(m for m in new_members if m.get("name") == want[1])
+        new_entry = next((m for m in new_members if m.get("name") == want[1]), None)
+        if new_entry is None:
+            raise EditError(f"the edit did not add member {want[1]!r}")
         if entry is None:
             members.append({"name": want[1], "max": {resource: new_entry["max"][resource]}})
         else:

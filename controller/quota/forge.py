@@ -236,8 +236,16 @@ class GitLab(_Client):
         return f"/projects/{_quote(self.repo)}"
 
     def _pr(self, d: dict[str, Any]) -> PullRequest:
-        states: dict[str, PrState] = {"opened": "open", "merged": "merged"}
-        state = states.get(str(d["state"]), "closed")
+        # `locked` is GitLab's state while a merge is under way: not yet merged, and
+        # certainly not closed (read as closed, a poll at that moment would reject a
+        # request whose merge is landing).
+        states: dict[str, PrState] = {
+            "opened": "open", "reopened": "open", "locked": "open",
+            "merged": "merged", "closed": "closed",
+        }  # fmt: skip
+        state = states.get(str(d["state"]))
+        if state is None:
+            raise ForgeError(f"merge request {d.get('web_url')}: unknown state {d['state']!r}")
         return PullRequest(
             number=int(d["iid"]),
             url=str(d["web_url"]),

@@ -19,6 +19,7 @@ import pytest
 from controller.kube.client import RESOURCES, ApiError, NotLeaderError, Resource
 from controller.kube.clock import FakeClock
 from controller.quota.controller import QuotaController, QuotaSettings
+from controller.quota.forge import ForgeError
 from tests.unit.kube.fakes import FakeKube
 
 from .fake_forge import FakeForge, git, policy_remote
@@ -300,6 +301,73 @@ def test_a_forge_outage_retries_with_backoff_then_recovers(world: World) -> None
     assert len(w.forge.prs) == 1
 
 
+def test_a_pull_request_merged_as_a_second_request_arrives_is_counted_once(world: World) -> None:
+    """Read within forge_poll_s, a merged pull request still looked open: the two
+    requests were rebuilt over a base that held the first already (64 + 8 + 8 + 4)."""
+    w = world
+    w.request("first")
+    w.step()
+    w.clock.advance(w.ctl.settings.forge_poll_s)
+    w.step()  # read once: open (kept forge_poll_s)
+    w.forge.merge(1)
+    w.clock.advance(1)
+    w.request("second", amount=4, namespace="nlp-dev")
+    w.step()
+    first = w.status("first")
+    assert first["pullRequest"]["number"] == 1 and first["pullRequest"]["merged"] is True
+    w.step()
+    second = w.status("second", "nlp-dev")
+    assert second["pullRequest"]["number"] == 2
+    assert w.forge.bodies[2][-1][0] == "Raise max gpu of project nlp: 72 -> 76"
+    w.forge.merge(2)
+    assert "{gpu: 76," in w.main_file()
+
+
+def test_a_forge_refusal_reading_a_pull_request_retries_that_request_alone(
+    world: World,
+) -> None:
+    """An expired token (401) or a deleted merge request (404) while reading one pull
+    request ended every pass: no request of any project was proposed again."""
+    w = world
+    w.request("first")
+    w.step()
+    get = w.forge.get
+
+    def refused(number: int) -> Any:
+        if number == 1:
+            raise ForgeError("GET .../pulls/1: HTTP 401 Unauthorized")
+        return get(number)
+
+    w.forge.get = refused  # type: ignore[method-assign]
+    w.request("other", project="vision", namespace="vision")
+    w.clock.advance(w.ctl.settings.forge_poll_s)
+    w.step()
+    status = w.status("first")
+    assert status["state"] == "Retry" and "HTTP 401 Unauthorized" in status["message"]
+    assert w.status("other", "vision")["state"] == "Pending"
+    w.forge.get = get  # type: ignore[method-assign]
+    w.clock.advance(2)
+    w.step()
+    assert w.status("first")["state"] == "Pending" and len(w.forge.prs) == 2
+
+
+def test_an_unforeseen_error_in_one_group_leaves_the_others_proposed(world: World) -> None:
+    w = world
+
+    def usage(project: str, max_gpus: float | None) -> str | None:
+        if project == "nlp":
+            raise RuntimeError("usage query broke")
+        return None
+
+    w.ctl.usage = usage
+    w.request("mine")
+    w.request("theirs", project="vision", namespace="vision")
+    w.step()
+    status = w.status("mine")
+    assert status["state"] == "Retry" and "usage query broke" in status["message"]
+    assert w.status("theirs", "vision")["state"] == "Pending"
+
+
 def test_a_request_from_another_projects_namespace_is_rejected(world: World) -> None:
     w = world
     w.request("sneaky", namespace="vision")
@@ -338,6 +406,34 @@ def test_a_temporary_grant_opens_its_revert_when_it_expires(world: World) -> Non
     w.step()
     w.step()
     assert w.status("burst")["state"] == "Expired"
+
+
+def test_a_revert_that_does_not_validate_waits_for_a_reviewer(world: World) -> None:
+    """Auto-approval merges a raise only when the policy set validates; the revert of
+    a temporary grant was merged whatever its checks said."""
+    w = world
+    rules = "  quotaRequests:\n    autoApprove:\n      - decreases: true\n"
+    _commit(w, "policies/cluster-policy.yaml", lambda t: t + rules)
+    w.request("burst", expiresAt=(START + dt.timedelta(hours=2)).strftime("%Y-%m-%dT%H:%M:%SZ"))
+    w.step()
+    w.applied(w.forge.merge(1).merge_sha)
+    w.clock.advance(w.ctl.settings.forge_poll_s)
+    w.step()
+    assert w.status("burst")["state"] == "Ready"
+    # Meanwhile the guarantee is raised to 70, within the raised max (72) but not 64.
+    _commit(
+        w,
+        "policies/projects/nlp.yaml",
+        lambda t: t.replace("guaranteed: {gpu: 32,", "guaranteed: {gpu: 70,"),
+    )
+    w.clock.advance(2 * 3600)
+    w.step()
+    revert = w.status("burst")["revert"]
+    assert revert["number"] == 2 and revert["valid"] is False
+    for _ in range(2):
+        w.clock.advance(w.ctl.settings.forge_poll_s)
+        w.step()
+    assert w.forge.prs[2].state == "open" and w.forge.calls.count("merge") == 1  # PR 1's
 
 
 def _commit(w: World, path: str, change: Callable[[str], str]) -> None:

@@ -119,3 +119,12 @@ def test_what_cannot_be_edited_is_said(kwargs: dict[str, str], message: str) -> 
 def test_a_cut_below_zero_is_refused() -> None:
     with pytest.raises(EditError, match="below zero"):
         edit_max(BLOCK, project="other", user=None, resource="gpu", delta=Fraction(-17))
+
+
+@pytest.mark.parametrize("user", ["12345", "true", "null", "1e3", "0x1F"])
+def test_a_username_yaml_would_read_as_another_type_is_added_quoted(user: str) -> None:
+    # Label values all, and so usernames; plain in `{name: ...}` they read as a number,
+    # a boolean or nothing, the member is not found again and the edit was lost.
+    e = edit_max(BLOCK, project="vision", user=user, resource="gpu", delta=Fraction(2))
+    assert _diff(BLOCK, e.text) == [f'+      - {{name: "{user}", max: {{gpu: 6}}}}\n']
+    assert read_max(e.text, project="vision", user=user, resource="gpu") == 6

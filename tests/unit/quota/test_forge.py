@@ -166,10 +166,15 @@ def test_gitlab_opens_finds_updates_merges_and_reads_pipelines() -> None:
     assert t.sent[0].headers == {"PRIVATE-TOKEN": "glpat"}
 
 
-def test_gitlab_closed_and_locked_read_as_closed() -> None:
-    t = Recorded([(200, {**GL_MR, "state": "closed"}), (200, {**GL_MR, "state": "locked"})])
+def test_gitlab_reads_locked_as_still_open_and_an_unknown_state_as_an_error() -> None:
+    # `locked`: the short-lived state while GitLab merges (gitlab-ce#43790); read as
+    # closed, a request whose merge is landing was rejected for good.
+    states = ["closed", "locked", "reopened", "archived"]
+    t = Recorded([(200, {**GL_MR, "state": s}) for s in states])
     gl = GitLab(api="https://g/api/v4", repo="a/b", token="x", transport=t)
-    assert gl.get(3).state == "closed" and gl.get(3).state == "closed"
+    assert [gl.get(3).state for _ in range(3)] == ["closed", "open", "open"]
+    with pytest.raises(ForgeError, match="unknown state 'archived'"):
+        gl.get(3)
 
 
 def test_gitea_finds_the_open_pull_request_of_a_branch_across_pages() -> None:
