@@ -226,32 +226,46 @@ class AlertActor:
         return self._clock.now().timestamp()
 
     def tick(self) -> None:
-        """Read the Nodes (the cache) for the breaker and step those with something due."""
+        """Read the Nodes (the cache) for the breaker and step those with something due.
+
+        The breaker's count is taken from every Node before any is written: a write
+        that fails part-way must not leave the count short (it let an alert storm
+        past the breaker), nor one node's refusal keep the others' cool-downs from
+        ending; that node is tried again next tick."""
         self._next_tick = self._clock.monotonic() + self._settings.tick_s
-        nodes = self.nodes.items()
         now = self._now()
-        policy: AlertPolicy | None = None
-        self._acted = {}
-        acting = 0
-        for n in nodes:
-            name = n["metadata"]["name"]
-            state = NodeState.from_json(
-                (n["metadata"].get("annotations") or {}).get(STATE_ANNOTATION)
-            )
-            self._acted[name] = state.acted_at
-            acting += state.in_episode(now)
-            if not state.entries:
-                continue
-            policy = policy or self._policy()
-            trial = step(state, [], policy, self._facts(n, now, policy), node=name, now=now)
-            if trial.state != state or trial.jobs:
-                self._act(name, [], policy, now)
-        self._metrics.out_of_service.set(acting)
+        states = [
+            (n, NodeState.from_json((n["metadata"].get("annotations") or {}).get(STATE_ANNOTATION)))
+            for n in self.nodes.items()
+        ]
+        self._acted = {n["metadata"]["name"]: state.acted_at for n, state in states}
+        self._metrics.out_of_service.set(sum(state.in_episode(now) for _, state in states))
         self._listed = True
+        due = [(n, state) for n, state in states if state.entries]
+        if not due:
+            return
+        policy = self._policy()
+        for n, state in due:
+            name = n["metadata"]["name"]
+            try:
+                trial = step(state, [], policy, self._facts(n, now, policy), node=name, now=now)
+                if trial.state != state or trial.jobs:
+                    self._act(name, [], policy, now)
+            except NotLeaderError:
+                raise
+            except Exception as e:
+                self._metrics.errors.inc()
+                log.warning("alert actions on a node failed; tried again next tick "
+                            "node=%s error=%r", name, str(e))  # fmt: skip
 
     def act(self, batch: Sequence[Received]) -> None:
         """Act on `batch`, node by node."""
-        policy = self._policy()
+        try:
+            policy = self._policy()
+        except BaseException:
+            # Taken from the inbox already, and a `resolved` is sent once: kept.
+            self._inbox.put_back(list(batch))
+            raise
         now = self._now()
         by_node: dict[str, list[Received]] = defaultdict(list)
         for item in batch:

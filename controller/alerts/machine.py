@@ -33,9 +33,10 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Mapping, Sequence
+import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import Literal
+from typing import Any, Literal, get_args
 
 from controller.alerts.payload import Alert
 from controller.alerts.policy import ActionKind, AlertPolicy, Mode
@@ -130,28 +131,96 @@ class NodeState:
 
     @classmethod
     def from_json(cls, text: str | None) -> NodeState:
-        """The state an annotation holds; an absent or unreadable one is empty (a
-        person who edits it by hand loses only gangops' memory, never a node)."""
-        if not text:
-            return cls()
+        """The state an annotation holds. What cannot be read is left out, field by
+        field and entry by entry, and the rest kept: a person who edits it by hand
+        loses only that part of gangops' memory, never a node, and a wrong type
+        never reaches the step (where it would fail every pass, on every node)."""
         try:
-            doc = json.loads(text)
-            entries = {
-                k: Entry(**{**e, "gpus": tuple(e.get("gpus") or ())})
-                for k, e in (doc.get("entries") or {}).items()
-            }
-            return cls(
-                entries=entries,
-                cordoned=bool(doc.get("cordoned")),
-                tainted=bool(doc.get("tainted")),
-                quarantined=tuple(doc.get("quarantined") or ()),
-                acted_at=doc.get("acted_at"),
-            )
-        except (ValueError, TypeError, AttributeError):
+            doc = json.loads(text) if text else {}
+        except ValueError:
             return cls()
+        if not isinstance(doc, dict):
+            return cls()
+        raw = doc.get("entries")
+        entries = {}
+        for k, e in raw.items() if isinstance(raw, dict) else ():
+            try:
+                entries[str(k)] = _entry(e)
+            except (ValueError, TypeError, KeyError):
+                continue
+        return cls(
+            entries=entries,
+            cordoned=doc.get("cordoned") is True,
+            tainted=doc.get("tainted") is True,
+            quarantined=_or(_gpus, doc.get("quarantined"), ()),
+            acted_at=_or(_time, doc.get("acted_at"), None),
+        )
 
     def in_episode(self, now: float) -> bool:
         return any(e.acting(now) for e in self.entries.values())
+
+
+def _or(read: Callable[[Any], Any], value: Any, default: Any) -> Any:
+    try:
+        return read(value)
+    except (ValueError, TypeError):
+        return default
+
+
+def _time(value: Any) -> float | None:
+    """A time or duration of the state: a finite number (not a bool), or None."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"not a number: {value!r}")
+    return float(value)
+
+
+def _number(value: Any) -> float:
+    if (t := _time(value)) is None:
+        raise ValueError("a number is required")
+    return t
+
+
+def _gpus(value: Any) -> tuple[int, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(
+        isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in value
+    ):
+        raise ValueError(f"not a list of GPU indices: {value!r}")
+    return tuple(value)
+
+
+def _one_of(value: Any, allowed: Any) -> Any:
+    if value not in get_args(allowed):
+        raise ValueError(f"{value!r} is not one of {get_args(allowed)}")
+    return value
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"not a string: {value!r}")
+    return value
+
+
+def _entry(e: Any) -> Entry:
+    """One entry of the annotation, every field of its type (ValueError otherwise)."""
+    if not isinstance(e, dict):
+        raise ValueError(f"not an entry: {e!r}")
+    return Entry(
+        alert=_text(e["alert"]),
+        action=_one_of(e["action"], ActionKind),
+        mode=_one_of(e["mode"], Mode),
+        fired_at=_number(e["fired_at"]),
+        cooldown_s=_number(e["cooldown_s"]),
+        gpus=_gpus(e.get("gpus")),
+        held=_one_of(e.get("held", ""), Held),
+        resolved_at=_time(e.get("resolved_at")),
+        job=_text(e.get("job", "")),
+        restart_at=_time(e.get("restart_at")),
+        restarted=e.get("restarted") is True,
+    )
 
 
 @dataclass(frozen=True)

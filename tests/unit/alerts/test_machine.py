@@ -4,6 +4,7 @@ taint, the job requests and Events). The clock is a number: no test sleeps."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field, replace
 
 import pytest
@@ -247,6 +248,42 @@ def test_describe_says_why_and_when() -> None:
 def test_an_unreadable_state_annotation_reads_as_empty() -> None:
     assert NodeState.from_json("{not json") == NodeState()
     assert NodeState.from_json('{"entries": {"k": {"bogus": 1}}}') == NodeState()
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("acted_at", "2027-01-15T08:00:00Z"),
+        ("quarantined", ["1"]),
+        ("entry.fired_at", "soon"),
+        ("entry.resolved_at", [1]),
+        ("entry.gpus", [True]),
+        ("entry.mode", "sometimes"),
+        ("entry.cooldown_s", float("inf")),
+    ],
+)
+def test_a_wrong_typed_part_of_the_state_is_left_out_and_the_rest_kept(
+    field: str, value: object
+) -> None:
+    """Found by a review: a hand-edited `acted_at` of "2027-..." was read as is, and
+    the step then failed on it every pass, for every node (no alert acted on, no
+    quarantine lifted anywhere)."""
+    n = run([(0, [alert(LEAK, gpu=1, fp="a"), alert(LEAK, gpu=2, fp="b")])])
+    doc = json.loads(n.state.to_json())
+    first = sorted(doc["entries"])[0]
+    if field.startswith("entry."):
+        doc["entries"][first][field.removeprefix("entry.")] = value
+    else:
+        doc[field] = value
+    read = NodeState.from_json(json.dumps(doc))
+    kept = {
+        k: e for k, e in n.state.entries.items() if not field.startswith("entry.") or k != first
+    }
+    assert read.entries == kept
+    assert read.acted_at == (None if field == "acted_at" else n.state.acted_at)
+    assert read.quarantined == (() if field == "quarantined" else n.state.quarantined)
+    assert read.cordoned == n.state.cordoned
+    step(read, [], ENFORCE, NodeFacts(), node="n1", now=T0 + 60)  # and the step takes it
 
 
 def test_an_alert_no_rule_names_is_not_recorded() -> None:
