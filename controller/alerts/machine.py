@@ -99,6 +99,15 @@ class Entry:
     restart_at: float | None = None
     """When the job's gang is restarted (its checkpoint grace period ends)."""
     restarted: bool = False
+    seen_at: float | None = None
+    """When Alertmanager last sent it firing, where later than `fired_at` (noted at
+    most a few times per `AlertPolicy.resolve_timeout_s`, not at each repeat)."""
+    lapsed: bool = False
+    """Resolved because it was not sent again within the resolve timeout, not by a
+    resolve: a firing that comes after reopens it."""
+
+    def heard_at(self) -> float:
+        return self.fired_at if self.seen_at is None else max(self.fired_at, self.seen_at)
 
     def acting(self, now: float) -> bool:
         """Its action is in force: enforced and not yet past its cool-down."""
@@ -220,6 +229,8 @@ def _entry(e: Any) -> Entry:
         job=_text(e.get("job", "")),
         restart_at=_time(e.get("restart_at")),
         restarted=e.get("restarted") is True,
+        seen_at=_time(e.get("seen_at")),
+        lapsed=e.get("lapsed") is True,
     )
 
 
@@ -267,8 +278,9 @@ class Note:
 
 
 Outcome = Literal[
-    "acted", "shadow", "circuit_open", "duplicate", "resolved", "undone", "ignored", "restarted"
-]
+    "acted", "shadow", "circuit_open", "duplicate", "resolved", "lapsed", "undone", "ignored",
+    "restarted"
+]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -317,6 +329,8 @@ def step(
         a = item.alert
         rule = policy.rule(a.name)
         old = entries.get(a.key)
+        if old is not None and old.lapsed and not a.resolved(now):
+            old = None  # still firing after all: acted on again, as a new instance
         if rule.action == "none" and old is None:
             outcomes.append((a.name, "resolved" if a.resolved(now) else "ignored"))
             continue  # nothing to do, nor to remember
@@ -340,6 +354,8 @@ def step(
                 outcomes.append((a.name, "duplicate"))
             continue
         if old is not None:
+            if old.resolved_at is None and now - old.heard_at() >= policy.resolve_timeout_s / 4:
+                entries[a.key] = replace(old, seen_at=now)  # still firing: not lapsed
             outcomes.append((a.name, "duplicate"))
             continue
         action: ActionKind = rule.action
@@ -390,6 +406,19 @@ def step(
         entries[a.key] = entry
         outcomes.append((a.name, "acted"))
         notes.append(Note("Warning", "AlertAction", f"{a.name}: {what}"))
+    for key, e in list(entries.items()):
+        if e.resolved_at is None and now - e.heard_at() >= policy.resolve_timeout_s:
+            # Alertmanager sends a firing alert again every repeat_interval, a resolve
+            # once: one not sent for this long has resolved, and its resolve was lost.
+            entries[key] = e = replace(e, resolved_at=now, lapsed=True)
+            outcomes.append((e.alert, "lapsed"))
+            if e.acting(now):
+                notes.append(Note("Warning", "AlertLapsed", (
+                    f"{e.alert}: not sent again by Alertmanager for"
+                    f" {policy.resolve_timeout_s:g}s, taken as resolved (its resolve was"
+                    f" lost); what it did is undone after the {e.cooldown_s:g}s cool-down,"
+                    f" at {_iso(now + e.cooldown_s)}, if no other alert holds it"
+                )))  # fmt: skip
     for key, e in list(entries.items()):
         if e.restart_at is not None and not e.restarted and e.restart_at <= now:
             entries[key] = replace(e, restarted=True)

@@ -24,7 +24,8 @@ class AlertMetrics:
             "gangops_alert_actions",
             "What became of each alert instance, by alert name and outcome: acted,"
             " shadow (would have acted), circuit_open (held by the breaker), duplicate,"
-            " resolved, undone, restarted, ignored (no rule acts on it), no_node.",
+            " resolved, lapsed (not sent again within the resolve timeout), undone,"
+            " restarted, ignored (no rule acts on it), no_node.",
             ["alert", "outcome"],
             registry=r,
         )

@@ -67,6 +67,10 @@ class AlertPolicy:
 
     rules: Mapping[str, AlertRule] = field(default_factory=dict)
     breaker: Breaker = field(default_factory=Breaker)
+    resolve_timeout_s: float = 43200.0
+    """An alert acted on and not sent again, still firing, for this long is taken as
+    resolved: its resolve was lost (Alertmanager sends one once). Above twice the
+    route's repeat_interval, which is how often a firing alert is sent again."""
 
     def rule(self, alert: str) -> AlertRule:
         """The rule for `alert`; an alert no rule names does nothing (mode shadow,
@@ -94,7 +98,8 @@ class AlertPolicy:
             max_nodes=int(b.get("maxNodes", 5)),
             window_s=float(b.get("windowSeconds", 600)),
         )
-        return cls(rules=rules, breaker=breaker)
+        timeout = float(doc.get("resolveTimeoutSeconds", 43200))
+        return cls(rules=rules, breaker=breaker, resolve_timeout_s=timeout)
 
     @classmethod
     def from_configmap(cls, cm: Mapping[str, Any], key: str) -> AlertPolicy:

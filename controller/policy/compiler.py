@@ -305,6 +305,7 @@ def scheduling_policy(policy_set: PolicySet) -> dict[str, Any]:
                 "maxNodes": c.breaker_max_nodes,
                 "windowSeconds": c.breaker_window_seconds,
             },
+            "resolveTimeoutSeconds": c.resolve_timeout_seconds,
         },
         "tiers": [
             {

@@ -125,6 +125,7 @@ class ClusterPolicy:
     breaker_max_percent: int = 10
     breaker_max_nodes: int = 5
     breaker_window_seconds: int = 600
+    resolve_timeout_seconds: int = 43200
 
 
 @dataclass(frozen=True)
@@ -251,6 +252,9 @@ def build_cluster_policy(doc: Document, *, capacity_gpu: int | None) -> ClusterP
         breaker_max_nodes=_default(_get(spec, "alertActions", "circuitBreaker", "maxNodes"), 5),
         breaker_window_seconds=_default(
             _get(spec, "alertActions", "circuitBreaker", "windowSeconds"), 600
+        ),
+        resolve_timeout_seconds=_default(
+            _get(spec, "alertActions", "resolveTimeoutSeconds"), 43200
         ),
     )
 

@@ -320,3 +320,34 @@ def test_bounding_the_entries_keeps_an_effect_until_its_last_cool_down_ends() ->
     assert n.unschedulable
     run([(last_back, [])], node=n)
     assert not n.unschedulable and "NodeReturned" in n.reasons
+
+
+LAPSE = replace(ENFORCE, resolve_timeout_s=1800.0)
+
+
+def test_an_alert_not_sent_again_within_the_resolve_timeout_lapses_and_is_undone() -> None:
+    """Found by a review: a `resolved` lost (queued when the controller restarted;
+    Alertmanager sends one once) held its quarantine for good."""
+    n = run([(0, [leak]), (1799, [])], LAPSE)
+    assert n.quarantined == (1,)
+    n = run([(1800, [])], LAPSE, node=n)
+    assert n.quarantined == (1,) and n.reasons[-1] == "AlertLapsed"  # the cool-down runs
+    n = run([(1800 + 600, [])], LAPSE, node=n)
+    assert n.quarantined == () and n.reasons[-1] == "GPUReturned"
+    n = run([(3000, [leak])], LAPSE, node=n)  # firing after all: acted on again
+    assert n.quarantined == (1,) and n.reasons[-1] == "AlertAction"
+
+
+def test_an_alert_sent_again_within_the_resolve_timeout_stays_in_force() -> None:
+    script: list[Tick] = [(t, [leak]) for t in range(0, 7200, 300)]  # every 5 minutes
+    n = run([*script, (6600 + 1799, [])], LAPSE)
+    assert n.quarantined == (1,) and "AlertLapsed" not in n.reasons
+    # noted at most every timeout / 4 (450 s): at every other repeat, the last at 6600
+    assert [e.seen_at for e in n.state.entries.values()] == [T0 + 6600]
+    n = run([(6600 + 1800, []), (6600 + 1800 + 600, [])], LAPSE, node=n)
+    assert n.quarantined == () and n.reasons[-2:] == ["AlertLapsed", "GPUReturned"]
+
+
+def test_a_resolved_instance_does_not_lapse_again() -> None:
+    n = run([(0, [leak]), (60, [leak_gone]), (5000, [])], LAPSE)
+    assert n.quarantined == () and "AlertLapsed" not in n.reasons

@@ -31,3 +31,19 @@ def test_without_alert_actions_nothing_acts() -> None:
     assert got.rules == {}
     assert got.rule("GangopsGPUMemoryLeak").action == "none"
     assert AlertPolicy.from_dict(None) == AlertPolicy()
+
+
+def test_the_resolve_timeout_is_compiled_and_read_back() -> None:
+    cluster = CLUSTER + ALERTS + "    resolveTimeoutSeconds: 1800\n"
+    result = validate({"cluster.yaml": cluster, "tiers.yaml": TIERS})
+    assert result.ok and result.policy_set is not None
+    compiled = scheduling_policy(result.policy_set)
+    check_scheduling_policy(compiled)
+    assert AlertPolicy.from_dict(compiled["alertActions"]).resolve_timeout_s == 1800
+    default = validate({"cluster.yaml": CLUSTER + ALERTS, "tiers.yaml": TIERS}).policy_set
+    assert default is not None
+    got = AlertPolicy.from_dict(scheduling_policy(default)["alertActions"])
+    assert got.resolve_timeout_s == 43200  # twice past Alertmanager's 4 h repeat_interval
+    short = validate({"cluster.yaml": CLUSTER + ALERTS + "    resolveTimeoutSeconds: 60\n",
+                      "tiers.yaml": TIERS})  # fmt: skip
+    assert not short.ok  # under 10 minutes: would lapse between any route's repeats
