@@ -13,7 +13,10 @@ change (`Result`):
 - an alert instance (`fingerprint@startsAt`) is acted on once: a duplicate, a
   reordered or replayed delivery, an Alertmanager restart find its entry and do
   nothing; a `resolved` that overtakes its `firing` leaves a resolved entry, so the
-  late `firing` does nothing either; entries are kept a day after they resolve;
+  late `firing` does nothing either; entries are kept a day after they resolve. A
+  `firing` of a resolved instance past `REPLAY_WINDOW_S`, or of one that lapsed
+  (not sent again within the policy's resolve timeout, its resolve lost), is the
+  alert firing again, and is acted on anew;
 - `enforce` rules act: quarantine the GPUs the alert names (the
   `gangops.ai/quarantined-gpus` annotation the scheduler honours) or taint and cordon
   the node; ask the job that holds the GPU to checkpoint, and after the grace period
@@ -67,6 +70,12 @@ TAINT_KEY = "gangops.ai/gpu-fault"
 RETAIN_S = 86400.0
 """A resolved entry is kept this long after its cool-down, so a late replay of its
 delivery still finds it."""
+REPLAY_WINDOW_S = 300.0
+"""A firing of a resolved instance within this long of its resolve is a late copy of
+an earlier delivery (reordered, or from another Alertmanager of a cluster);
+later, it fires again: Alertmanager resolves an alert whose updates from
+Prometheus stopped past its endsAt (about 4 minutes), and fires the same instance
+(the same startsAt) again when they resume."""
 MAX_ENTRIES = 256
 """At most this many entries per node (about 250 bytes each in the annotation, whose
 Node the API server refuses past 256 KiB of annotations): beyond it the oldest
@@ -301,6 +310,15 @@ class Result:
     circuit_open: bool = False
 
 
+def _fires_again(old: Entry, now: float) -> bool:
+    """A firing delivery of the instance `old` records opens it anew: it lapsed (no
+    resolve came, the alert was still firing after all), or it resolved longer ago
+    than a late copy of a delivery could come."""
+    if old.resolved_at is None:
+        return False
+    return old.lapsed or now - old.resolved_at >= REPLAY_WINDOW_S
+
+
 def _what(action: ActionKind, gpus: Sequence[int], node: str) -> str:
     if action == "quarantine-gpus" and gpus:
         return f"take GPU {','.join(map(str, gpus))} of node {node} out of service"
@@ -329,8 +347,8 @@ def step(
         a = item.alert
         rule = policy.rule(a.name)
         old = entries.get(a.key)
-        if old is not None and old.lapsed and not a.resolved(now):
-            old = None  # still firing after all: acted on again, as a new instance
+        if old is not None and not a.resolved(now) and _fires_again(old, now):
+            old = None  # acted on again, as a new instance
         if rule.action == "none" and old is None:
             outcomes.append((a.name, "resolved" if a.resolved(now) else "ignored"))
             continue  # nothing to do, nor to remember
