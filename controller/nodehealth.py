@@ -58,11 +58,13 @@ def format_indices(indices: Iterable[int]) -> str:
 
 def parse_indices(raw: object) -> frozenset[int]:
     """GPU indices from `"1,3"` (malformed entries are ignored: a typo must not take a
-    node's GPUs out)."""
+    node's GPUs out, nor stop the scheduler reading the node)."""
     out = set()
     for part in str(raw or "").split(","):
         part = part.strip()
-        if part.isdigit():
+        # ASCII digits only: '²' and '①' are digits to str.isdigit but not to int();
+        # four at most, as no node has 10,000 GPUs (a long run is a typo).
+        if part.isascii() and part.isdigit() and len(part) <= 4:
             out.add(int(part))
     return frozenset(out)
 

@@ -115,7 +115,9 @@ def _quota_request_line(qr: object) -> str:
 
 def _health_lines(snap: Snapshot) -> str:
     """GPUs out of service on the nodes the scheduler sees (never offered)."""
-    bad = [(ns.name, sorted(ns.node.unhealthy)) for ns in snap.nodes if ns.bad]
+    # every GPU out of service, including one the device plugin already left out of
+    # allocatable (then none of the node's allocatable is held back: `ns.bad` is 0)
+    bad = [(ns.name, sorted(ns.node.out_of_service)) for ns in snap.nodes if ns.node.out_of_service]
     if not bad:
         return ""
     listed = "; ".join(f"{n}: GPU {', '.join(map(str, gpus))}" for n, gpus in bad)

@@ -127,8 +127,9 @@ class GangSettings:
     """The longest requeue delay after a gang timeout."""
     message_refresh_s: float = MESSAGE_REFRESH_S
     """Least time between two writes of a waiting job's message that differ only in
-    its figures (GPUs free, left outside the reserve): those move with every admission
-    and release, and each rewrite is a status write per waiting job. A new phase,
+    its figures (GPUs free, left outside the reserve) or in the kind of telemetry
+    failure noted: those move with every admission and release, or every turn of a
+    failing Prometheus, and each rewrite is a status write per waiting job. A new phase,
     reason, wording or spec is written at once, and so are a `Quota` reason's
     figures (the quota loop's proposals read them)."""
     quota_retry_s: float = 10.0
@@ -144,11 +145,14 @@ IDLE_TICKS_MAX = 10
 
 
 def _telemetry_note(t: Telemetry | None, now: float) -> str:
-    """What a waiting job's status says while telemetry is configured and unusable
-    (stable while the cause lasts, so it is written once)."""
+    """What a waiting job's status says while telemetry is configured and unusable:
+    the kind of failure in a word, not the error's text, which names Prometheus's
+    address and changes with every failure's wording (logs, metrics and `explain`
+    carry it). Stable while the cause lasts, so it is written once; a change of kind
+    alone waits for the message refresh (`lifecycle.message_due`)."""
     if t is None or t.fresh(t.usage, now):
         return ""
-    why = f": {t.usage.error}" if t.usage.error else ""
+    why = f": {t.usage.reason}" if t.usage.reason else ""
     return f"telemetry unavailable{why}; scheduling by requests alone"
 
 

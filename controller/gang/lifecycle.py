@@ -779,6 +779,16 @@ MESSAGE_REFRESH_S = 300.0
 the one written only in its figures (`_pending`)."""
 _FIGURE = re.compile(r"\d+(?:\.\d+)?")
 """A figure in a message: what `_pending` holds back for up to the refresh."""
+_TELEMETRY_CAUSE = re.compile(r"telemetry unavailable(?:: .*?)?; scheduling by requests alone")
+"""The note on a waiting job while telemetry is unusable (`controller._telemetry_note`),
+whatever kind of failure it names: held back like a figure, as Prometheus that times
+out and refuses by turns would otherwise rewrite every waiting job's status each turn."""
+
+
+def _words(message: str) -> str:
+    """A message without what `message_due` holds back for up to the refresh."""
+    quiet = _TELEMETRY_CAUSE.sub("telemetry unavailable; scheduling by requests alone", message)
+    return _FIGURE.sub("#", quiet)
 
 
 def message_due(
@@ -786,18 +796,19 @@ def message_due(
 ) -> bool:
     """Whether a waiting job whose status says `said` (written at `said_at`, epoch
     seconds; None: unknown), under the same phase and reason `code`, gets `message`
-    written now: when the words differ, or only the figures and `refresh_s` has
-    passed (or `said_at` is unknown, or ahead of `now`: another replica's clock). A
-    `Quota` reason's figures are written at once: the quota loop reads them to
-    propose how much the max must rise (`quota.propose.shortfall`), and they move
-    only with the project's or user's own admissions and releases."""
+    written now: when the words differ, or only the figures (or the kind of telemetry
+    failure noted) and `refresh_s` has passed (or `said_at` is unknown, or ahead of
+    `now`: another replica's clock). A `Quota` reason's figures are written at once:
+    the quota loop reads them to propose how much the max must rise
+    (`quota.propose.shortfall`), and they move only with the project's or user's own
+    admissions and releases."""
     if said == message:
         return False
     if code == "Quota" or said_at is None or not isinstance(said, str):
         return True
     if not 0 <= now - said_at < refresh_s:
         return True
-    return _FIGURE.sub("#", said) != _FIGURE.sub("#", message)
+    return _words(said) != _words(message)
 
 
 def _pending(v: JobView, d: Pending, note: str, now: float, refresh_s: float) -> Write:

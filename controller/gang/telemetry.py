@@ -28,7 +28,6 @@ import json
 import logging
 import math
 import threading
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -40,6 +39,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from controller import httpread
 from controller.httpread import BodyTooLarge
+from controller.kube.clock import Clock, SystemClock
 from controller.scheduler.telemetry import PodUsage, Signal, Telemetry
 
 __all__ = ["QUERIES", "PrometheusTelemetry", "TelemetryMetrics"]
@@ -97,6 +97,9 @@ class TelemetryMetrics:
 
 
 class QueryError(Exception):
+    """A failed query: `reason` is its kind in a word (the error metric's label and
+    what a waiting job's status says), the message the details, address included."""
+
     def __init__(self, reason: str, message: str) -> None:
         super().__init__(message)
         self.reason = reason
@@ -112,14 +115,16 @@ class PrometheusTelemetry:
         interval_s: float = 15.0,
         timeout_s: float = 5.0,
         max_age_s: float = 120.0,
-        clock: Callable[[], float] = time.time,
+        clock: Clock | None = None,
         metrics: TelemetryMetrics | None = None,
         fetch: Callable[[str, float], tuple[int, bytes]] | None = None,
     ) -> None:
         self.url = url.rstrip("/")
         self.interval_s = interval_s
         self.timeout_s = timeout_s
-        self._clock = clock
+        self._clock = clock or SystemClock()
+        """Reads are dated on both of its clocks: the wall clock to compare with when
+        jobs started and to show, the monotonic one to judge how old they are."""
         self.metrics = metrics or TelemetryMetrics(CollectorRegistry())
         self._fetch = fetch or _http_get
         self._current = Telemetry(max_age_s=max_age_s)
@@ -127,12 +132,17 @@ class PrometheusTelemetry:
         self._thread: threading.Thread | None = None
 
     def current(self) -> Telemetry:
-        t = self._current
-        now = self._clock()
+        t, now = self._taken(self._current)
         for name, sig in (("health", t.health), ("usage", t.usage)):
-            age = sig.age(now)
+            age = t.age(sig, now)
             self.metrics.age.labels(name).set(age if age is not None else math.inf)
         return t
+
+    def _taken(self, t: Telemetry) -> tuple[Telemetry, float]:
+        """`t` as handed out now (its signals' ages read on the monotonic clock up to
+        here: `Telemetry.age`), and now on the wall clock."""
+        now = self._clock.now().timestamp()
+        return replace(t, taken=self._clock.monotonic(), taken_at=now), now
 
     def start(self) -> PrometheusTelemetry:
         self._thread = threading.Thread(target=self._run, name="telemetry", daemon=True)
@@ -157,26 +167,27 @@ class PrometheusTelemetry:
     def refresh(self) -> Telemetry:
         """Run the (at most three) queries and publish the new `Telemetry`."""
         t = self._current
-        now = self._clock()
+        now, read = self._clock.now().timestamp(), self._clock.monotonic()
         try:
             rows = self._query("health")
             unhealthy = _health(rows, t.unhealthy)
-            t = replace(t, unhealthy=unhealthy, health=Signal(at=now))
+            t = replace(t, unhealthy=unhealthy, health=Signal(at=now, read=read))
         except QueryError as e:
-            t = replace(t, health=Signal(at=t.health.at, error=str(e)))
+            t = replace(t, health=replace(t.health, error=str(e), reason=e.reason))
             self.metrics.errors.labels("health", e.reason).inc()
         try:
             # No pod holding a GPU is an empty answer, and says nothing is idle: a
             # pod the telemetry does not list counts as busy (unlike health, below).
             usage = self._query("usage", allow_empty=True)
             memory = self._query("memory", allow_empty=True)
-            t = replace(t, pods=_pods(usage, memory), usage=Signal(at=now))
+            t = replace(t, pods=_pods(usage, memory), usage=Signal(at=now, read=read))
         except QueryError as e:
-            t = replace(t, usage=Signal(at=t.usage.at, error=str(e)))
+            t = replace(t, usage=replace(t.usage, error=str(e), reason=e.reason))
             self.metrics.errors.labels("usage", e.reason).inc()
+        self._current = t
+        t, now = self._taken(t)
         if t.health.error or t.usage.error:
             log.warning("telemetry: %s", t.describe(now))
-        self._current = t
         return t
 
     def _query(self, name: str, *, allow_empty: bool = False) -> list[dict[str, Any]]:

@@ -87,7 +87,7 @@ def node_ready(obj: Mapping[str, Any]) -> bool:
 def node_of(obj: Mapping[str, Any]) -> Node:
     """A Node object as the scheduler sees it."""
     meta, spec, status = obj["metadata"], obj.get("spec") or {}, obj.get("status") or {}
-    alloc = status.get("allocatable") or {}
+    alloc, capacity = status.get("allocatable") or {}, status.get("capacity") or {}
     labels = meta.get("labels") or {}
     taints = tuple(
         Taint(
@@ -107,6 +107,7 @@ def node_of(obj: Mapping[str, Any]) -> Node:
         taints=taints,
         schedulable=not spec.get("unschedulable") and node_ready(obj),
         unhealthy=unhealthy_gpus(obj),
+        gpu_capacity=_quantity(capacity.get(GPU_RESOURCE)),
     )
 
 

@@ -66,9 +66,10 @@ class NodeState:
         self.whole = node.gpus
         """Devices with nothing allocated (unhealthy ones included: see `usable_whole`)."""
         self.bad = node.bad_gpus
-        """GPUs out of service: never offered. Which devices they are is the device
-        plugin's business; counting them among the free devices whenever possible is
-        the conservative reading (a pod may already sit on one)."""
+        """Devices held back as out of service (`Node.bad_gpus`: none for a GPU the
+        device plugin already left out of allocatable): never offered. Which devices
+        they are is the device plugin's business; counting them among the free devices
+        whenever possible is the conservative reading (a pod may already sit on one)."""
         self.cpu: int | None = node.cpu_milli or None
         self.mem: int | None = node.memory or None
         self.domains = tuple(node.labels.get(level) for level in levels)

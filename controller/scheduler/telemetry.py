@@ -15,7 +15,8 @@ What the core does with it:
 4. herd protection: a gang the telemetry has not seen yet (started after the last
    reading, or some pods missing) counts as busy, never as idle.
 
-Freshness is per signal: a signal older than `max_age_s`, or never read, is unknown,
+Freshness is per signal: a signal older than `max_age_s` (on the provider's monotonic
+clock where it keeps one: `Telemetry.age`), or never read, is unknown,
 and unknown is never read as zero load: utilisation unknown is "busy", health
 unknown keeps the GPUs known to be bad out (the provider keeps them until a healthy
 reading).
@@ -63,12 +64,17 @@ class Signal:
     """One telemetry signal's freshness."""
 
     at: float | None = None
-    """When it was last read successfully (seconds, the provider's clock); None: never."""
+    """When it was last read successfully (epoch seconds, the wall clock: what the times
+    jobs started are compared with, and what is shown); None: never."""
     error: str = ""
-    """Why the last read failed ("" when it succeeded)."""
-
-    def age(self, now: float) -> float | None:
-        return None if self.at is None else max(0.0, now - self.at)
+    """Why the last read failed ("" when it succeeded), in full: for logs and `explain`."""
+    reason: str = ""
+    """The kind of that failure in a word (`unreachable`, `timeout`, `error`, ...; the
+    provider's error classes): what a waiting job's status may say, as it stays the
+    same while the cause lasts and names no internal address."""
+    read: float | None = None
+    """The same moment as `at` on the provider's monotonic clock, which a step of the
+    wall clock does not move (`Telemetry.age`); None: `at` alone dates the read."""
 
 
 @dataclass(frozen=True)
@@ -82,22 +88,43 @@ class Telemetry:
     pods: Mapping[tuple[str, str], PodUsage] = field(default_factory=dict)
     """Per (namespace, pod), the usage of the GPUs it holds."""
     max_age_s: float = 120.0
+    taken: float | None = None
+    """When the provider handed this value out, on the monotonic clock of `Signal.read`;
+    None: the provider keeps no such clock (the simulator's replay)."""
+    taken_at: float | None = None
+    """The same moment on the wall clock (epoch seconds)."""
+
+    def age(self, signal: Signal, now: float) -> float | None:
+        """Seconds from `signal`'s last good read to `now` (epoch seconds); None: never
+        read. Up to when the provider handed this value out, the age is read on its
+        monotonic clock, so a step of the wall clock (NTP, a resumed VM) neither
+        freshens nor ages a signal; only the moments after (the step using it) are read
+        on the wall clock, and a `now` read before counts as then. Without a monotonic
+        reading it is `now - at`: negative for a read dated after `now`."""
+        if signal.at is None:
+            return None
+        if signal.read is None or self.taken is None or self.taken_at is None:
+            return now - signal.at
+        return self.taken - signal.read + max(0.0, now - self.taken_at)
 
     def fresh(self, signal: Signal, now: float) -> bool:
-        age = signal.age(now)
-        return age is not None and age <= self.max_age_s
+        """Whether `signal` is recent enough to use. A negative age (a read dated after
+        `now`: the clock stepped back) says nothing of how old it is: not fresh."""
+        age = self.age(signal, now)
+        return age is not None and 0.0 <= age <= self.max_age_s
 
     def describe(self, now: float) -> str:
         """One line for `explain`, status and logs: what is known and how old."""
         parts = []
         for name, sig in (("health", self.health), ("utilisation", self.usage)):
-            age = sig.age(now)
+            age = self.age(sig, now)
+            why = f" ({sig.error})" if sig.error else ""
             if age is None:
-                parts.append(f"{name}: none{f' ({sig.error})' if sig.error else ''}")
+                parts.append(f"{name}: none{why}")
+            elif age < 0:
+                parts.append(f"{name}: stale, dated {-age:.0f}s ahead of the clock{why}")
             elif age > self.max_age_s:
-                parts.append(
-                    f"{name}: stale, {age:.0f}s old{f' ({sig.error})' if sig.error else ''}"
-                )
+                parts.append(f"{name}: stale, {age:.0f}s old{why}")
             else:
                 parts.append(f"{name}: {age:.0f}s old")
         fallback = "" if self.fresh(self.usage, now) else "; scheduling by requests alone"

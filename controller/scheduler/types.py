@@ -146,13 +146,31 @@ class Node:
     """False when the node is not Ready, cordoned, or tainted by an alert action."""
     unhealthy: frozenset[int] = frozenset()
     """Indices of GPUs out of service (the node agent's annotation, or telemetry): the
-    node offers `gpus - len(unhealthy)`. Which physical GPU a pod gets is the device
+    node offers `gpus - bad_gpus`. Which physical GPU a pod gets is the device
     plugin's choice, so the core counts them, conservatively: they are assumed to be
     among the free ones whenever they can be."""
+    gpu_capacity: int = 0
+    """GPUs installed (`nvidia.com/gpu` capacity); 0 when the Node does not say."""
+
+    @property
+    def out_of_service(self) -> frozenset[int]:
+        """The `unhealthy` indices that name a GPU of this node: below its capacity,
+        or below `gpus` when the capacity is not known."""
+        installed = self.gpu_capacity or self.gpus
+        return frozenset(i for i in self.unhealthy if 0 <= i < installed)
 
     @property
     def bad_gpus(self) -> int:
-        return len([i for i in self.unhealthy if 0 <= i < self.gpus])
+        """How many of `gpus` are held back: the node offers at most its allocatable
+        and at most its capacity less the GPUs out of service. The device plugin
+        already leaves a GPU it finds unhealthy out of allocatable (not out of
+        capacity), and the agent reports the same GPU by index; subtracting it from
+        allocatable again would take it out twice. Without a capacity, the indices
+        below `gpus` are held back, as each may be one the plugin still offers."""
+        bad = len(self.out_of_service)
+        if not self.gpu_capacity:
+            return bad
+        return max(0, self.gpus - max(0, self.gpu_capacity - bad))
 
 
 @dataclass(frozen=True)

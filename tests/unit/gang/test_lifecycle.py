@@ -605,6 +605,22 @@ def test_a_new_reason_or_spec_is_written_at_once_whatever_the_refresh() -> None:
         assert w.message == "needs 1 GPUs; 2 are left"
 
 
+def test_a_waiting_message_whose_telemetry_failure_changes_kind_waits_for_the_refresh() -> None:
+    """Prometheus that times out and refuses by turns changes the note on every waiting
+    job each turn: like a figure, the kind of failure is written at most once per
+    refresh (so is the note written before it named a kind, with the error's text)."""
+    note = "telemetry unavailable: {}; scheduling by requests alone"
+    for before in ("unreachable", "Prometheus at http://prom:9090: URLError(refused; (111))"):
+        v = _waiting(f"needs 1 GPUs ({note.format(before)})", T0)
+        soon = _pending_write(v, f"needs 1 GPUs ({note.format('timeout')})", now=T0 + 299)
+        assert (soon.phase, soon.empty) == (None, True), before
+        later = _pending_write(v, f"needs 1 GPUs ({note.format('timeout')})", now=T0 + 300)
+        assert later.message == f"needs 1 GPUs ({note.format('timeout')})"
+    # The note itself, added or dropped, is other words: written at once.
+    v = _waiting(f"needs 1 GPUs ({note.format('timeout')})", T0)
+    assert _pending_write(v, "needs 1 GPUs", now=T0 + 1).message == "needs 1 GPUs"
+
+
 def test_a_preempted_job_says_who_preempted_it_while_it_waits() -> None:
     (v,) = _views(job("j", phase="Preempted", preemptedBy="p/hi"))
     assert v.gang is not None

@@ -13,6 +13,7 @@ from controller.jobs.pods import LABEL_JOB
 from controller.kube.clock import FakeClock
 from controller.scheduler.cycle import CycleResult
 from controller.scheduler.policy import policy_configmap
+from controller.scheduler.telemetry import Signal, Telemetry
 from tests.unit.kube.fakes import FakeKube
 from tests.unit.scheduler.builders import policy_doc
 
@@ -102,6 +103,60 @@ def test_a_step_holds_back_a_waiting_message_whose_figures_moved_until_the_refre
     first, again = _second_step_writes(GangSettings(message_refresh_s=0))
     (w,) = again
     assert w.reason == first.reason and "hold 6 of 16" in w.message
+
+
+def test_a_waiting_jobs_status_names_the_kind_of_telemetry_failure_not_its_text() -> None:
+    """Found by a review: the note carried the last Prometheus error's text, which
+    names Prometheus's address and changes wording with each failure (refused, timed
+    out, HTTP 503), and each change rewrote every waiting job's status at once. The
+    note names the kind in a word; a new kind waits for the message refresh."""
+    clock = FakeClock()
+    c = GangController(FakeKube(), clock=clock, telemetry=lambda: said["t"])
+    writes: list[Write] = []
+
+    def submit(w: Write, *, assume: object = None) -> bool:
+        if not w.empty:
+            writes.append(w)
+        return True
+
+    def lost(reason: str, error: str) -> Telemetry:
+        read = clock.now().timestamp() - 600
+        return Telemetry(health=Signal(read), usage=Signal(read, error=error, reason=reason))
+
+    def step() -> list[Write]:
+        writes.clear()
+        c.step()
+        for w in writes:  # landed, as the binder writes them
+            obj = job(w.job.id.split("/")[1], 16, phase=w.phase, reason=w.reason,
+                      message=w.message, observedGeneration=1, **w.fields)  # fmt: skip
+            obj["metadata"]["resourceVersion"] = str(int(clock.monotonic()))
+            c.jobs.assume(obj)
+        return list(writes)
+
+    c._submit = submit  # type: ignore[method-assign]
+    c.config.assume(
+        policy_configmap(policy_doc(projects={"p": {}}), c.settings.system_namespace,
+                         resourceVersion="1")
+    )  # fmt: skip
+    c.nodes.assume(node("a"))
+    for name in ("j0", "j1", "j2"):
+        c.jobs.assume(job(name, 16))  # 16 GPUs: each waits on a node of 8
+    prom = "Prometheus at http://prom.monitoring:9090"
+    said = {"t": lost("unreachable", f"{prom}: URLError(ConnectionRefusedError(111))")}
+    first = step()
+    assert len(first) == 3
+    for w in first:
+        assert w.message.endswith(
+            "(telemetry unavailable: unreachable; scheduling by requests alone)"
+        )
+        assert "prom.monitoring" not in w.message
+    for reason, error in (("timeout", f"{prom}: no answer in 5s"), ("error", f"{prom}: HTTP 503")):
+        said["t"] = lost(reason, error)
+        clock.advance(15)
+        assert step() == [], reason
+    clock.advance(c.settings.message_refresh_s)
+    assert [w.message.endswith("(telemetry unavailable: error; scheduling by requests alone)")
+            for w in step()] == [True, True, True]  # fmt: skip
 
 
 def test_another_schedulers_pod_wakes_the_loop_only_while_a_gang_could_use_gpus() -> None:

@@ -4,6 +4,7 @@ as zero load; each signal keeps its last good value and ages."""
 
 from __future__ import annotations
 
+import datetime as dt
 import http.client
 import json
 import urllib.error
@@ -91,10 +92,17 @@ def _http_error(code: int, body: bytes) -> tuple[int, bytes]:
 
 
 class Clock:
-    t = 1000.0
+    """The provider's clock: `t` seconds on the monotonic clock, and `t` plus `stepped`
+    on the wall clock (what NTP or a resumed VM moved it by)."""
 
-    def __call__(self) -> float:
+    t = 1000.0
+    stepped = 0.0
+
+    def monotonic(self) -> float:
         return self.t
+
+    def now(self) -> dt.datetime:
+        return dt.datetime.fromtimestamp(self.t + self.stepped, dt.UTC)
 
 
 def test_three_queries_make_the_snapshot() -> None:
@@ -142,12 +150,43 @@ def test_a_failed_usage_query_keeps_the_last_values_and_says_why(answer: Any, re
     prom.answers["usage"] = answer
     t = provider.refresh()
     assert t.usage.at == 1000.0 and t.usage.error, "the signal ages; never reset to zero load"
+    assert t.usage.reason == reason, "the kind in a word, for a waiting job's status"
     assert t.pods[("ns", "p")].avg_5m == 2.5
     assert t.health.at == 1030.0
     assert provider.metrics.errors.labels("usage", reason)._value.get() == 1
     clock.t += 200  # past max_age: the core treats utilisation as unknown (busy)
     assert not t.fresh(t.usage, clock.t)
     assert "scheduling by requests alone" in t.describe(clock.t)
+
+
+def test_reads_failing_after_the_wall_clock_stepped_back_go_stale_as_time_passes() -> None:
+    """Found by a review: with ages on the wall clock, clamped at 0, a step back of an
+    hour kept a signal whose reads kept failing fresh for that hour, its last
+    utilisation used as current. Ages are read on the monotonic clock."""
+    prom, clock = Prom(), Clock()
+    good(prom)
+    provider = PrometheusTelemetry("http://prom:9090", fetch=prom, clock=clock)
+    provider.refresh()
+    answered = prom.answers["usage"]
+    clock.stepped -= 3600
+    prom.answers["usage"] = urllib.error.URLError("connection refused")
+    for _ in range(40):  # 10 minutes of failing reads, 15 s apart
+        clock.t += 15
+        provider.refresh()
+    t = provider.current()
+    now = clock.now().timestamp()
+    assert not t.fresh(t.usage, now)
+    assert "utilisation: stale, 600s old" in t.describe(now)
+    assert provider.metrics.age.labels("usage")._value.get() == 600
+    # and a step forward does not age a signal read a moment ago
+    prom.answers["usage"] = answered
+    clock.t += 15
+    provider.refresh()
+    clock.stepped += 3600
+    clock.t += 15
+    t = provider.current()
+    now = clock.now().timestamp()
+    assert t.fresh(t.usage, now) and "utilisation: 15s old" in t.describe(now)
 
 
 def test_a_bad_gpu_stays_out_while_health_cannot_be_read_and_comes_back_on_a_healthy_reading() -> (

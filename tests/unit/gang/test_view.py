@@ -25,6 +25,7 @@ from controller.jobs.spec import ContainerDefaults, JobSpec
 from controller.kube.clock import FakeClock
 from controller.scheduler.cycle import schedule
 from controller.scheduler.policy import policy_configmap
+from controller.scheduler.telemetry import Telemetry, with_health
 from controller.scheduler.types import (
     MILLI,
     Admit,
@@ -93,6 +94,26 @@ def test_the_node_agents_unhealthy_gpus_are_read_and_a_malformed_entry_is_ignore
     assert node_of(node("m")).unhealthy == frozenset()
 
 
+def test_a_gpu_the_device_plugin_left_out_of_allocatable_is_not_taken_out_again() -> None:
+    """The kubelet's allocatable already excludes a GPU the device plugin marks
+    unhealthy; its capacity does not. The agent's report of the same GPU, by
+    annotation or by telemetry, leaves the node offering its allocatable."""
+    n = node("n", 7)
+    n["status"]["capacity"] = {"nvidia.com/gpu": "8"}
+    for index in ("3", "7"):
+        n["metadata"]["annotations"] = {"gangops.ai/unhealthy-gpus": index}
+        snap = build_snapshot([node_of(n)], [], [], [], levels=(), reserve_tiers=frozenset())
+        assert snap.capacity == 7 * MILLI, index
+    n["metadata"]["annotations"] = {}
+    (told,) = with_health([node_of(n)], Telemetry(unhealthy={"n": frozenset({3})}))
+    snap = build_snapshot([told], [], [], [], levels=(), reserve_tiers=frozenset())
+    assert snap.capacity == 7 * MILLI
+    n["status"]["allocatable"]["nvidia.com/gpu"] = "8"  # the plugin has not noticed
+    n["metadata"]["annotations"] = {"gangops.ai/unhealthy-gpus": "3"}
+    snap = build_snapshot([node_of(n)], [], [], [], levels=(), reserve_tiers=frozenset())
+    assert snap.capacity == 7 * MILLI
+
+
 def test_gpus_an_alert_action_quarantined_count_with_the_agents() -> None:
     n = node("n")
     n["metadata"]["annotations"] = {
@@ -102,6 +123,35 @@ def test_gpus_an_alert_action_quarantined_count_with_the_agents() -> None:
     assert node_of(n).unhealthy == frozenset({1, 5})
     n["metadata"]["annotations"] = {"gangops.ai/quarantined-gpus": "2"}
     assert node_of(n).unhealthy == frozenset({2})
+
+
+def test_a_gpu_index_written_other_than_in_a_few_ascii_digits_is_ignored_like_a_typo() -> None:
+    """Found by a review: '²' and '①' are digits to str.isdigit but not to int(), so
+    such an annotation raised in node_of, and every scheduling step with it. So
+    would a run of digits longer than int() reads. Each is a typo, ignored."""
+    n = node("n")
+    n["metadata"]["annotations"] = {
+        "gangops.ai/unhealthy-gpus": "1,\u00b2",
+        "gangops.ai/quarantined-gpus": f"\u2460,3,{'9' * 5000}",
+    }
+    assert node_of(n).unhealthy == frozenset({1, 3})
+
+
+def test_a_node_with_a_unicode_digit_in_its_annotation_does_not_stop_admissions() -> None:
+    """The review's reproduction end to end: the step is taken, the job admitted."""
+    c = GangController(FakeKube(), clock=FakeClock())
+    writes: list[Write] = []
+    c._submit = lambda w, *, assume=None: bool(writes.append(w) or True)  # type: ignore[method-assign]
+    c.config.assume(
+        policy_configmap(policy_doc(projects={"p": {}}), c.settings.system_namespace,
+                         resourceVersion="1")
+    )  # fmt: skip
+    typo = node("a")
+    typo["metadata"]["annotations"] = {"gangops.ai/quarantined-gpus": "1,\u00b2"}
+    c.nodes.assume(typo)
+    c.jobs.assume(job("j", 2))
+    c.step()
+    assert [(w.kind, w.job.id) for w in writes if w.kind == "admit"] == [("admit", job_id("j"))]
 
 
 def test_pod_requests_read_gpu_limits_when_requests_are_absent() -> None:

@@ -95,6 +95,29 @@ def test_preemption_never_frees_room_that_is_only_a_bad_gpu() -> None:
     assert isinstance(result.decisions[0], Preempt)
 
 
+def test_a_node_offers_at_most_its_allocatable_and_its_capacity_less_its_bad_gpus() -> None:
+    """Found by a review: the device plugin leaves a GPU it finds unhealthy out of
+    allocatable (not out of capacity), and the agent reports the same GPU by index;
+    it was taken out a second time, or not, depending on the index."""
+    cases = [
+        # allocatable, capacity, bad indices, GPUs offered
+        (7, 8, {3}, 7),  # the plugin and the agent both found GPU 3
+        (7, 8, {7}, 7),  # ... whatever its index
+        (8, 8, {3}, 7),  # only the agent found it (or an alert action quarantined it)
+        (7, 8, {2, 3}, 6),  # the plugin found one of the agent's two
+        (8, 8, {9}, 8),  # an index past the capacity names no GPU of the node
+        (8, 0, {3}, 7),  # a Node that does not say its capacity: counted against allocatable
+        (7, 0, {7}, 7),
+    ]
+    for allocatable, capacity, bad, offered in cases:
+        n = replace(node("a", allocatable), gpu_capacity=capacity, unhealthy=frozenset(bad))
+        snap = Snapshot([n], levels=LEVELS)
+        case = (allocatable, capacity, bad)
+        assert snap.capacity == offered * MILLI, case
+        assert place(snap, job("fits").gang(offered).build()) is not None, case
+        assert place(snap, job("one-more").gang(offered + 1).build()) is None, case
+
+
 @st.composite
 def clusters(draw: st.DrawFn) -> tuple[list[Node], list[object]]:
     nodes = []

@@ -152,6 +152,33 @@ def test_describe_says_how_old_and_when_it_falls_back() -> None:
     assert "none" in Telemetry().describe(0.0)
 
 
+def test_a_reading_dated_after_now_is_not_fresh() -> None:
+    """A read the clock dates in the future (the wall clock stepped back since) says
+    nothing of how old it is; it was read as 0 s old, fresh for as long as the step."""
+    t = Telemetry(
+        health=Signal(at=1000.0), usage=Signal(at=1000.0), pods={("ns", "p-0"): _usage(1.0)}
+    )
+    jobs = {JobId("j"): (0.0, [("ns", "p-0")])}
+    assert job_utilisation(t, jobs, now=1010.0) == {JobId("j"): 1.0}
+    assert not t.fresh(t.usage, 1000.0 - 3600)
+    assert job_utilisation(t, jobs, now=1000.0 - 3600) == {}
+    assert "utilisation: stale, dated 3600s ahead of the clock" in t.describe(1000.0 - 3600)
+
+
+def test_a_providers_monotonic_clock_dates_its_reads_whatever_the_wall_clock_does() -> None:
+    """Read at monotonic 500 (wall 1000) and handed out at monotonic 800: 300 s old,
+    though the wall clock, stepped back an hour in between, says 1000 - 3600 + 300."""
+    read = Signal(at=1000.0, read=500.0)
+    back = 1000.0 - 3600 + 300
+    stepped_back = Telemetry(usage=read, taken=800.0, taken_at=back)
+    assert stepped_back.age(read, back) == 300 and not stepped_back.fresh(read, back)
+    # stepped forward an hour instead: 10 s old, fresh; the step using it adds its own 2 s
+    ahead = Telemetry(usage=read, taken=510.0, taken_at=1000.0 + 3600 + 10)
+    assert ahead.age(read, 1000.0 + 3600 + 12) == 12 and ahead.fresh(read, 1000.0 + 3600 + 12)
+    # `now` read before the value was handed out: no younger than on the monotonic clock
+    assert ahead.age(read, 1000.0 + 3600 + 5) == 10
+
+
 def test_with_health_adds_the_telemetrys_bad_gpus() -> None:
     (n,) = with_health([node("a")], Telemetry(unhealthy={"a": frozenset({2})}))
     assert n.unhealthy == frozenset({2})
