@@ -43,6 +43,7 @@ from controller.jobs.spec import LABEL_USER
 
 __all__ = [
     "ADMIN_GROUP",
+    "GRANT_FINALIZER",
     "POLICY_NAME",
     "PROPOSE_VERB",
     "QUOTA_POLICY_NAME",
@@ -54,6 +55,10 @@ POLICY_NAME = "trainingjobs.ai.operator-user"
 ADMIN_GROUP = "gangops:trainingjob-admins"
 """Members may change the spec of anyone's TrainingJob (docs/security.md)."""
 QUOTA_POLICY_NAME = "quotarequests.ai.operator-requester"
+GRANT_FINALIZER = "gangops.ai/revert-temporary-grant"
+"""On a QuotaRequest with spec.expiresAt while its grant may still have to be taken
+back (`controller.quota`): deleted, the request stays until its revert is applied.
+Only a holder of `PROPOSE_VERB` (the controller) may remove it."""
 PROPOSE_VERB = "propose"
 """The RBAC verb on `quotarequests` that lets its holder (the scheduler's service
 account) create a QuotaRequest on another user's behalf: the automatic proposal
@@ -208,6 +213,20 @@ _QUOTA_VALIDATIONS: list[dict[str, Any]] = [
             "'you may request more quota for yourself only: set spec.user to \"' + "
             "request.userInfo.username + '\" or leave it out (found \"' + "
             "object.spec.user + '\")'"
+        ),
+        "reason": "Forbidden",
+    },
+    {
+        # Removed by its requester, the finalizer would let them delete a temporary
+        # grant before its revert is opened, and keep the quota for good.
+        "expression": (
+            f"request.operation != 'UPDATE' || {_PROPOSER} || "
+            f"!('{GRANT_FINALIZER}' in oldObject.metadata.?finalizers.orValue([])) || "
+            f"'{GRANT_FINALIZER}' in object.metadata.?finalizers.orValue([])"
+        ),
+        "message": (
+            f"finalizer {GRANT_FINALIZER} is gangops': it is removed once the temporary "
+            "grant is taken back (or was never granted)"
         ),
         "reason": "Forbidden",
     },

@@ -21,7 +21,7 @@ from controller.policy.sources import git_tree, policy_root, working_tree
 from controller.quota.edit import Edit, format_amount
 from controller.quota.request import QuotaRequestSpec
 
-__all__ = ["Checked", "check_tree", "pr_body", "pr_title"]
+__all__ = ["Checked", "check_tree", "pr_body", "pr_title", "withdrawn_pr"]
 
 
 @dataclass(frozen=True)
@@ -96,14 +96,22 @@ def pr_body(
     usage: str | None,
     what_if: str | None,
     revert_of: QuotaRequestSpec | None = None,
+    deleted: bool = False,
 ) -> str:
-    """The markdown body."""
+    """The markdown body (of the revert of `revert_of`, expired or, `deleted`, ended
+    early by the request's deletion)."""
     out = []
     if revert_of is not None:
+        name = f"QuotaRequest `{revert_of.namespace}/{revert_of.name}`"
+        until = f"{revert_of.expires_at:%Y-%m-%d %H:%M UTC}"
         out.append(
-            f"The temporary grant of QuotaRequest `{revert_of.namespace}/{revert_of.name}` "
-            f"expired at {revert_of.expires_at:%Y-%m-%d %H:%M UTC}: this takes "
-            f"{format_amount(revert_of.resource, revert_of.amount)} {revert_of.resource} back."
+            (
+                f"{name}, a temporary grant until {until}, was deleted"
+                if deleted
+                else f"The temporary grant of {name} expired at {until}"
+            )
+            + f": this takes {format_amount(revert_of.resource, revert_of.amount)} "
+            f"{revert_of.resource} back."
         )
     else:
         out.append("Opened by gangops for these QuotaRequests (the merge is the approval):")
@@ -137,3 +145,21 @@ def pr_body(
         out += ["", "### What-if (simulator, recent workload)", "", what_if.rstrip()]
     out += ["", "<!-- gangops:quota-request -->", ""]
     return "\n".join(out)
+
+
+def withdrawn_pr(requests: Sequence[QuotaRequestSpec]) -> tuple[str, str]:
+    """The title and body of a pull request whose every request was deleted: its
+    branch is the base again (no forge call closes it), so merging it changes nothing."""
+    first = requests[0]
+    who = (
+        f"user {first.user} in project {first.project}"
+        if first.user
+        else f"project {first.project}"
+    )
+    names = ", ".join(f"`{r.namespace}/{r.name}`" for r in requests)
+    body = (
+        f"The QuotaRequests of this pull request were deleted ({names}): its branch no "
+        "longer changes anything. Close it; a new request for this max reuses it.\n\n"
+        "<!-- gangops:quota-request -->\n"
+    )
+    return f"Withdrawn: max {first.resource} of {who}", body

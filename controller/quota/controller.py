@@ -14,6 +14,16 @@ from a cache a watch keeps: `jobs`) and, in this order:
 3. opens the revert pull request of each Ready temporary grant past its
    expiresAt, and ends it Expired once that revert is applied.
 
+A temporary grant carries the finalizer `request.FINALIZER` from its first pass
+(before its pull request is opened) for as long as something may be owed back,
+so its deletion is an early expiry, not a way to keep the quota: deleted once
+merged, its revert is opened at once (once the grant is applied) and the request
+goes when the revert is applied, or when a reviewer closes the revert (the grant
+stays: their decision). Deleted while its pull request is open, it is withdrawn:
+the group's branch is pushed without it (there is no forge call to close a pull
+request; alone, the branch then changes nothing and says so), and it goes. Rejected,
+Expired, or never proposed, nothing is owed and it goes at once.
+
 A forge or Git failure puts the group's requests in Retry with a backoff that
 doubles (2 s to 5 min); nothing else is lost. Each request's state is mirrored
 on the TrainingJob it names (`status.quotaRequest`), so a user waiting for
@@ -28,11 +38,11 @@ import datetime as dt
 import hashlib
 import logging
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from controller.gitauth import GitError, auth_from_secret
 from controller.jobs.spec import LABEL_USER
@@ -48,7 +58,7 @@ from controller.kube.clock import Clock, SystemClock
 from controller.kube.informer import Informer
 from controller.policy.sources import outside_repository
 from controller.quota.approval import approval
-from controller.quota.body import check_tree, pr_body, pr_title
+from controller.quota.body import check_tree, pr_body, pr_title, withdrawn_pr
 from controller.quota.branch import GitUnavailable, PolicyRepo
 from controller.quota.edit import (
     EditError,
@@ -67,6 +77,7 @@ from controller.quota.forge import (
 )
 from controller.quota.propose import proposal, shortfall
 from controller.quota.request import (
+    FINALIZER,
     QuotaRequestSpec,
     State,
     backoff_s,
@@ -224,9 +235,11 @@ class QuotaController:
             objs += self._propose_for_blocked_jobs(objs)
         now = self.clock.now()
         groups: dict[tuple[str, str, str], list[tuple[Obj, QuotaRequestSpec]]] = {}
+        withdrawn: dict[tuple[str, str, str], list[tuple[Obj, QuotaRequestSpec]]] = {}
         for obj in objs:
             status = obj.get("status") or {}
             if status.get("state") in ("Rejected", "Expired"):
+                self._release(obj, f"it is {status['state']}: nothing is owed back")
                 continue
             try:
                 spec = QuotaRequestSpec.parse(obj)
@@ -235,20 +248,48 @@ class QuotaController:
                 continue
             if _waiting(status, now):
                 continue
+            route = None
             with self._alone([(obj, spec)]):
-                if self._settled(obj, spec, now):
-                    continue
+                route = self._route(obj, spec, now)
+            if route == "propose":
                 groups.setdefault(spec.key, []).append((obj, spec))
-        for members in groups.values():
-            with self._alone(members):
-                self._propose(members)
+            elif route == "withdraw":
+                withdrawn.setdefault(spec.key, []).append((obj, spec))
+        for key in [*groups, *(k for k in withdrawn if k not in groups)]:
+            members, gone = groups.get(key, []), withdrawn.get(key, [])
+            with self._alone(members + gone):
+                self._propose(members, gone)
+
+    def _route(
+        self, obj: Obj, spec: QuotaRequestSpec, now: dt.datetime
+    ) -> Literal["propose", "withdraw"] | None:
+        """Hold or release the request's finalizer and move it on (`_settled`); where it
+        goes next: its group's proposal, withdrawn from its group's pull request
+        (deleted while in one), or nowhere this pass."""
+        status = obj.get("status") or {}
+        proposed = bool((status.get("pullRequest") or {}).get("number"))
+        deleting = _deleting(obj)
+        refused = self._hold(obj) if not deleting and _owed(obj, spec) else None
+        settled = self._settled(obj, spec, now)
+        if not _owed(obj, spec):
+            self._release(obj, _why_released(obj))
+        if refused and (settled or proposed):  # proposed before there was a finalizer
+            log.warning("quota request %s/%s: %s", spec.namespace, spec.name, refused)
+        if settled:
+            return None
+        if deleting:
+            return "withdraw" if proposed else None
+        if refused and not proposed:  # no pull request for a grant that could outlive it
+            self._retry(obj, spec, refused)
+            return None
+        return "propose"
 
     def _settled(self, obj: Obj, spec: QuotaRequestSpec, now: dt.datetime) -> bool:
         """Move a request on as far as its pull request (or its revert) allows; False
         when it is open or new, and joins its group's proposal."""
         status = obj.get("status") or {}
         if status.get("state") == "Ready":
-            self._expiry(obj, spec, now)
+            self._expiry(obj, spec, now, deleted=_deleting(obj))
             return True
         pr = status.get("pullRequest") or {}
         if pr.get("merged"):
@@ -493,13 +534,19 @@ class QuotaController:
             self._not_applied[(source, commit)] = applied
         return done
 
-    def _propose(self, members: list[tuple[Obj, QuotaRequestSpec]]) -> None:
-        first = members[0][1]
+    def _propose(
+        self,
+        members: list[tuple[Obj, QuotaRequestSpec]],
+        withdrawn: Sequence[tuple[Obj, QuotaRequestSpec]] = (),
+    ) -> None:
+        """Push the group's branch and open or update its pull request; `withdrawn` are
+        deleted requests still in it: pushed out, then let go (`_let_go`)."""
+        first = (members or withdrawn)[0][1]
         specs = sorted((s for _, s in members), key=lambda s: (s.namespace, s.name))
         fingerprint = hashlib.sha256(
             repr([(s.namespace, s.name, s.amount) for s in specs]).encode()
         ).hexdigest()[:16]
-        if all(
+        if not withdrawn and all(
             ((o.get("status") or {}).get("pullRequest") or {}).get("fingerprint") == fingerprint
             and (o.get("status") or {}).get("state") == "Pending"
             for o, _ in members
@@ -515,7 +562,7 @@ class QuotaController:
         # now, and the group is proposed again next pass without them.
         if not all(
             self._poll_settled(o, s, int(n), fresh=True)
-            for o, s in members
+            for o, s in [*members, *withdrawn]
             if (n := ((o.get("status") or {}).get("pullRequest") or {}).get("number"))
         ):
             return
@@ -530,13 +577,15 @@ class QuotaController:
                         f"namespace {spec.namespace} is not one of project {spec.project}'s",
                     )
             members = [(o, s) for o, s in members if _owns(text, s)]
+            branch = branch_name(first.project, first.user, first.resource)
             if not members:
+                if withdrawn and (commit := self._withdraw(info, path, text, branch, withdrawn)):
+                    self._let_go(info, commit, withdrawn)
                 return
             total = sum((s.amount for _, s in members), Fraction(0))
             edit = edit_max(
                 text, project=first.project, user=first.user, resource=first.resource, delta=total
             )
-            branch = branch_name(first.project, first.user, first.resource)
             message = (
                 pr_title(first, edit)
                 + "\n\nRequested by "
@@ -568,9 +617,11 @@ class QuotaController:
         except (EditError, LookupError) as e:
             for obj, spec in members:
                 self._set(obj, spec, "Rejected", str(e))
+            for obj, spec in withdrawn:  # still in a pull request: kept until out of it
+                self._retry(obj, spec, f"withdrawing from pull request: {e}")
             return
         except (_Retry, GitUnavailable, ForgeUnavailable, ForgeError) as e:
-            for obj, spec in members:
+            for obj, spec in [*members, *withdrawn]:
                 self._retry(obj, spec, str(e))
             return
         prs = {
@@ -589,6 +640,52 @@ class QuotaController:
                 f"waiting for review of pull request {pr.url}",
                 pullRequest=prs,
             )
+        if withdrawn:
+            self._let_go(info, proposed.commit, withdrawn)
+
+    def _withdraw(
+        self,
+        info: SourceInfo,
+        path: str,
+        text: str,
+        branch: str,
+        withdrawn: Sequence[tuple[Obj, QuotaRequestSpec]],
+    ) -> str | None:
+        """Push `branch` back to the base (`text` unchanged) and say so in its pull
+        request, whose every request was deleted; the commit pushed, or None when no
+        pull request is open there (the next pass reads how it ended)."""
+        pr = info.forge.find_open(head=branch)
+        if pr is None:
+            return None
+        title, body = withdrawn_pr(sorted((s for _, s in withdrawn), key=lambda s: s.name))
+        self._leading(f"push {branch}")
+        proposed = info.repo.propose(branch=branch, file=path, text=text, message=title)
+        self._leading(f"update the pull request of {branch}")
+        info.forge.update(pr.number, title=title, body=body)
+        log.info(
+            "withdrew pull request url=%s branch=%s: its requests were deleted", pr.url, branch
+        )
+        return proposed.commit
+
+    def _let_go(
+        self, info: SourceInfo, commit: str, withdrawn: Sequence[tuple[Obj, QuotaRequestSpec]]
+    ) -> None:
+        """Release the deleted requests pushed out of their pull request by `commit`
+        once it is read still open, or merged with `commit` in it: merged before
+        `commit` was pushed, it granted their amount, and the next pass reverts it."""
+        for obj, spec in withdrawn:
+            number = int(obj["status"]["pullRequest"]["number"])
+            try:
+                pr = self._poll(info, number, fresh=True)
+                out = pr.state == "open" or (
+                    pr.state == "merged"
+                    and info.repo.contains(descendant=pr.merge_sha or pr.head_sha, ancestor=commit)
+                )
+            except (ForgeError, GitUnavailable) as e:
+                self._retry(obj, spec, f"reading pull request {number}: {e}")
+                continue
+            if out:
+                self._release(obj, f"withdrawn from pull request {pr.url}")
 
     def _auto_approve(self, obj: Obj, number: int, spec: QuotaRequestSpec, delta: Fraction) -> None:
         """Merge pull request `number` when the repository's autoApprove rules allow the
@@ -622,8 +719,13 @@ class QuotaController:
         except (GitUnavailable, ForgeError, LookupError, _Retry) as e:
             log.warning("auto-approval of pull request %d not done: %s", number, e)
 
-    def _expiry(self, obj: Obj, spec: QuotaRequestSpec, now: dt.datetime) -> None:
-        if spec.expires_at is None or now < spec.expires_at:
+    def _expiry(
+        self, obj: Obj, spec: QuotaRequestSpec, now: dt.datetime, *, deleted: bool = False
+    ) -> None:
+        """Take a Ready temporary grant back once past its expiresAt or, `deleted`, at
+        once: open its revert, follow it, and end the request Expired when the revert
+        is applied (a revert closed unmerged leaves the grant)."""
+        if spec.expires_at is None or (now < spec.expires_at and not deleted):
             return
         status = obj.get("status") or {}
         revert = dict(status.get("revert") or {})
@@ -691,6 +793,7 @@ class QuotaController:
                 usage=None,
                 what_if=None,
                 revert_of=spec,
+                deleted=deleted,
             )
             self._leading(f"open the pull request of {branch}")
             pr = info.forge.find_open(head=branch) or info.forge.open(
@@ -703,13 +806,55 @@ class QuotaController:
             self._retry(obj, spec, f"opening the revert: {e}", keep="Ready")
             return
         revert = {"url": pr.url, "number": pr.number, "branch": branch, "valid": checked.valid}
-        self._set(
-            obj,
-            spec,
-            "Ready",
-            f"the grant expired; revert pull request {pr.url} opened",
-            revert=revert,
+        why = "the request was deleted" if deleted else "the grant expired"
+        self._set(obj, spec, "Ready", f"{why}; revert pull request {pr.url} opened", revert=revert)
+
+    # --- the finalizer ----------------------------------------------------------
+
+    def _hold(self, obj: Obj) -> str | None:
+        """Add FINALIZER, beside any others; None once it is there, else why not."""
+        have = list(obj["metadata"].get("finalizers") or [])
+        if FINALIZER in have:
+            return None
+        try:
+            self._finalizers(obj, [*have, FINALIZER])
+        except ApiError as e:
+            return f"finalizer {FINALIZER} not added: {e}"
+        return None
+
+    def _release(self, obj: Obj, why: str) -> None:
+        """Remove FINALIZER, if the request holds it (deleted, it then goes)."""
+        meta = obj["metadata"]
+        have = list(meta.get("finalizers") or [])
+        if FINALIZER not in have:
+            return
+        try:
+            self._finalizers(obj, [f for f in have if f != FINALIZER])
+        except ApiError as e:  # a conflict: the next pass, on a fresh read
+            if e.status != 404:
+                log.warning(
+                    "quota request %s/%s keeps finalizer=%s: %s",
+                    meta["namespace"], meta["name"], FINALIZER, e,
+                )  # fmt: skip
+            return
+        log.info(
+            "quota request %s/%s released finalizer=%s: %s",
+            meta["namespace"], meta["name"], FINALIZER, why,
+        )  # fmt: skip
+
+    def _finalizers(self, obj: Obj, finalizers: list[str]) -> None:
+        """Set the request's finalizers by a merge patch, which replaces the whole list:
+        on the resourceVersion read, so another controller's finalizer added since
+        cannot be dropped (409 Conflict instead)."""
+        meta = obj["metadata"]
+        out = self.kube.merge_patch(
+            _QR,
+            meta["name"],
+            {"metadata": {"finalizers": finalizers, "resourceVersion": meta["resourceVersion"]}},
+            field_manager=FIELD_MANAGER,
+            namespace=meta["namespace"],
         )
+        obj["metadata"] = out.get("metadata") or {**meta, "finalizers": finalizers}
 
     # --- status -----------------------------------------------------------------
 
@@ -754,6 +899,7 @@ class QuotaController:
             log.warning("status of %s/%s not written: %s", meta["namespace"], meta["name"], e)
             return
         obj["status"] = out.get("status", body)
+        obj["metadata"] = out.get("metadata") or meta  # its resourceVersion, for `_finalizers`
         log.info("quota request %s/%s state=%s %s", meta["namespace"], meta["name"], state, message)
         if spec is not None and spec.training_job:
             self._mirror(spec, state, message, body)
@@ -801,6 +947,34 @@ def _gpus(text: str | None) -> float | None:
         return float(text) if text else None
     except ValueError:
         return None
+
+
+def _deleting(obj: Obj) -> bool:
+    return bool(obj["metadata"].get("deletionTimestamp"))
+
+
+def _owed(obj: Obj, spec: QuotaRequestSpec) -> bool:
+    """Whether a revert may still be owed for the request, so it holds FINALIZER: a
+    temporary grant neither Rejected nor Expired, whose revert no reviewer closed,
+    and, once deleted, whose pull request was opened (else nothing was granted)."""
+    status = obj.get("status") or {}
+    if spec.expires_at is None or status.get("state") in ("Rejected", "Expired"):
+        return False
+    if (status.get("revert") or {}).get("closed"):
+        return False
+    return not _deleting(obj) or bool((status.get("pullRequest") or {}).get("number"))
+
+
+def _why_released(obj: Obj) -> str:
+    status = obj.get("status") or {}
+    revert = status.get("revert") or {}
+    if revert.get("closed"):
+        return f"its revert {revert.get('url')} was closed unmerged: the grant stays"
+    if status.get("state") in ("Rejected", "Expired"):
+        return f"it is {status['state']}: nothing is owed back"
+    if _deleting(obj):
+        return "deleted before its pull request was opened: nothing was granted"
+    return "not a temporary grant"
 
 
 def _waiting(status: Obj, now: dt.datetime) -> bool:

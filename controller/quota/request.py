@@ -7,7 +7,9 @@ Pending (a pull request is open; its URL is in the status), Ready (merged
 and applied by the reconciler), Retry (the forge or Git failed: tried again
 with a backoff that doubles), Rejected (closed unmerged, or the edit cannot
 be made); a temporary grant whose revert is merged and applied ends Expired.
-Pure: no I/O.
+A temporary grant carries `FINALIZER` until nothing can be owed back (its revert
+applied or closed by a reviewer, its pull request closed or never opened), so
+deleting the request cannot keep the grant. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Literal
 
+from controller.jobs.admission import GRANT_FINALIZER
 from controller.jobs.spec import LABEL_USER
 from controller.quantity import QuantityError, parse_quantity
 
@@ -26,6 +29,7 @@ __all__ = [
     "ANNOTATION_PROPOSED_FOR",
     "BACKOFF_MAX_S",
     "BACKOFF_START_S",
+    "FINALIZER",
     "QuotaRequestSpec",
     "State",
     "backoff_s",
@@ -38,6 +42,11 @@ State = Literal["Pending", "Ready", "Retry", "Rejected", "Expired"]
 
 ANNOTATION_PROPOSED_FOR = "gangops.ai/proposed-for"
 """On a QuotaRequest the scheduler proposed: the TrainingJob that was blocked."""
+
+FINALIZER = GRANT_FINALIZER
+"""On a QuotaRequest with spec.expiresAt while its grant may still have to be taken
+back: deleted, the request stays until its revert is applied (the quota loop); the
+admission policy keeps its requester from removing it."""
 
 BACKOFF_START_S = 2.0
 BACKOFF_MAX_S = 300.0

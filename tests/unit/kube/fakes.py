@@ -8,12 +8,16 @@ replace (the Lease elector) and on a merge patch that names a
 resourceVersion (the binder's record), a delete's uid, a bind of a pod
 already bound. List and watch replay scripted pages and events for the
 informer; merge patches follow RFC 7386 (the status subresource takes only
-status); binds are noted in `bound`.
+status); binds are noted in `bound`. Finalizers hold a deleted object as the API
+server holds it: the delete sets metadata.deletionTimestamp, the object stays
+until a write empties its finalizers, and no finalizer can be added meanwhile
+(422 Invalid).
 """
 
 from __future__ import annotations
 
 import copy
+import datetime as dt
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -93,11 +97,26 @@ class FakeKube:
         return self._store(key, _merged(have, patch), "merge_patch")
 
     def _store(self, key: tuple[str, str, str], obj: Obj, verb: str) -> Obj:
-        self.rv += 1
         stored = copy.deepcopy(obj)
+        old = (self.objects.get(key) or {"metadata": {}})["metadata"]
+        going = old.get("deletionTimestamp")
+        had, has = old.get("finalizers") or [], stored["metadata"].get("finalizers") or []
+        if going and set(has) - set(had):
+            raise ApiError(
+                422,
+                "Invalid",
+                "metadata.finalizers: Forbidden: no new finalizers can be added "
+                "if the object is being deleted",
+            )
+        self.rv += 1
         stored["metadata"]["resourceVersion"] = str(self.rv)
-        self.objects[key] = stored
+        if going:  # read-only once set
+            stored["metadata"]["deletionTimestamp"] = going
         self.writes.append((verb, key[2]))
+        if going and had and not has:  # its last finalizer removed: the deletion completes
+            self.objects.pop(key)
+        else:
+            self.objects[key] = stored
         return copy.deepcopy(stored)
 
     def list(
@@ -179,11 +198,22 @@ class FakeKube:
         namespace: str | None = None,
         uid: str | None = None,
     ) -> bool:
+        """An object with finalizers is only marked (deletionTimestamp, once), as the
+        API server marks it; `_store` removes it when its last finalizer goes."""
         self._check()
         key = self._key(res.kind, name, namespace)
-        have_uid = (self.objects.get(key) or {"metadata": {}})["metadata"].get("uid")
+        have = self.objects.get(key)
+        have_uid = (have or {"metadata": {}})["metadata"].get("uid")
         if uid is not None and have_uid is not None and have_uid != uid:
             raise ApiError(409, "Conflict", "Precondition failed: UID in precondition")
+        if have is not None and have["metadata"].get("finalizers"):
+            if not have["metadata"].get("deletionTimestamp"):
+                self.rv += 1
+                now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+                meta = {**have["metadata"], "resourceVersion": str(self.rv)}
+                self.objects[key] = {**have, "metadata": {**meta, "deletionTimestamp": now}}
+            self.writes.append(("delete", name))
+            return True
         gone = self.objects.pop(key, None)
         self.writes.append(("delete", name))
         return gone is not None

@@ -1,7 +1,7 @@
 """The quota-request loop over the fake API server and the fake forge, with a real
 Git remote (a bare repository seeded with the example policies): one pull request
-per project and resource, idempotent passes, the four states, and the revert of a
-temporary grant."""
+per project and resource, idempotent passes, the four states, the revert of a
+temporary grant, and its finalizer (a deleted temporary grant is still reverted)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from controller.kube.client import RESOURCES, ApiError, NotLeaderError, Resource
 from controller.kube.clock import FakeClock
 from controller.quota.controller import QuotaController, QuotaSettings
 from controller.quota.forge import ForgeError
+from controller.quota.request import FINALIZER
 from tests.unit.kube.fakes import FakeKube
 
 from .fake_forge import FakeForge, git, policy_remote
@@ -85,6 +86,15 @@ class World:
         obj = self.kube.get(_QR, name, namespace)
         assert obj is not None
         return dict(obj.get("status") or {})
+
+    def delete(self, name: str, namespace: str = "nlp") -> None:
+        """What the requester's `kubectl delete` does."""
+        self.kube.delete(_QR, name, namespace=namespace)
+
+    def finalizers(self, name: str, namespace: str = "nlp") -> list[str] | None:
+        """The request's finalizers; None once it is gone."""
+        obj = self.kube.get(_QR, name, namespace)
+        return None if obj is None else list(obj["metadata"].get("finalizers") or [])
 
     def applied(self, commit: str) -> None:
         """What the reconciler writes once it applied `commit`."""
@@ -606,3 +616,173 @@ def test_a_policy_root_outside_the_repository_is_named_as_the_reason(
     assert "PolicySource platform" in status["message"], status
     assert "leaves the repository" in status["message"], status
     assert world.forge.prs == {}
+
+
+def _in(hours: float) -> str:
+    return (START + dt.timedelta(hours=hours)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _poll(w: World, passes: int = 1) -> None:
+    """Passes far enough apart that each reads the forge again."""
+    for _ in range(passes):
+        w.clock.advance(w.ctl.settings.forge_poll_s)
+        w.step()
+
+
+def test_a_temporary_grant_deleted_once_applied_is_reverted_and_goes_only_when_that_is_applied(
+    world: World,
+) -> None:
+    """Found by a review: the revert was driven by the live object alone, so a tenant
+    who deleted the request (tenants hold `delete` on quotarequests) kept the grant."""
+    w = world
+    w.request("burst", expiresAt=_in(2))
+    w.step()
+    assert w.finalizers("burst") == [FINALIZER]  # added in the pass that opened pull request 1
+    w.applied(w.forge.merge(1).merge_sha)
+    _poll(w)
+    assert w.status("burst")["state"] == "Ready" and "{gpu: 72," in w.main_file()
+    w.delete("burst")
+    w.step()  # two hours before expiresAt: the deletion ends the grant now
+    status = w.status("burst")
+    assert status["revert"]["number"] == 2 and "the request was deleted" in status["message"]
+    _, body = w.forge.bodies[2][0]
+    assert "`nlp/burst`, a temporary grant until 2026-12-03 12:00 UTC, was deleted" in body
+    assert w.finalizers("burst") == [FINALIZER]
+    revert = w.forge.merge(2)
+    _poll(w, 2)
+    assert w.finalizers("burst") == [FINALIZER]  # merged, not yet applied
+    w.applied(revert.merge_sha)
+    w.step()
+    assert w.finalizers("burst") is None and "{gpu: 64," in w.main_file()
+    w.clock.advance(3 * 3600)
+    _poll(w, 2)
+    assert len(w.forge.prs) == 2  # nothing more once it is gone
+
+
+def test_a_temporary_grant_deleted_between_its_merge_and_its_application_is_reverted(
+    world: World,
+) -> None:
+    w = world
+    w.request("burst", expiresAt=_in(2))
+    w.step()
+    merged = w.forge.merge(1)
+    _poll(w)
+    assert w.status("burst")["pullRequest"]["merged"] is True
+    w.delete("burst")
+    _poll(w, 2)
+    assert w.finalizers("burst") == [FINALIZER] and "revert" not in w.status("burst")
+    w.applied(merged.merge_sha)  # the grant is applied: now it can be taken back
+    _poll(w, 2)
+    assert w.status("burst")["revert"]["number"] == 2
+    w.applied(w.forge.merge(2).merge_sha)
+    _poll(w, 2)
+    assert w.finalizers("burst") is None and "{gpu: 64," in w.main_file()
+
+
+def test_a_deleted_grant_whose_revert_a_reviewer_closes_goes_and_the_grant_stays(
+    world: World,
+) -> None:
+    w = world
+    w.request("burst", expiresAt=_in(2))
+    w.step()
+    w.applied(w.forge.merge(1).merge_sha)
+    _poll(w)
+    w.delete("burst")
+    w.step()
+    assert w.status("burst")["revert"]["number"] == 2
+    w.forge.close(2)
+    _poll(w, 2)
+    assert w.finalizers("burst") is None and "{gpu: 72," in w.main_file()
+
+
+def test_a_temporary_request_deleted_while_its_pull_request_is_open_is_withdrawn_from_it(
+    world: World,
+) -> None:
+    """Its branch is pushed without it (no forge call closes a pull request): alone,
+    the branch changes nothing, so merging it later grants nothing to revert."""
+    w = world
+    w.request("burst", expiresAt=_in(2))
+    w.step()
+    w.delete("burst")
+    _poll(w)
+    assert w.finalizers("burst") is None
+    assert _branch_diff(w, "gangops/quota/nlp/gpu") == []
+    title, body = w.forge.bodies[1][-1]
+    assert title.startswith("Withdrawn:") and "`nlp/burst`" in body
+    assert w.forge.prs[1].state == "open"
+    w.forge.merge(1)
+    assert "{gpu: 64," in w.main_file()
+
+
+def test_a_temporary_request_deleted_from_a_shared_pull_request_leaves_the_others_in_it(
+    world: World,
+) -> None:
+    w = world
+    w.request("burst", expiresAt=_in(2))
+    w.request("steady", amount=4, namespace="nlp-dev")
+    w.step()
+    assert _branch_diff(w, "gangops/quota/nlp/gpu")[1] == (
+        '+    max: {gpu: 76, cpu: "512", memory: 4Ti}\n'
+    )
+    assert w.finalizers("burst") == [FINALIZER] and w.finalizers("steady", "nlp-dev") == []
+    w.delete("burst")
+    _poll(w)
+    assert w.finalizers("burst") is None
+    assert _branch_diff(w, "gangops/quota/nlp/gpu")[1] == (
+        '+    max: {gpu: 68, cpu: "512", memory: 4Ti}\n'
+    )
+    assert w.status("steady", "nlp-dev")["state"] == "Pending"
+    assert "`nlp/burst`" not in w.forge.bodies[1][-1][1]
+
+
+def test_a_request_with_nothing_to_revert_is_deleted_at_once(world: World) -> None:
+    """A temporary grant whose pull request was closed unmerged sheds its finalizer
+    once Rejected; a permanent request never carries one."""
+    w = world
+    w.request("burst", expiresAt=_in(2))
+    w.step()
+    assert w.finalizers("burst") == [FINALIZER]
+    w.forge.close(1)
+    _poll(w)
+    assert w.status("burst")["state"] == "Rejected" and w.finalizers("burst") == []
+    w.delete("burst")
+    assert w.finalizers("burst") is None
+    w.request("forever", namespace="nlp-dev")
+    w.step()
+    assert w.finalizers("forever", "nlp-dev") == []
+    w.delete("forever", "nlp-dev")
+    assert w.finalizers("forever", "nlp-dev") is None
+    w.forge.down = True  # never opened: nothing was proposed, nothing to withdraw
+    w.request("later", expiresAt=_in(2), namespace="nlp-dev")
+    w.step()
+    assert w.status("later", "nlp-dev")["state"] == "Retry"
+    assert w.finalizers("later", "nlp-dev") == [FINALIZER]
+    w.delete("later", "nlp-dev")
+    w.clock.advance(2)
+    w.step()
+    assert w.finalizers("later", "nlp-dev") is None
+
+
+def test_a_temporary_request_whose_finalizer_is_refused_opens_no_pull_request(
+    world: World,
+) -> None:
+    """Without its finalizer (a chart whose role lacks `patch` on quotarequests) a
+    grant could outlive its request: it waits in Retry, saying why."""
+    w = world
+    patch = w.kube.merge_patch
+
+    def no_metadata(res: Resource, name: str, body: Obj, **kw: Any) -> Obj:
+        if kw.get("subresource") is None and res.kind == "QuotaRequest":
+            raise ApiError(403, "Forbidden", "cannot patch resource quotarequests")
+        return patch(res, name, body, **kw)
+
+    w.kube.merge_patch = no_metadata  # type: ignore[method-assign]
+    w.request("burst", expiresAt=_in(2))
+    w.step()
+    status = w.status("burst")
+    assert status["state"] == "Retry" and "cannot patch resource quotarequests" in status["message"]
+    assert w.forge.prs == {}
+    w.kube.merge_patch = patch  # type: ignore[method-assign]
+    w.clock.advance(2)
+    w.step()
+    assert w.status("burst")["state"] == "Pending" and w.finalizers("burst") == [FINALIZER]
