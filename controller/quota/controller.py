@@ -179,6 +179,8 @@ class QuotaController:
     _stop: threading.Event = field(default_factory=threading.Event)
     _declined: dict[str, float] = field(default_factory=dict)
     _approval_checked: dict[tuple[str, int], float] = field(default_factory=dict)
+    _conflict_read: dict[tuple[str, int], float] = field(default_factory=dict)
+    """(source, pull request) -> the read (`_polled` time) whose conflict `_behind` saw."""
     _not_applied: dict[tuple[str, str], str] = field(default_factory=dict)
     """(source, merge commit) -> the applied revision found not to contain it yet."""
     jobs: Informer = field(init=False)
@@ -546,10 +548,14 @@ class QuotaController:
         fingerprint = hashlib.sha256(
             repr([(s.namespace, s.name, s.amount) for s in specs]).encode()
         ).hexdigest()[:16]
-        if not withdrawn and all(
-            ((o.get("status") or {}).get("pullRequest") or {}).get("fingerprint") == fingerprint
-            and (o.get("status") or {}).get("state") == "Pending"
-            for o, _ in members
+        if (
+            not withdrawn
+            and all(
+                ((o.get("status") or {}).get("pullRequest") or {}).get("fingerprint") == fingerprint
+                and (o.get("status") or {}).get("state") == "Pending"
+                for o, _ in members
+            )
+            and not self._behind(members[0][0])
         ):
             prs = (members[0][0].get("status") or {}).get("pullRequest") or {}
             if prs.get("valid"):
@@ -631,6 +637,7 @@ class QuotaController:
             "source": info.name,
             "fingerprint": fingerprint,
             "valid": checked.valid,
+            "base": proposed.base_commit,
         }
         for obj, spec in members:
             self._set(
@@ -686,6 +693,34 @@ class QuotaController:
                 continue
             if out:
                 self._release(obj, f"withdrawn from pull request {pr.url}")
+
+    def _behind(self, obj: Obj) -> bool:
+        """Whether the request's pull request conflicts with a base that moved since its
+        branch was built (another edit of the same line merged first: the gpu and cpu
+        requests of one project share `max: {...}`): then the branch is built again
+        over the new base, where the one-line edit is made anew. Asked once per read of
+        the pull request (`_poll`), so a conflict nobody can resolve by rebuilding (the
+        base did not move) costs one fetch per forge_poll_s, and is said once."""
+        prs = (obj.get("status") or {}).get("pullRequest") or {}
+        info = self._info_of(obj)
+        seen = self._polled.get((info.name, int(prs["number"]))) if info and prs else None
+        if info is None or seen is None or not seen[1].conflicted:
+            return False
+        key = (info.name, int(prs["number"]))
+        if self._conflict_read.get(key) == seen[0]:
+            return False
+        self._conflict_read[key] = seen[0]
+        try:
+            moved = prs.get("base") != info.repo.base_commit()
+        except GitUnavailable:
+            return False
+        if not moved:
+            log.warning(
+                "pull request url=%s conflicts with its base, which has not moved since "
+                "its branch was built: a person must resolve it",
+                prs.get("url"),
+            )
+        return moved
 
     def _auto_approve(self, obj: Obj, number: int, spec: QuotaRequestSpec, delta: Fraction) -> None:
         """Merge pull request `number` when the repository's autoApprove rules allow the

@@ -2,11 +2,11 @@
 
 The quota controller needs five things of a forge: find the open pull
 request of a branch, open one, update its title and body, read its state
-(open, merged, closed unmerged) and, for auto-approval, merge it when its
-checks are green. Each client speaks its forge's REST API (JSON over HTTPS,
-the token from a file or a Secret) through one `Transport`, the seam the
-unit tests replace with recorded request and response shapes; the real
-transport is urllib's. A forge that cannot be reached, or answers 5xx or
+(open, merged, closed unmerged; and whether it conflicts with its base) and,
+for auto-approval, merge it when its checks are green. Each client speaks its
+forge's REST API (JSON over HTTPS, the token from a file or a Secret) through
+one `Transport`, the seam the unit tests replace with recorded request and
+response shapes; the real transport is urllib's. A forge that cannot be reached, or answers 5xx or
 429, raises `ForgeUnavailable` (the controller retries with backoff); any
 other refusal raises `ForgeError` with the forge's own message.
 """
@@ -54,6 +54,10 @@ class PullRequest:
     head_sha: str = ""
     merge_sha: str = ""
     """The merge commit, once merged (empty for a fast-forward GitLab merge)."""
+    conflicted: bool = False
+    """The forge says it cannot be merged as it stands: its branch conflicts with the
+    base (GitHub's and Gitea's `mergeable: false`, GitLab's `has_conflicts`; unknown,
+    while the forge is still working it out, reads as False)."""
 
 
 @dataclass(frozen=True)
@@ -187,6 +191,7 @@ class GitHub(_Client):
             state=state,
             head_sha=str((d.get("head") or {}).get("sha") or ""),
             merge_sha=str(d.get("merge_commit_sha") or "") if state == "merged" else "",
+            conflicted=state == "open" and d.get("mergeable") is False,
         )
 
     def find_open(self, *, head: str) -> PullRequest | None:
@@ -252,6 +257,7 @@ class GitLab(_Client):
             state=state,
             head_sha=str(d.get("sha") or ""),
             merge_sha=str(d.get("merge_commit_sha") or d.get("squash_commit_sha") or ""),
+            conflicted=state == "open" and d.get("has_conflicts") is True,
         )
 
     def find_open(self, *, head: str) -> PullRequest | None:

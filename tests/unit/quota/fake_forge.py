@@ -3,7 +3,8 @@ seam, over a real bare Git repository.
 
 Pull requests live in a dict; `merge` merges the branch into the base on the
 bare repository with `git merge --no-ff` (a real merge commit the reconciler
-would fetch), `close` closes one unmerged, and `down` makes every call raise
+would fetch), `get` says whether a branch conflicts with the base (`git
+merge-tree`), `close` closes one unmerged, and `down` makes every call raise
 `ForgeUnavailable` as an outage would.
 """
 
@@ -84,8 +85,19 @@ class FakeForge:
         return self.prs[number]
 
     def get(self, number: int) -> PullRequest:
+        """The pull request, and whether its branch conflicts with the base now (as a
+        forge works it out: a merge of the two, here `git merge-tree`)."""
         self._check("get")
-        return self.prs[number]
+        pr = self.prs[number]
+        if pr.state == "open":
+            merge = subprocess.run(
+                ["git", "merge-tree", "--write-tree", self.base, self.heads[number]],
+                cwd=self.remote,
+                capture_output=True,
+                text=True,
+            )
+            pr = replace(pr, conflicted=merge.returncode == 1)
+        return pr
 
     def checks_green(self, pr: PullRequest) -> bool:
         self._check("checks_green")

@@ -333,6 +333,36 @@ def test_a_pull_request_merged_as_a_second_request_arrives_is_counted_once(world
     assert "{gpu: 76," in w.main_file()
 
 
+def test_a_pull_request_left_conflicting_by_a_merge_before_it_is_built_again_on_the_new_base(
+    world: World,
+) -> None:
+    """Found by a review: the gpu and cpu requests of one project edit the same line
+    (`max: {gpu: 64, cpu: "512", ...}`); once one merged, the other conflicted, and
+    sat Pending on a pull request nobody could merge (its group had not changed)."""
+    w = world
+    w.request("more-gpu")
+    w.request("more-cpu", namespace="nlp-dev", resource="cpu", amount="64")
+    w.step()
+    w.forge.merge(1)
+    w.clock.advance(w.ctl.settings.forge_poll_s)
+    w.step()  # reads #2 conflicting, and builds its branch again on the new main
+    assert git(w.remote, "rev-parse", "gangops/quota/nlp/cpu^") == git(
+        w.remote, "rev-parse", "main"
+    )
+    assert _branch_diff(w, "gangops/quota/nlp/cpu") == [
+        '-    max: {gpu: 72, cpu: "512", memory: 4Ti}\n',
+        '+    max: {gpu: 72, cpu: "576", memory: 4Ti}\n',
+    ]
+    assert w.status("more-cpu", "nlp-dev")["pullRequest"]["number"] == 2
+    pushed = git(w.remote, "rev-parse", "gangops/quota/nlp/cpu")
+    for _ in range(3):  # no longer conflicting: left as it is
+        w.clock.advance(w.ctl.settings.forge_poll_s)
+        w.step()
+    assert git(w.remote, "rev-parse", "gangops/quota/nlp/cpu") == pushed
+    w.forge.merge(2)  # a real merge: it would fail on a conflict
+    assert '{gpu: 72, cpu: "576",' in w.main_file()
+
+
 def test_a_forge_refusal_reading_a_pull_request_retries_that_request_alone(
     world: World,
 ) -> None:

@@ -253,3 +253,20 @@ def test_no_checks_at_all_is_not_green() -> None:
     t = Recorded([(200, {"iid": 1, "web_url": "u", "state": "opened", "head_pipeline": None})])
     gl = GitLab(api="https://g/api/v4", repo="a/b", token="x", transport=t)
     assert gl.checks_green(PullRequest(1, "u", "open", "abc")) is False
+
+
+def test_each_forge_says_when_a_pull_request_conflicts_with_its_base() -> None:
+    # GitHub and Gitea: mergeable false (null while the forge works it out);
+    # GitLab: has_conflicts. A merged one conflicts with nothing.
+    answers = [{**GH_PR, "mergeable": m} for m in (False, None, True)]
+    gh = GitHub(api="https://api.github.com", repo="acme/policies", token="t",
+                transport=Recorded([(200, a) for a in answers]))  # fmt: skip
+    assert [gh.get(7).conflicted for _ in answers] == [True, False, False]
+    gt = Gitea(api="http://g/api/v1", repo="o/r", token="t",
+               transport=Recorded([(200, {**GH_PR, "mergeable": False})]))  # fmt: skip
+    assert gt.get(7).conflicted is True
+    mrs = [{**GL_MR, "has_conflicts": True}, {**GL_MR, "has_conflicts": False},
+           {**GL_MR, "state": "merged", "has_conflicts": True}]  # fmt: skip
+    gl = GitLab(api="https://g/api/v4", repo="a/b", token="x",
+                transport=Recorded([(200, m) for m in mrs]))  # fmt: skip
+    assert [gl.get(3).conflicted for _ in mrs] == [True, False, False]
