@@ -442,7 +442,16 @@ class GangController:
         self._capacity_wanted = wants_capacity(todo)
         if self._capacity_wanted and self._unseen:
             self._wake.set()  # a pod changed after the read, unwoken: it may free GPUs
-        self._record_demand(now, todo.running, [*todo.queue, *todo.in_flight])
+        # A gang its own limits hold back (its project's or user's max, its namespace's
+        # quota) or refuse is not demand: the project could not use a guarantee kept
+        # idle for it, which lending by forecast would keep from every borrower.
+        held_back = {
+            d.gang.id
+            for d in result.decisions
+            if isinstance(d, Pending) and d.code in ("Quota", "Refused")
+        }
+        queued = [g for g in (*todo.queue, *todo.in_flight) if g.id not in held_back]
+        self._record_demand(now, todo.running, queued)
         t_write = self._clock.monotonic()
         self.metrics.cycle.observe(t_write - t0)
         self.last_result = result

@@ -311,6 +311,31 @@ def test_demand_forecasts_per_project_and_per_user() -> None:
         c.stop()
 
 
+def test_a_gang_its_own_limits_hold_back_is_not_demand_its_project_could_be_lent_back() -> None:
+    """Found by a review: lending by forecast protected a project's idle guarantee
+    for a gang over its own max (or its user's), which that guarantee could never
+    admit, and so held those GPUs idle from every borrower for as long as it waited."""
+    m, api, clock = GangMetrics(), FakeKube(), FakeClock(T0)
+    c = GangController(api, clock=clock, metrics=m)
+    c.config.assume(policy_configmap(POLICY, c.settings.system_namespace, resourceVersion="1"))
+    c.nodes.assume(node("a"))
+    for o in held("r1", 3, on="a", first=0, borrowed=0, user="alice"):
+        (c.pods if o["kind"] == "Pod" else c.jobs).assume(o)
+    over = waiting("over", 6, tier="batch")  # 3 + 6 is over p's max of 8
+    over["metadata"]["labels"]["ai.operator/user"] = "alice"
+    c.jobs.assume(over)
+    api.objects[("TrainingJob", "p", "over")] = over
+    try:
+        got = _demand_after_a_step(c, m)
+        assert c.last_result is not None
+        assert [(d.gang.id, getattr(d, "code", "")) for d in c.last_result.decisions] == [
+            ("p/over", "Quota")
+        ]
+        assert got[("p", "", "point")] == got[("p", "alice", "point")] == 3, got
+    finally:
+        c.stop()
+
+
 def test_cached_objects_count_each_watch_cache() -> None:
     """What the controller's memory grows with, per resource: read from its caches
     when scraped, so a pod that goes is no longer counted."""
