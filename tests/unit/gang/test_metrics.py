@@ -311,16 +311,22 @@ def test_demand_forecasts_per_project_and_per_user() -> None:
         c.stop()
 
 
-def test_a_gang_its_own_limits_hold_back_is_not_demand_its_project_could_be_lent_back() -> None:
-    """Found by a review: lending by forecast protected a project's idle guarantee
-    for a gang over its own max (or its user's), which that guarantee could never
-    admit, and so held those GPUs idle from every borrower for as long as it waited."""
+def _alice_holding_3() -> tuple[GangController, GangMetrics, FakeKube, FakeClock]:
+    """A controller whose node `a` runs alice's 3-GPU job `r1` in project `p`."""
     m, api, clock = GangMetrics(), FakeKube(), FakeClock(T0)
     c = GangController(api, clock=clock, metrics=m)
     c.config.assume(policy_configmap(POLICY, c.settings.system_namespace, resourceVersion="1"))
     c.nodes.assume(node("a"))
     for o in held("r1", 3, on="a", first=0, borrowed=0, user="alice"):
         (c.pods if o["kind"] == "Pod" else c.jobs).assume(o)
+    return c, m, api, clock
+
+
+def test_a_gang_its_own_limits_hold_back_is_not_demand_its_project_could_be_lent_back() -> None:
+    """Found by a review: lending by forecast protected a project's idle guarantee
+    for a gang over its own max (or its user's), which that guarantee could never
+    admit, and so held those GPUs idle from every borrower for as long as it waited."""
+    c, m, api, _ = _alice_holding_3()
     over = waiting("over", 6, tier="batch")  # 3 + 6 is over p's max of 8
     over["metadata"]["labels"]["ai.operator/user"] = "alice"
     c.jobs.assume(over)
@@ -367,12 +373,7 @@ def test_a_waiting_nominee_is_counted_once_in_its_projects_demand() -> None:
     """The cycle counts a nominee's GPUs against its quotas while it waits for its
     victims' pods; demand reads the plan (held + queued), so the nominee, queued,
     counts once, not once more for that claim."""
-    m, api, clock = GangMetrics(), FakeKube(), FakeClock(T0)
-    c = GangController(api, clock=clock, metrics=m)
-    c.config.assume(policy_configmap(POLICY, c.settings.system_namespace, resourceVersion="1"))
-    c.nodes.assume(node("a"))
-    for o in held("r1", 3, on="a", first=0, borrowed=0, user="alice"):
-        (c.pods if o["kind"] == "Pod" else c.jobs).assume(o)
+    c, m, api, clock = _alice_holding_3()
     # bob's 8-GPU gang, nominated for node a, where r1's 3 GPUs are still held
     nomination = Admission(
         "Nominated", 1, Placement(tuple(PodPlacement("a", (d,)) for d in range(8))),

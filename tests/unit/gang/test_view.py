@@ -137,8 +137,8 @@ def test_a_gpu_index_written_other_than_in_a_few_ascii_digits_is_ignored_like_a_
     assert node_of(n).unhealthy == frozenset({1, 3})
 
 
-def test_a_node_with_a_unicode_digit_in_its_annotation_does_not_stop_admissions() -> None:
-    """The review's reproduction end to end: the step is taken, the job admitted."""
+def _controller() -> tuple[GangController, list[Write]]:
+    """A controller over project `p`, and the writes its steps hand out."""
     c = GangController(FakeKube(), clock=FakeClock())
     writes: list[Write] = []
     c._submit = lambda w, *, assume=None: bool(writes.append(w) or True)  # type: ignore[method-assign]
@@ -146,6 +146,12 @@ def test_a_node_with_a_unicode_digit_in_its_annotation_does_not_stop_admissions(
         policy_configmap(policy_doc(projects={"p": {}}), c.settings.system_namespace,
                          resourceVersion="1")
     )  # fmt: skip
+    return c, writes
+
+
+def test_a_node_with_a_unicode_digit_in_its_annotation_does_not_stop_admissions() -> None:
+    """The review's reproduction end to end: the step is taken, the job admitted."""
+    c, writes = _controller()
     typo = node("a")
     typo["metadata"]["annotations"] = {"gangops.ai/quarantined-gpus": "1,\u00b2"}
     c.nodes.assume(typo)
@@ -410,13 +416,7 @@ def test_a_job_that_breaks_its_parse_is_that_jobs_error_not_every_jobs(
 def test_a_malformed_template_does_not_stop_another_jobs_admission() -> None:
     """The review's reproduction end to end: a tenant's `nodeSelector: [..]` made
     every step crash; now that job waits as InvalidSpec and the other is admitted."""
-    c = GangController(FakeKube(), clock=FakeClock())
-    writes: list[Write] = []
-    c._submit = lambda w, *, assume=None: bool(writes.append(w) or True)  # type: ignore[method-assign]
-    c.config.assume(
-        policy_configmap(policy_doc(projects={"p": {}}), c.settings.system_namespace,
-                         resourceVersion="1")
-    )  # fmt: skip
+    c, writes = _controller()
     c.nodes.assume(node("a"))
     bad = job("bad", 2)
     bad["spec"]["template"]["spec"]["nodeSelector"] = ["zone=a"]
