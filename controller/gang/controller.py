@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import chain
@@ -73,9 +73,9 @@ from controller.scheduler.policy import (
     UnreadablePolicy,
 )
 from controller.scheduler.telemetry import Telemetry, idle_gpus
-from controller.scheduler.types import MILLI, Admit, Gang, JobId, Pending, Running
+from controller.scheduler.types import MILLI, Admit, Decision, Gang, JobId, Pending, Running
 
-__all__ = ["FIELD_MANAGER", "GangController", "GangSettings"]
+__all__ = ["FIELD_MANAGER", "GangController", "GangSettings", "held_back_by_own_limits"]
 
 DEMAND_WINDOW_S = 3600.0
 """The demand forecast's sliding window."""
@@ -142,6 +142,19 @@ class GangSettings:
 
 IDLE_TICKS_MAX = 10
 """The longest a stretched tick (`GangSettings.idle_cpu`) may be, in ticks."""
+
+
+def held_back_by_own_limits(decisions: Iterable[Decision]) -> set[JobId]:
+    """The gangs a step left waiting on their own limits (their project's or user's
+    max, their namespace's quota) or refused outright. They are not demand: a
+    guarantee kept idle for them could not admit them, and lending by forecast would
+    keep it from every borrower. A gang held back only because the guarantee it
+    would borrow is forecast to be wanted back (`Pending.lending`) still is."""
+    return {
+        d.gang.id
+        for d in decisions
+        if isinstance(d, Pending) and (d.code == "Refused" or (d.code == "Quota" and not d.lending))
+    }
 
 
 def _telemetry_note(t: Telemetry | None, now: float) -> str:
@@ -442,14 +455,7 @@ class GangController:
         self._capacity_wanted = wants_capacity(todo)
         if self._capacity_wanted and self._unseen:
             self._wake.set()  # a pod changed after the read, unwoken: it may free GPUs
-        # A gang its own limits hold back (its project's or user's max, its namespace's
-        # quota) or refuse is not demand: the project could not use a guarantee kept
-        # idle for it, which lending by forecast would keep from every borrower.
-        held_back = {
-            d.gang.id
-            for d in result.decisions
-            if isinstance(d, Pending) and d.code in ("Quota", "Refused")
-        }
+        held_back = held_back_by_own_limits(result.decisions)
         queued = [g for g in (*todo.queue, *todo.in_flight) if g.id not in held_back]
         self._record_demand(now, todo.running, queued)
         t_write = self._clock.monotonic()

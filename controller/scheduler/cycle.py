@@ -894,7 +894,7 @@ def _decide(
     before = (snap.version, *state.token())
     seen = state.waiting.get(kind)
     if seen is not None and seen[0] == before:
-        return Pending(g, seen[1].reason, seen[1].code)
+        return Pending(g, seen[1].reason, seen[1].code, seen[1].lending)
     decision = _decided(snap, policy, state, g, now)
     if isinstance(decision, Pending) and (snap.version, *state.token()) == before:
         state.waiting[kind] = (before, decision)
@@ -918,12 +918,13 @@ def _decided(
     if refused is not None:
         return Pending(g, refused, "Refused")
     exclude = _excluded(state, g, now)
-    blocked = quota(snap, policy, g) or _lend_limit(snap, policy, state.hints, g)
+    own = quota(snap, policy, g)
+    blocked = own or _lend_limit(snap, policy, state.hints, g)
     if blocked is not None:
         if state.nominated.get(g.id):  # its shrinks have not landed yet
             return Pending(g, _WAITING, "Capacity")
         if not snap.shrinkable.get(g.project):
-            return Pending(g, blocked, "Quota")
+            return Pending(g, blocked, "Quota", lending=own is None)
         # The project's (or user's) own elastic gangs give back what they grew by.
         lent = _shrink(
             snap, policy, g, now=now, budget=0, exclude=exclude, holder=False, project=g.project,
@@ -931,7 +932,7 @@ def _decided(
         )  # fmt: skip
         if lent is not None:
             return _shrink_for(snap, state, g, lent, now)
-        return Pending(g, blocked, "Quota")
+        return Pending(g, blocked, "Quota", lending=own is None)
     over_reserve = _outside_reserve(snap, policy, g)
     placement = None
     if over_reserve is None:

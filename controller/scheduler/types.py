@@ -330,6 +330,9 @@ class Pending:
     """Refused: cannot run under the current policy at all (tier not allowed,
     bigger than the job limit); Quota and Capacity: waits for usage to fall;
     Reserved: the free GPUs are held for a gang ahead of it."""
+    lending: bool = False
+    """Quota, and held back not by its own limits but because the guarantee it would
+    borrow is forecast to be wanted back by its owner (lending by forecast)."""
 
 
 Decision = Admit | Preempt | Pending

@@ -15,15 +15,20 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from controller.gang.controller import DEMAND_WINDOW_S, GangController
+from controller.gang.controller import DEMAND_WINDOW_S, GangController, held_back_by_own_limits
 from controller.gang.metrics import GangMetrics
 from controller.gang.record import Admission
 from controller.kube.clock import FakeClock
+from controller.scheduler.cycle import schedule
 from controller.scheduler.policy import policy_configmap
-from controller.scheduler.telemetry import PodUsage, Signal, Telemetry
+from controller.scheduler.snapshot import Snapshot
+from controller.scheduler.telemetry import Hints, PodUsage, Signal, Telemetry
 from controller.scheduler.types import Admit, Placement, PodPlacement
 from tests.unit.kube.fakes import FakeKube
-from tests.unit.scheduler.builders import policy_doc
+from tests.unit.scheduler.builders import job as sjob
+from tests.unit.scheduler.builders import node as snode
+from tests.unit.scheduler.builders import policy, policy_doc
+from tests.unit.scheduler.builders import running as srunning
 
 from .builders import job, node, pod
 
@@ -412,3 +417,22 @@ def test_a_gang_admitted_in_the_step_is_counted_once_in_its_projects_demand() ->
         assert got[("q", "", "point")] == got[("q", "bob", "point")] == 2, got
     finally:
         c.stop()
+
+
+def test_a_gang_held_back_by_another_projects_forecast_is_still_demand() -> None:
+    """Found by a review of the fix above: a gang lending by forecast holds back (its
+    project would borrow a guarantee its owner is forecast to want back) is Pending
+    on Quota too, and was dropped from its project's demand, so that project's own
+    idle guarantee was no longer protected."""
+    pol = policy({"a": {"guaranteed": 8}, "b": {"guaranteed": 8}, "c": {"max": 8}})
+    a_run = sjob("a-run").project("a").gang(4).build()
+    c_run = sjob("c-run").project("c").gang(4).build()
+    snap = Snapshot([snode("n1", 8), snode("n2", 8)], levels=("topology.kubernetes.io/zone",),
+                    running=[srunning(a_run, {"n1": 4}), srunning(c_run, {"n2": 4})])  # fmt: skip
+    a_big = sjob("a-big").project("a").gang(8).build()  # 4 + 8 > 8: borrows 4 of b's
+    c_big = sjob("c-big").project("c").gang(8).build()  # 4 + 8 over its own max
+    hints = Hints(protect={"b": 8_000})
+    decisions = schedule(snap, [a_big, c_big], pol, now=0.0, hints=hints).decisions
+    got = {(d.gang.id, getattr(d, "code", ""), getattr(d, "lending", None)) for d in decisions}
+    assert got == {(a_big.id, "Quota", True), (c_big.id, "Quota", False)}
+    assert held_back_by_own_limits(decisions) == {c_big.id}
