@@ -178,6 +178,19 @@ class PolicyRepo:
             log.info("pushed branch=%s commit=%s url=%s", branch, head.hexsha, self.url)
             return Proposed(branch, head.hexsha, base.hexsha, pushed=True)
 
+    def conflicts(self, branch: str) -> bool:
+        """Whether pushed branch `branch` no longer merges cleanly into the base's tip
+        (`git merge-tree`, which writes nothing to the working tree)."""
+        with self._lock:
+            repo = self.fetch()
+            try:
+                repo.git.merge_tree("--write-tree", f"origin/{self.base}", f"origin/{branch}")
+            except git.GitCommandError as e:
+                if e.status == 1:  # merged with conflicts
+                    return True
+                raise GitUnavailable(f"git merge-tree {self.url}: {_stderr(e)}") from None
+            return False
+
     def checkout(self, commit: str) -> Path:
         """The working tree at `commit` (for validating and planning what a branch holds)."""
         with self._lock:

@@ -62,6 +62,7 @@ from controller.quota.body import check_tree, pr_body, pr_title, withdrawn_pr
 from controller.quota.branch import GitUnavailable, PolicyRepo
 from controller.quota.edit import (
     EditError,
+    Superseded,
     auto_propose,
     edit_max,
     project_namespaces,
@@ -637,8 +638,8 @@ class QuotaController:
             "source": info.name,
             "fingerprint": fingerprint,
             "valid": checked.valid,
-            "base": proposed.base_commit,
         }
+        self._polled.pop((info.name, pr.number), None)  # read before this push
         for obj, spec in members:
             self._set(
                 obj,
@@ -695,12 +696,13 @@ class QuotaController:
                 self._release(obj, f"withdrawn from pull request {pr.url}")
 
     def _behind(self, obj: Obj) -> bool:
-        """Whether the request's pull request conflicts with a base that moved since its
-        branch was built (another edit of the same line merged first: the gpu and cpu
-        requests of one project share `max: {...}`): then the branch is built again
-        over the new base, where the one-line edit is made anew. Asked once per read of
-        the pull request (`_poll`), so a conflict nobody can resolve by rebuilding (the
-        base did not move) costs one fetch per forge_poll_s, and is said once."""
+        """Whether the request's pull request conflicts with its base, which moved since
+        its branch was built (another edit of the same line merged first: the gpu and
+        cpu requests of one project share `max: {...}`): then the branch is built again
+        over the new base, where the one-line edit is made anew. Asked when the forge
+        says it conflicts, once per read of it (`_poll`), and checked here (`git
+        merge-tree`): Gitea also says so while it is still working it out, and a
+        rebuild that is not needed would run the repository's checks again."""
         prs = (obj.get("status") or {}).get("pullRequest") or {}
         info = self._info_of(obj)
         seen = self._polled.get((info.name, int(prs["number"]))) if info and prs else None
@@ -711,16 +713,10 @@ class QuotaController:
             return False
         self._conflict_read[key] = seen[0]
         try:
-            moved = prs.get("base") != info.repo.base_commit()
-        except GitUnavailable:
+            return info.repo.conflicts(str(prs["branch"]))
+        except GitUnavailable as e:
+            log.warning("pull request url=%s: conflict not checked: %s", prs.get("url"), e)
             return False
-        if not moved:
-            log.warning(
-                "pull request url=%s conflicts with its base, which has not moved since "
-                "its branch was built: a person must resolve it",
-                prs.get("url"),
-            )
-        return moved
 
     def _auto_approve(self, obj: Obj, number: int, spec: QuotaRequestSpec, delta: Fraction) -> None:
         """Merge pull request `number` when the repository's autoApprove rules allow the
@@ -804,7 +800,10 @@ class QuotaController:
                 return
             if revert.get("closed"):
                 return
-            path, text = info.repo.project_file(spec.project)
+            try:
+                path, text = info.repo.project_file(spec.project)
+            except LookupError as e:  # the Project is gone from the repository
+                raise Superseded(str(e)) from None
             edit = edit_max(
                 text,
                 project=spec.project,
@@ -834,10 +833,21 @@ class QuotaController:
             pr = info.forge.find_open(head=branch) or info.forge.open(
                 head=branch, base=info.repo.base, title=title, body=body
             )
-        except (EditError, LookupError) as e:
-            log.warning("revert of %s/%s not proposed: %s", spec.namespace, spec.name, e)
+        except Superseded as e:
+            # Changed by hand since the grant (the Project gone, its max removed or
+            # lowered past it): nothing is left to take back as granted. Ended as a
+            # revert closed by a reviewer is: the repository's word stands.
+            self._set(
+                obj,
+                spec,
+                "Ready",
+                f"no revert: {e}; the grant is as the repository has it now",
+                revert={"closed": True, "reason": str(e)},
+            )
             return
-        except (GitUnavailable, ForgeUnavailable, ForgeError) as e:
+        except (EditError, LookupError, GitUnavailable, ForgeUnavailable, ForgeError) as e:
+            # The PolicySource or its Secret gone, the file unreadable: tried again,
+            # with the backoff, and said in the status (not a log line each pass).
             self._retry(obj, spec, f"opening the revert: {e}", keep="Ready")
             return
         revert = {"url": pr.url, "number": pr.number, "branch": branch, "valid": checked.valid}
@@ -1003,6 +1013,8 @@ def _owed(obj: Obj, spec: QuotaRequestSpec) -> bool:
 def _why_released(obj: Obj) -> str:
     status = obj.get("status") or {}
     revert = status.get("revert") or {}
+    if revert.get("reason"):
+        return f"no revert: {revert['reason']}"
     if revert.get("closed"):
         return f"its revert {revert.get('url')} was closed unmerged: the grant stays"
     if status.get("state") in ("Rejected", "Expired"):

@@ -27,6 +27,7 @@ from controller.quantity import QuantityError, format_quantity, parse_quantity
 __all__ = [
     "Edit",
     "EditError",
+    "Superseded",
     "auto_propose",
     "edit_max",
     "find_project",
@@ -39,6 +40,11 @@ __all__ = [
 
 class EditError(ValueError):
     """The file cannot be edited as asked: says where and why."""
+
+
+class Superseded(EditError):
+    """What the edit would change is no longer there as it was granted: the Project is
+    gone, its max no longer set, or lowered below what a revert would take back."""
 
 
 @dataclass(frozen=True)
@@ -109,7 +115,7 @@ def _project(docs: list[Any], project: str) -> tuple[int, CommentedMap]:
     for i, d in enumerate(docs):
         if _is_project(d, project):
             return i, d
-    raise EditError(f"no Project named {project!r} in the file")
+    raise Superseded(f"no Project named {project!r} in the file")
 
 
 def _member(spec: CommentedMap, user: str) -> tuple[CommentedMap | None, CommentedSeq | None]:
@@ -272,10 +278,12 @@ def edit_max(text: str, *, project: str, user: str | None, resource: str, delta:
     current = read_max(text, project=project, user=user, resource=resource)
     if current is None:
         who = f"user {user!r} in project {project!r}" if user else f"project {project!r}"
-        raise EditError(f"{who} has no max {resource} to raise (it is not limited)")
+        raise Superseded(f"{who} has no max {resource} to raise (it is not limited)")
     target = current + delta
     if target < 0:
-        raise EditError(f"max {resource} would fall below zero ({format_amount(resource, target)})")
+        raise Superseded(
+            f"max {resource} would fall below zero ({format_amount(resource, target)})"
+        )
     new = format_amount(resource, target)
     old: str | None
     if user is None:

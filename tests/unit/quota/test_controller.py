@@ -10,7 +10,7 @@ import datetime as dt
 import difflib
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -361,6 +361,24 @@ def test_a_pull_request_left_conflicting_by_a_merge_before_it_is_built_again_on_
     assert git(w.remote, "rev-parse", "gangops/quota/nlp/cpu") == pushed
     w.forge.merge(2)  # a real merge: it would fail on a conflict
     assert '{gpu: 72, cpu: "576",' in w.main_file()
+
+
+def test_a_conflict_the_forge_reports_while_still_checking_rebuilds_nothing(world: World) -> None:
+    """Gitea's mergeable is false while it checks a pull request again after its base
+    moved (found by a review): a rebuild then would push for nothing and run the
+    repository's checks again. The conflict is checked here before any rebuild."""
+    w = world
+    w.request("more-gpu")
+    w.step()
+    pushed = git(w.remote, "rev-parse", "gangops/quota/nlp/gpu")
+    _commit(w, "policies/README.md", lambda t: t + "\nA later commit.\n")  # the base moves
+    get = w.forge.get
+    w.forge.get = lambda n: replace(get(n), conflicted=True)  # type: ignore[method-assign]
+    for _ in range(3):
+        w.clock.advance(w.ctl.settings.forge_poll_s)
+        w.step()
+    assert git(w.remote, "rev-parse", "gangops/quota/nlp/gpu") == pushed
+    assert w.forge.calls.count("update") == 0
 
 
 def test_a_forge_refusal_reading_a_pull_request_retries_that_request_alone(
@@ -763,6 +781,38 @@ def test_a_temporary_request_deleted_from_a_shared_pull_request_leaves_the_other
     )
     assert w.status("steady", "nlp-dev")["state"] == "Pending"
     assert "`nlp/burst`" not in w.forge.bodies[1][-1][1]
+
+
+@pytest.mark.parametrize("deleted", [False, True])
+def test_a_grant_the_repository_no_longer_holds_ends_without_a_revert(
+    world: World, deleted: bool
+) -> None:
+    """Found by a review: a temporary grant whose Project was removed from the
+    repository since (nothing left to take back) logged a warning every pass, and,
+    deleted, kept its finalizer, and its namespace, for good."""
+    w = world
+    w.request("burst", expiresAt=_in(2))
+    w.step()
+    w.applied(w.forge.merge(1).merge_sha)
+    _poll(w)
+    assert w.status("burst")["state"] == "Ready"
+    work = w.remote.parent / "work-rm"
+    git(w.remote.parent, "clone", "--quiet", str(w.remote), str(work))
+    git(work, "rm", "-q", "policies/projects/nlp.yaml")
+    git(work, "-c", "user.name=t", "-c", "user.email=t@e.invalid", "commit", "-qm", "rm nlp")
+    git(work, "push", "--quiet", "origin", "main")
+    if deleted:
+        w.delete("burst")
+    else:
+        w.clock.advance(2 * 3600)
+    w.step()
+    if deleted:
+        assert w.kube.get(_QR, "burst", "nlp") is None  # gone: nothing was owed
+    else:
+        status = w.status("burst")
+        assert status["revert"]["closed"] is True and "Project 'nlp'" in status["message"]
+        assert w.finalizers("burst") == []  # nothing is owed back any more
+    assert len(w.forge.prs) == 1  # no revert opened
 
 
 def test_a_request_with_nothing_to_revert_is_deleted_at_once(world: World) -> None:
