@@ -343,6 +343,7 @@ def step(
     acted_at = state.acted_at
     circuit_open = False
     recent = facts.recent
+    timeout = policy.resolve_timeout_s  # 0: entries never lapse
     for item in incoming:
         a = item.alert
         rule = policy.rule(a.name)
@@ -372,7 +373,7 @@ def step(
                 outcomes.append((a.name, "duplicate"))
             continue
         if old is not None:
-            if old.resolved_at is None and now - old.heard_at() >= policy.resolve_timeout_s / 4:
+            if timeout and old.resolved_at is None and now - old.heard_at() >= timeout / 4:
                 entries[a.key] = replace(old, seen_at=now)  # still firing: not lapsed
             outcomes.append((a.name, "duplicate"))
             continue
@@ -425,16 +426,16 @@ def step(
         outcomes.append((a.name, "acted"))
         notes.append(Note("Warning", "AlertAction", f"{a.name}: {what}"))
     for key, e in list(entries.items()):
-        if e.resolved_at is None and now - e.heard_at() >= policy.resolve_timeout_s:
+        if timeout and e.resolved_at is None and now - e.heard_at() >= timeout:
             # Alertmanager sends a firing alert again every repeat_interval, a resolve
             # once: one not sent for this long has resolved, and its resolve was lost.
             entries[key] = e = replace(e, resolved_at=now, lapsed=True)
             outcomes.append((e.alert, "lapsed"))
             if e.acting(now):
                 notes.append(Note("Warning", "AlertLapsed", (
-                    f"{e.alert}: not sent again by Alertmanager for"
-                    f" {policy.resolve_timeout_s:g}s, taken as resolved (its resolve was"
-                    f" lost); what it did is undone after the {e.cooldown_s:g}s cool-down,"
+                    f"{e.alert}: not sent again by Alertmanager for {timeout:g}s,"
+                    " taken as resolved (its resolve was lost, or it is silenced);"
+                    " what it did is undone after the {e.cooldown_s:g}s cool-down,"
                     f" at {_iso(now + e.cooldown_s)}, if no other alert holds it"
                 )))  # fmt: skip
     for key, e in list(entries.items()):

@@ -67,10 +67,11 @@ class AlertPolicy:
 
     rules: Mapping[str, AlertRule] = field(default_factory=dict)
     breaker: Breaker = field(default_factory=Breaker)
-    resolve_timeout_s: float = 43200.0
+    resolve_timeout_s: float = 0.0
     """An alert acted on and not sent again, still firing, for this long is taken as
     resolved: its resolve was lost (Alertmanager sends one once). Above twice the
-    route's repeat_interval, which is how often a firing alert is sent again."""
+    route's repeat_interval, which is how often a firing alert is sent again; 0 (the
+    default): never, as a silenced or inhibited alert is not sent either."""
 
     def rule(self, alert: str) -> AlertRule:
         """The rule for `alert`; an alert no rule names does nothing (mode shadow,
@@ -98,7 +99,7 @@ class AlertPolicy:
             max_nodes=int(b.get("maxNodes", 5)),
             window_s=float(b.get("windowSeconds", 600)),
         )
-        timeout = float(doc.get("resolveTimeoutSeconds", 43200))
+        timeout = float(doc.get("resolveTimeoutSeconds", 0))
         return cls(rules=rules, breaker=breaker, resolve_timeout_s=timeout)
 
     @classmethod

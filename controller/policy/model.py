@@ -125,7 +125,8 @@ class ClusterPolicy:
     breaker_max_percent: int = 10
     breaker_max_nodes: int = 5
     breaker_window_seconds: int = 600
-    resolve_timeout_seconds: int = 43200
+    resolve_timeout_seconds: int = 0
+    """0: alerts never lapse (`alertActions.resolveTimeoutSeconds` unset)."""
 
 
 @dataclass(frozen=True)
@@ -253,9 +254,7 @@ def build_cluster_policy(doc: Document, *, capacity_gpu: int | None) -> ClusterP
         breaker_window_seconds=_default(
             _get(spec, "alertActions", "circuitBreaker", "windowSeconds"), 600
         ),
-        resolve_timeout_seconds=_default(
-            _get(spec, "alertActions", "resolveTimeoutSeconds"), 43200
-        ),
+        resolve_timeout_seconds=_default(_get(spec, "alertActions", "resolveTimeoutSeconds"), 0),
     )
 
 
