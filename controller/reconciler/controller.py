@@ -107,6 +107,9 @@ class _State:
     good: tuple[str, list[Obj]] | None = None
     """The last revision applied in full, and its objects: while newer revisions
     are refused, drift is corrected from it."""
+    lost: str | None = None
+    """The applied revision that could not be built again (after a restart, gone
+    from the repository: force-pushed away), so not tried at each reconcile."""
 
 
 @dataclass
@@ -211,8 +214,13 @@ def _requested(obj: Obj) -> str | None:
     return requested if requested and requested != handled else None
 
 
-def _kept(message: str, status: Obj) -> str:
+def _kept(message: str, status: Obj, state: _State) -> str:
     applied = status.get("lastAppliedRevision")
+    if applied and state.lost == applied:
+        return (
+            f"{message}; {applied}, applied last, is no longer in the repository: "
+            "what drifts from it is not put back"
+        )
     return f"{message}; keeping {applied}" if applied else message
 
 
@@ -501,7 +509,7 @@ class Reconciler:
         obj = self.sources.get(name)
         if obj is not None:
             status = obj.get("status") or {}
-            message = _kept(f"reconcile failed: {type(error).__name__}: {error}", status)
+            message = _kept(f"reconcile failed: {type(error).__name__}: {error}", status, state)
             try:
                 self._refuse(obj, state, "ReconcileFailed", message)
             except Exception:
@@ -545,10 +553,12 @@ class Reconciler:
             state.failures += 1
             state.fetch_at = 0.0
             self._keep_good(name, spec, state, status)
-            self._refuse(obj, state, e.reason, _kept(e.message, status))
+            self._refuse(obj, state, e.reason, _kept(e.message, status, state))
             return self._backoff(state)
         if objects is None:
             self._keep_good(name, spec, state, status)
+            if state.lost is not None and state.lost == status.get("lastAppliedRevision"):
+                diagnostics = _kept(diagnostics, status, state)
             self._refuse(obj, state, "ValidationFailed", diagnostics, revision=revision)
             return self._poll(spec)
         if revision != status.get("lastAppliedRevision") or generation != status.get(
@@ -598,11 +608,13 @@ class Reconciler:
         applied = status.get("lastAppliedRevision")
         if state.good is None or state.good[0] != applied:
             sha = str(applied or "").rpartition("sha1:")[2]
-            if not sha:
+            if not sha or state.lost == applied:
                 return
             try:
                 _, built = self._revisions.build(spec, sha)
             except GitError as e:
+                if e.reason == "ReferenceNotFound":  # gone from the repository for good
+                    state.lost = str(applied)
                 log.warning("cannot rebuild the applied revision source=%s error=%r", name, str(e))
                 return
             if built.objects is None:

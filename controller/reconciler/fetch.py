@@ -44,7 +44,8 @@ class GitRepos(Protocol):
 
     def read(self, url: str, sha: str, path: str) -> tuple[list[Source], Resolver]:
         """The files under `path` at `sha`, and a resolver relative to `path`
-        (raises `GitError`: PathNotFound, or ArtifactFailed for a damaged cache)."""
+        (raises `GitError`: PathNotFound, RevisionNotFetched for a commit it does not
+        hold, or ArtifactFailed for a damaged cache)."""
         ...
 
 
@@ -77,7 +78,8 @@ class GitRevisions:
         self._system_namespace = system_namespace
         self._git: GitRepos = git or GitCache(cache_dir / "git")
 
-    def resolve(self, spec: PolicySourceSpec) -> str:
+    def resolve(self, spec: PolicySourceSpec, ref: GitRef | None = None) -> str:
+        """The commit `ref` (by default the source's own) names now, fetched."""
         auth = GitAuth()
         if spec.secret_name:
             secret = self._kube.get(RESOURCES["Secret"], spec.secret_name, self._system_namespace)
@@ -89,20 +91,26 @@ class GitRevisions:
             data = {k: base64.b64decode(v) for k, v in (secret.get("data") or {}).items()}
             auth = auth_from_secret(data, key_dir=self._cache_dir / "keys")
         with self._git.lock(spec.url):
-            return self._git.resolve(spec.url, spec.ref, auth=auth, timeout_s=spec.timeout_s)
+            return self._git.resolve(spec.url, ref or spec.ref, auth=auth, timeout_s=spec.timeout_s)
 
     def build(self, spec: PolicySourceSpec, sha: str) -> tuple[str, Built]:
-        damaged = False
+        again: str | None = None
         with self._git.lock(spec.url):
             try:
                 sources, resolve = self._git.read(spec.url, sha, spec.path)
             except GitError as e:
-                if e.reason != "ArtifactFailed":
+                if e.reason not in ("ArtifactFailed", "RevisionNotFetched"):
                     raise
-                self._git.forget(spec.url)
-                damaged = True
-        if damaged:  # clone again, read again
+                again = e.reason
+                if e.reason == "ArtifactFailed":
+                    self._git.forget(spec.url)
+        if again == "RevisionNotFetched":
+            # Every branch and tag fetched; ReferenceNotFound if none leads to it any
+            # more (force-pushed away): nothing to re-clone for.
+            self.resolve(spec, GitRef(commit=sha))
+        elif again == "ArtifactFailed":  # clone again, read again
             sha = self.resolve(spec)
+        if again is not None:
             with self._git.lock(spec.url):
                 sources, resolve = self._git.read(spec.url, sha, spec.path)
         built = build(

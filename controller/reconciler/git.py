@@ -234,10 +234,17 @@ class GitCache:
 
     def read(self, url: str, sha: str, path: str) -> tuple[list[Source], Resolver]:
         """The YAML files under `path` at commit `sha` (already fetched), and a resolver
-        relative to `path`. Raises GitError: PathNotFound, or ArtifactFailed when the
-        cache cannot give the commit's files (the caller re-clones with `forget`)."""
+        relative to `path`. Raises GitError: PathNotFound; RevisionNotFetched when the
+        cache does not hold the commit (the caller fetches it); ArtifactFailed when it
+        cannot give the commit's files (the caller re-clones with `forget`)."""
         repo = self._repo(url)
         root = policy_root(path)
+        try:
+            repo.git.cat_file("-e", f"{sha}^{{commit}}")
+        except git.GitCommandError:
+            # Absent, not damaged: a commit no branch the cache fetched leads to (the
+            # applied one, after a restart and a force-push). Fetched, not re-cloned.
+            raise GitError("RevisionNotFetched", f"{sha[:12]} is not in the cache") from None
         try:
             commit = repo.commit(sha)
         except (ValueError, git.BadName, git.BadObject, git.GitCommandError) as e:

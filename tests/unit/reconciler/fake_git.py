@@ -65,6 +65,8 @@ class FakeGit:
         if self.damaged.get(sha):
             self.damaged[sha] -= 1
             raise GitError("ArtifactFailed", f"cannot read {sha[:12]} from the cache")
+        if sha not in self.repos[url].commits:  # force-pushed away, say
+            raise GitError("RevisionNotFetched", f"{sha[:12]} is not in the cache")
         files = self.repos[url].commits[sha]
         root = posixpath.normpath(path.strip("/") or ".")
         under = {p: text for p, text in files.items() if root == "." or p.startswith(root + "/")}

@@ -217,16 +217,9 @@ def test_while_the_newest_revision_is_invalid_drift_is_corrected_from_the_last_g
     assert world.status()["lastAppliedRevision"] == f"main@sha1:{GOOD}"
 
 
-def test_after_a_restart_the_last_good_revision_is_built_again_to_correct_drift(
-    tmp_path: Path,
-) -> None:
-    first = World(tmp_path)
-    first.git.push(URL, "main", GOOD, FILES)
-    first.reconcile()
-    first.git.push(URL, "main", NEXT, INVALID)
-    first.reconcile()
-    first.reconciler.stop()
-    again = World.__new__(World)  # a new reconciler over the same API server and Git
+def _restarted(first: World, tmp_path: Path) -> World:
+    """A new reconciler over `first`'s API server and Git, as after a restart."""
+    again = World.__new__(World)
     again.kube, again.git, again.clock = first.kube, first.git, FakeClock()
     settings = ReconcilerSettings(cache_dir=tmp_path)
     again.reconciler = Reconciler(
@@ -240,11 +233,48 @@ def test_after_a_restart_the_last_good_revision_is_built_again_to_correct_drift(
         rng=random.Random(0),
     )  # fmt: skip
     again.reconciler.sources.assume(again.kube.get(RESOURCES["PolicySource"], "team") or {})
+    return again
+
+
+def test_after_a_restart_the_last_good_revision_is_built_again_to_correct_drift(
+    tmp_path: Path,
+) -> None:
+    first = World(tmp_path)
+    first.git.push(URL, "main", GOOD, FILES)
+    first.reconcile()
+    first.git.push(URL, "main", NEXT, INVALID)
+    first.reconcile()
+    first.reconciler.stop()
+    again = _restarted(first, tmp_path)
     for kind, name, ns in DRIFTED:
         del again.kube.objects[(kind, ns, name)]
     again.reconcile()
     assert {(k, n) for k, n, _ in DRIFTED} <= again.applied()
     assert again.condition("Stalled")["reason"] == "ValidationFailed"
+    again.reconciler.stop()
+
+
+def test_an_applied_revision_force_pushed_away_is_said_and_not_fetched_at_each_reconcile(
+    tmp_path: Path,
+) -> None:
+    """Found by a review: after a restart, the applied commit, force-pushed away,
+    was taken for a damaged cache: the clone deleted and made again at every
+    reconcile, and the status still said it kept that revision."""
+    first = World(tmp_path)
+    first.git.push(URL, "main", GOOD, FILES)
+    first.reconcile()
+    first.reconciler.stop()
+    first.git.push(URL, "main", NEXT, INVALID)
+    del first.git.repos[URL].commits[GOOD]  # main force-pushed; GOOD is gone
+    again = _restarted(first, tmp_path)
+    again.reconcile()
+    stalled = again.condition("Stalled")
+    assert stalled["reason"] == "ValidationFailed"
+    assert f"main@sha1:{GOOD}, applied last, is no longer in the repository" in stalled["message"]
+    resolves = len(again.git.auths)
+    for _ in range(3):
+        again.reconcile(fetch=False)  # drift events
+    assert len(again.git.auths) == resolves and again.git.forgotten == []
     again.reconciler.stop()
 
 
