@@ -17,6 +17,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
+from controller.kube.client import FIELD_MANAGER
 from controller.kube.informer import Informer
 from controller.policy.build import Built, build
 from controller.policy.loader import Source
@@ -121,6 +122,14 @@ class _Informers(Protocol):
 Apply = Callable[[list[Obj], Iterable[Ref], SyncOptions], SyncResult]
 
 
+def _applied_by_us(obj: Obj) -> bool:
+    """Whether the reconciler's field manager applied `obj` (server-side apply)."""
+    return any(
+        e.get("manager") == FIELD_MANAGER and e.get("operation") == "Apply"
+        for e in obj["metadata"].get("managedFields") or ()
+    )
+
+
 def _source_of(obj: Obj) -> str | None:
     return (obj["metadata"].get("labels") or {}).get(LABEL_SOURCE)
 
@@ -170,8 +179,13 @@ class CrSource:
         revision, built = build_crs(crs, system_namespace=self._informers.settings.system_namespace)
         if built.objects is None:
             return False, "ValidationFailed", diagnostics_text(built.errors, self._max_diagnostics)
+        # What this source applied, as the API server says (managedFields): unlike
+        # a Git source it records no inventory, and its label alone is anyone's to
+        # copy (`kubectl get -o yaml`): an object made so is not pruned.
         labelled = [o for inf in self._informers.managed.values() for o in inf.items()]
-        inventory = {Ref.of(o) for o in labelled if _source_of(o) == CR_SOURCE}
+        inventory = {
+            Ref.of(o) for o in labelled if _source_of(o) == CR_SOURCE and _applied_by_us(o)
+        }
         synced = self._apply_revision(built.objects, inventory, SyncOptions(source=CR_SOURCE))
         ok, reason = synced.ok, synced.reason
         if synced.writes and revision == self._applied:

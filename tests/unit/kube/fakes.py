@@ -188,7 +188,9 @@ class FakeKube:
             raise self.refuse[meta["name"]]
         if dry_run:
             return copy.deepcopy({**obj, "metadata": {**meta, "resourceVersion": "0"}})
-        return self._store(key, obj, "apply")
+        # who applied it, as the API server records it (fields left out)
+        applied = {"manager": field_manager, "operation": "Apply"}
+        return self._store(key, {**obj, "metadata": {**meta, "managedFields": [applied]}}, "apply")
 
     def delete(
         self,

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator
 
-from controller.kube.client import ApiError
+from controller.kube.client import RESOURCES, ApiError
 from controller.kube.clock import FakeClock
 from controller.policy.validate import schema_dir
 from controller.reconciler.controller import (
@@ -210,3 +210,38 @@ def test_a_fight_over_an_object_of_the_policy_crs_is_slowed_too(tmp_path: Path) 
         assert key in kube.objects  # corrected
         clock.advance(0.5)
     assert waits == [0, 1, 2, 4, 8, 16]
+
+
+def test_only_what_the_policy_crs_applied_is_pruned_not_a_copy_of_their_label(
+    tmp_path: Path,
+) -> None:
+    """Found by a review: the CR source, which records no inventory, pruned every
+    object of a managed kind carrying its label, though gangops never applied it (a
+    tenant's LimitRange copied from `kubectl get -o yaml`, a chart's PriorityClass).
+    What it did apply still goes when its Project goes."""
+    kube = FakeKube()
+    r = Reconciler(kube, settings=ReconcilerSettings(cache_dir=tmp_path), clock=FakeClock(),
+                   rng=random.Random(0))  # fmt: skip
+    crs = [cluster(), *TIERS, project("nlp").max(gpu=8).build(), project("cv").build()]
+    for d in crs:
+        d = {**d, "apiVersion": "policy.ai.operator/v1",
+             "metadata": {**d["metadata"], "generation": 1}}  # fmt: skip
+        r.policy_crs[d["kind"]].assume(kube.create(d, field_manager="test"))
+    r._run(CR_SOURCE, False)
+    ours = {k for k in kube.objects if k[0] == "ResourceQuota" and k[1] == "cv"}
+    assert ours  # cv's quota, applied by the source
+    labels = {"gangops.ai/policysource": CR_SOURCE}
+    copies = [
+        {"apiVersion": "v1", "kind": "LimitRange", "spec": {"limits": []},
+         "metadata": {"name": "own-defaults", "namespace": "nlp", "labels": labels}},
+        {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "value": 900000,
+         "metadata": {"name": "ingress-critical", "labels": labels}},
+    ]  # fmt: skip
+    for obj in copies:
+        r.managed[obj["kind"]].assume(kube.create(obj, field_manager="kubectl"))
+    kube.delete(RESOURCES["Project"], "cv")
+    r.policy_crs["Project"].forget("cv")
+    r._run(CR_SOURCE, False)
+    assert not ours & set(kube.objects)  # cv's objects pruned
+    assert ("LimitRange", "nlp", "own-defaults") in kube.objects
+    assert ("PriorityClass", "", "ingress-critical") in kube.objects
