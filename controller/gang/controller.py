@@ -463,10 +463,15 @@ class GangController:
         self.last_result = result
         s = self.settings
         for action in todo.actions:
-            w = action_write(
-                action, policy, now=now, backoff_base_s=s.backoff_base_s,
-                backoff_max_s=s.backoff_max_s,
-            )  # fmt: skip
+            try:
+                w = action_write(
+                    action, policy, now=now, backoff_base_s=s.backoff_base_s,
+                    backoff_max_s=s.backoff_max_s,
+                )  # fmt: skip
+            except Exception:  # a defect in one job's action must not stop the others'
+                log.exception("a job's action crashed; the step goes on job=%s kind=%s",
+                              action.job.id, action.kind)  # fmt: skip
+                continue
             if w is not None:
                 self._submit(w)
         for w in cycle_writes(

@@ -44,6 +44,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, cast
 
+from controller.backoff import doubled
 from controller.gang.record import Admission, format_time, parse_time, status_number
 from controller.gang.view import (
     JobView,
@@ -614,7 +615,7 @@ def waiting_phase(v: JobView) -> Phase:
 def rollback_delay(rollbacks: int, *, base_s: float, max_s: float) -> float:
     """The requeue delay after a gang's `rollbacks`-th timeout: `base_s`, doubled
     for each later one, at most `max_s`."""
-    return float(min(base_s * 2 ** (rollbacks - 1), max_s))
+    return doubled(base_s, rollbacks, max_s)
 
 
 def _release(

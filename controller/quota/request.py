@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Literal
 
+from controller.backoff import doubled
 from controller.jobs.admission import GRANT_FINALIZER
 from controller.jobs.spec import LABEL_USER
 from controller.quantity import QuantityError, parse_quantity
@@ -132,7 +133,7 @@ def revert_branch(namespace: str, name: str) -> str:
 
 def backoff_s(attempts: int) -> float:
     """The wait before retry number `attempts` (1-based): 2 s doubling, at most 5 min."""
-    return float(min(BACKOFF_MAX_S, BACKOFF_START_S * 2 ** max(0, attempts - 1)))
+    return doubled(BACKOFF_START_S, attempts, BACKOFF_MAX_S)
 
 
 _CONDITION: dict[State, tuple[str, str]] = {

@@ -38,6 +38,7 @@ from itertools import chain
 from pathlib import Path
 from typing import Any
 
+from controller.backoff import doubled
 from controller.kube.client import RESOURCES, KubeApi, NotLeaderError
 from controller.kube.clock import Clock, SystemClock
 from controller.kube.informer import EventType, Informer
@@ -717,7 +718,7 @@ class Reconciler:
 
     def _backoff(self, state: _State) -> float:
         s = self.settings
-        return float(min(s.retry_base_s * 2 ** (state.failures - 1), s.retry_max_s))
+        return doubled(s.retry_base_s, state.failures, s.retry_max_s)
 
     def _revision(
         self, spec: PolicySourceSpec, state: _State, *, fetch: bool

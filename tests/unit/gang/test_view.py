@@ -149,6 +149,30 @@ def _controller() -> tuple[GangController, list[Write]]:
     return c, writes
 
 
+def test_a_defect_in_one_jobs_action_does_not_stop_the_others(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found by a review: an OverflowError in one job's rollback delay escaped the step,
+    at every step, and no job of the cluster was admitted again."""
+    import controller.gang.controller as gc
+
+    c, writes = _controller()
+    c.nodes.assume(node("a"))
+    stuck = job("stuck", 1, adm=admission("a", at=0.0), phase="Admitted")  # long timed out
+    c.jobs.assume(stuck)
+    c.jobs.assume(job("other", 1))
+    real = gc.action_write
+
+    def action_write(action: Any, *args: Any, **kw: Any) -> Any:
+        if action.job.id.endswith("/stuck"):
+            raise OverflowError("int too large to convert to float")
+        return real(action, *args, **kw)
+
+    monkeypatch.setattr(gc, "action_write", action_write)
+    c.step()
+    assert [w.job.id for w in writes if w.phase == "Admitted"] == ["p/other"]
+
+
 def test_a_node_with_a_unicode_digit_in_its_annotation_does_not_stop_admissions() -> None:
     """The review's reproduction end to end: the step is taken, the job admitted."""
     c, writes = _controller()
