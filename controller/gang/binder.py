@@ -202,7 +202,9 @@ class Binder:
             # what the job holds (an elastic job's current size), else what it asks for
             gpus=sum(allocation.values()) or (v.spec.gang_size if v.spec is not None else None),
         )
-        if not allocation and status.get("allocation"):
+        # Cleared too when the record is: a refused launch's view is the one from
+        # before its admission, whose status had no allocation to clear yet.
+        if not allocation and (status.get("allocation") or w.clear):
             body["allocation"] = None
         body.update(extra)
         patch: Obj = {"status": body}
@@ -230,9 +232,16 @@ class Binder:
                 _refusal, "service", svc["metadata"], self._create_service, svc
             )
         template = v.obj["spec"]["template"]
-        manifests = worker_pods(
-            v.spec, template, adm.placement, tier=v.gang.tier, attempt=adm.attempt
-        )
+        try:
+            manifests = worker_pods(
+                v.spec, template, adm.placement, tier=v.gang.tier, attempt=adm.attempt
+            )
+        except (TypeError, ValueError, KeyError, AttributeError) as e:
+            # A template the parser let through that no pod can be built from: refused
+            # as the API server would refuse the pod (the GPUs go back, the status says
+            # why), not a write that crashes at each admission until its gang timeout.
+            why = ApiError(422, "Invalid", f"no worker pod can be built from it: {e!r}")
+            raise LaunchRefused(f"template of {v.id}", why) from e
         nodes = [where.node for where in adm.placement.pods]
         results = list(
             self._pod_pool.map(

@@ -23,6 +23,7 @@ or evicted by the taint manager.
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -78,11 +79,13 @@ def headless_service(job: JobSpec) -> dict[str, Any]:
     }
 
 
-def _same(t: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
+def _same(t: Mapping[str, Any]) -> str:
     """A toleration as the API server reads it (empty fields unset, operator Equal
-    by default), to tell duplicates."""
+    by default), to tell duplicates: as canonical JSON, since a template's own may
+    carry fields of any kind (the CRD keeps `template.spec` as written), which a
+    tuple of them could not hash."""
     t = {"operator": "Equal", **{k: v for k, v in t.items() if v not in (None, "")}}
-    return tuple(sorted(t.items()))
+    return json.dumps(t, sort_keys=True, default=str)
 
 
 def _tolerations(template: list[Any] | None, job: JobSpec) -> list[Any]:

@@ -179,3 +179,22 @@ def test_a_service_of_the_jobs_name_that_is_someone_elses_is_left_alone_and_the_
     assert (e.value.obj, e.value.status) == ("service p/j", 409)
     assert f"Service p/j is not this job's ({owned_by}), so gangops leaves it" in e.value.message
     assert kube.objects[("Service", "p", "j")] == service
+
+
+def test_a_template_no_pod_can_be_built_from_is_a_refused_launch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A template the parser let through that `worker_pods` cannot build from was a
+    write that crashed, at each admission, until its gang timed out (found by a
+    review): it is refused as the API server would refuse the pod, with why."""
+    import controller.gang.binder as binder
+
+    def unbuildable(*args: object, **kw: object) -> list[object]:
+        raise TypeError("unhashable type: 'dict'")
+
+    monkeypatch.setattr(binder, "worker_pods", unbuildable)
+    kube, clock = FakeKube(), FakeClock()
+    with pytest.raises(LaunchRefused, match="no worker pod can be built from it") as e:
+        _launch(kube, clock, retry_s=2)
+    assert e.value.obj == "template of p/j" and e.value.status == 422
+    assert _placed(kube) == {}

@@ -101,6 +101,7 @@ def test_a_refused_launch_is_reported_and_retried_with_a_doubling_delay_not_per_
         assert (status["phase"], status["reason"]) == ("Queued", "LaunchRefused")
         assert CPU in status["message"] and "retries in 5s" in status["message"]
         assert "admission" not in status  # the GPUs were given back
+        assert "allocation" not in status  # and said so (found by a review: kept)
         reconciling = {x["type"]: x for x in status["conditions"]}["Reconciling"]
         assert reconciling["reason"] == "LaunchRefused" and CPU in reconciling["message"]
         events = [o for k, o in api.objects.items() if k[0] == "Event"]

@@ -258,6 +258,17 @@ def test_the_jobs_tolerations_reach_its_workers(
     assert _tolerations(spec_tolerations, template) == want
 
 
+def test_a_template_toleration_with_a_field_of_its_own_does_not_stop_the_launch() -> None:
+    """Found by a review: the CRD keeps `template.spec` as written, so a toleration
+    may carry an object-valued field the parser lets through; telling duplicates
+    then failed (unhashable dict) at every launch, and the gang was admitted and
+    timed out for ever."""
+    noted = {"key": "dedicated", "operator": "Exists", "x-note": {"team": "nlp"}}
+    assert _tolerations(["nvidia.com/gpu"], [noted]) == [
+        noted, {"key": "nvidia.com/gpu", "operator": "Exists"}
+    ]  # fmt: skip
+
+
 def test_a_worker_tolerates_the_taints_the_scheduler_placed_it_by() -> None:
     obj = copy.deepcopy(JOB)
     obj["spec"]["tolerations"] = [NO_EXECUTE]
