@@ -276,6 +276,29 @@ def _admitted(
         out.actions.append(Action("launch", v))
 
 
+def _ungoverned(v: JobView, adm: Admission, nodes: Mapping[str, Obj]) -> list[Action]:
+    """What ends the record of a job whose spec or policy no longer parses (no gang:
+    an owner's edit to an unknown tier, a tier or project removed). Its workers all
+    succeeded: Succeeded. One failed, was deleted or lost its node: released as
+    InvalidSpec, not restarted (it could not be placed again as written). A
+    nomination: given up, as it could never be admitted. Found by a review: such a
+    record was followed no further, and the job stayed Running for good."""
+    why = v.error or "the job no longer parses"
+    if adm.state != "Admitted":
+        return [Action("expire", v, f"{why}: the nomination is given up")]
+    pods = v.attempt_pods()
+    live = [p for p in pods if not _deleting(p)]
+    phases = [(p.get("status") or {}).get("phase") for p in live]
+    if len(live) == len(adm.placement.pods) and all(ph == "Succeeded" for ph in phases):
+        return [Action("succeeded", v, "every worker succeeded")]
+    stopped = any(
+        (p.get("status") or {}).get("phase") == "Failed" or _node_lost(p, nodes) for p in pods
+    ) or (v.status.get("phase") == "Running" and len(live) < len(adm.placement.pods))
+    if stopped:
+        return [Action("invalid", v, f"{why}; its workers stopped, so it is released")]
+    return []
+
+
 def _stale(v: JobView, memo: Memo | None) -> tuple[Obj, ...]:
     """The job's live pods of another attempt than the recorded one (to clean up);
     kept in `memo` while neither its pods nor its record change."""
@@ -369,11 +392,11 @@ def plan(
             out.actions.append(Action("cleanup", v, pods=stale))
         if v.gang is None:
             # A job admitted under an older policy or spec keeps what it holds (its
-            # pods count as foreign) and is not requeued while its record stands.
-            if adm is None and (status.get("reason"), status.get("message")) != (
-                "InvalidSpec",
-                v.error,
-            ):
+            # pods count as foreign) and is not requeued while its record stands;
+            # its record is still followed to its end (`_ungoverned`).
+            if adm is not None:
+                out.actions.extend(_ungoverned(v, adm, nodes))
+            elif (status.get("reason"), status.get("message")) != ("InvalidSpec", v.error):
                 out.actions.append(Action("invalid", v, v.error or ""))
             continue
         if adm is not None and adm.state == "Admitted":
@@ -738,10 +761,11 @@ def action_write(
         return _shrink(a, now)
     if a.kind == "expire":
         return Write("expire", v, waiting_phase(v), "NominationExpired", a.message, clear=True)
-    if a.kind == "invalid":
+    if a.kind == "invalid":  # a record, where there is one, is released with it
         return Write(
-            "invalid", v, "Queued", "InvalidSpec", a.message, conditional=False, stalled=True
-        )
+            "invalid", v, "Queued", "InvalidSpec", a.message, conditional=False, stalled=True,
+            clear=v.admission is not None,
+        )  # fmt: skip
     if a.kind == "cleanup":
         return Write("cleanup", v, delete=a.pods)
     return None

@@ -3,6 +3,7 @@ the actions, the gangs holding GPUs and the queue out."""
 
 from __future__ import annotations
 
+import copy
 from dataclasses import replace
 from typing import Any
 
@@ -637,6 +638,45 @@ def test_a_growth_is_recorded_as_the_next_attempt_and_assumed() -> None:
     (w,) = cycle_writes(result, [v], now=T0)
     assert (w.kind, w.reason, w.message, w.counted) == ("resize", "Growing", "grown", True)
     assert w.record == Admission("Admitted", 2, bigger, T0, 1000)
+
+
+def _unknown_tier(obj: dict[str, Any]) -> dict[str, Any]:
+    """The job's owner edits its spec to a tier the policy does not know."""
+    obj = copy.deepcopy(obj)
+    obj["spec"]["priority"] = "no-such-tier"
+    return obj
+
+
+@pytest.mark.parametrize(
+    ("pods", "want"),
+    [
+        ([pod("j", 0, node="a", phase="Succeeded"), pod("j", 1, node="b", phase="Succeeded")],
+         "succeeded"),
+        ([pod("j", 0, node="a", phase="Failed"), pod("j", 1, node="b")], "invalid"),
+        ([], "invalid"),
+        ([pod("j", 0, node="a"), pod("j", 1, node="b")], None),
+    ],
+    ids=["all-succeeded", "one-failed", "pods-deleted", "running"],
+)  # fmt: skip
+def test_a_record_whose_spec_no_longer_parses_is_followed_to_its_end(
+    pods: list[dict[str, Any]], want: str | None
+) -> None:
+    """Found by a review: an admitted job whose spec stopped parsing (an edit to an
+    unknown tier, a tier removed) was followed no further: it stayed Running after
+    its workers succeeded, and a failed worker left its siblings holding GPUs. It
+    keeps what it holds while it runs; once its workers stop it is released."""
+    jobs = [_unknown_tier(job("j", adm=admission("a", "b"), phase="Running"))]
+    views = job_views(jobs, pods, POLICY)
+    assert views[0].gang is None
+    out = plan(views, NODES, POLICY, now=T0 + 10)
+    assert [a.kind for a in out.actions] == ([want] if want else [])
+    if want == "invalid":
+        (a,) = out.actions
+        w = action_write(a, POLICY, now=T0 + 10, backoff_base_s=5, backoff_max_s=60)
+        assert w is not None and w.clear and w.reason == "InvalidSpec"
+    nominee = _unknown_tier(job("n", tier="high", adm=admission("a", "b", state="Nominated")))
+    out = plan(job_views([nominee], [], POLICY), NODES, POLICY, now=T0 + 1)
+    assert [a.kind for a in out.actions] == ["expire"]  # could never be admitted
 
 
 @pytest.mark.parametrize("phase", ["Succeeded", "Failed"])
