@@ -249,7 +249,7 @@ def _admitted(
         elif memo is not None and inputs:
             memo.keep("running", uid, inputs, (running, owned))
         return
-    if now - adm.at > policy.gang_timeout_seconds:
+    if now - adm.at > policy.gang_timeout_seconds + _handover_s(v, adm):
         started = sum(1 for ph in phases if ph in ("Running", "Succeeded"))
         out.actions.append(
             Action(
@@ -274,6 +274,27 @@ def _admitted(
             # (being cleaned up). Pods on a lost node hold nothing it needs.
             return
         out.actions.append(Action("launch", v))
+
+
+HANDOVER_MAX_S = 3600.0
+"""The longest grace period `_handover_s` waits out: a gang that cannot start for
+another reason is not held for the days a template may ask."""
+
+
+def _handover_s(v: JobView, adm: Admission) -> float:
+    """How long an attempt after the first may wait, on top of the gang timeout, for
+    its earlier attempt's pods to go before it launches (a resize keeps the GPUs it
+    held, so the new pods wait for the old): their termination grace period (the
+    Kubernetes default 30 s), which a training job sets long to checkpoint on
+    SIGTERM. Found by a review: that wait ran down the gang timeout, and a shrink or
+    a grow ended as a rollback of the whole job."""
+    if adm.attempt <= 1:
+        return 0.0
+    template = ((v.obj.get("spec") or {}).get("template") or {}).get("spec") or {}
+    grace = template.get("terminationGracePeriodSeconds", 30)
+    if not isinstance(grace, int) or isinstance(grace, bool):
+        return 30.0
+    return float(min(max(grace, 0), HANDOVER_MAX_S))
 
 
 def _ungoverned(v: JobView, adm: Admission, nodes: Mapping[str, Obj]) -> list[Action]:

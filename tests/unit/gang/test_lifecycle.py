@@ -640,6 +640,19 @@ def test_a_growth_is_recorded_as_the_next_attempt_and_assumed() -> None:
     assert w.record == Admission("Admitted", 2, bigger, T0, 1000)
 
 
+def test_a_resized_gang_waits_out_its_old_pods_grace_period_before_its_gang_timeout() -> None:
+    """Found by a review: a resize keeps its GPUs, so its new pods wait for the old
+    ones to go; a grace period long enough to checkpoint on SIGTERM ran down the gang
+    timeout (60 s here), and a shrink ended as a rollback of the whole job."""
+    shrunk = job("j", 2, adm=admission("a", attempt=2, at=T0), phase="Admitted")
+    shrunk["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = 600
+    old = [pod("j", i, node=n, attempt=1, deleting=True) for i, n in enumerate("ab")]
+    views = job_views([shrunk], old, POLICY)
+    assert plan(views, NODES, POLICY, now=T0 + 61 + 500).actions == []
+    late = plan(views, NODES, POLICY, now=T0 + 60 + 600 + 1).actions
+    assert [a.kind for a in late] == ["rollback"]
+
+
 def _unknown_tier(obj: dict[str, Any]) -> dict[str, Any]:
     """The job's owner edits its spec to a tier the policy does not know."""
     obj = copy.deepcopy(obj)
