@@ -171,8 +171,13 @@ def handle_push(
         return WebhookResponse(200, "not a push event; nothing to do", "ignored")
     h = {k.lower(): v for k, v in headers.items()}
     delivery = h.get("x-github-delivery") or h.get("x-gitlab-event-uuid") or ""
-    if delivery and deliveries.seen(delivery):
-        return WebhookResponse(200, f"delivery {delivery[:80]} was already handled", "ignored")
+    # The delivery id is a header the signature does not cover: a captured delivery
+    # sent again under fresh ids would each be a fetch. The body is what is signed.
+    signed = f"{name}/sha256:{hashlib.sha256(body or b'').hexdigest()}"
+    if (delivery and deliveries.seen(delivery)) or deliveries.seen(signed):
+        return WebhookResponse(
+            200, f"delivery {delivery[:80] or signed[-12:]} was already handled", "ignored"
+        )
     try:
         payload = json.loads(body or b"{}")
     except (ValueError, RecursionError):  # RecursionError: nested too deep to read
@@ -210,5 +215,6 @@ def handle_push(
         return WebhookResponse(503, "could not request a reconcile; retry", "failed")
     if delivery:
         deliveries.add(delivery)
+    deliveries.add(signed)
     log.info("webhook accepted source=%s requested_at=%s", name, stamp)
     return WebhookResponse(202, f"reconcile of {name} requested", "accepted")

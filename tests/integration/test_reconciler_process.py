@@ -268,9 +268,11 @@ def test_push_webhook_applies_a_commit_and_refuses_bad_signatures(
     applied = env.wait_condition(src, "Ready", revision_sha=repo.head())["status"][
         "lastAppliedRevision"
     ]
-    body = json.dumps({"ref": "refs/heads/main", "repository": {"clone_url": repo.url}}).encode()
     repo.write("projects/b.yaml", project(n("b"), [n("b")], gpu=14))
     sha = repo.commit("pushed")
+    # what a forge sends: the pushed commit in the body (a body accepted once is a replay)
+    push = {"ref": "refs/heads/main", "after": sha, "repository": {"clone_url": repo.url}}
+    body = json.dumps(push).encode()
 
     # Bad signatures: refused, nothing requested.
     assert ctl.post(f"/hook/{src}", body, _github(b"wrong", body))[0] == 401
@@ -299,6 +301,7 @@ def test_push_webhook_applies_a_commit_and_refuses_bad_signatures(
     repo.write("projects/b.yaml", project(n("b"), [n("b")], gpu=16))
     sha = repo.commit("pushed again")
     gitlab = {"X-Gitlab-Event": "Push Hook", "X-Gitlab-Token": secret.decode()}
+    body = json.dumps({**push, "after": sha}).encode()
     assert ctl.post(f"/hook/{src}", body, gitlab)[0] == 202
     env.wait_condition(src, "Ready", revision_sha=sha, timeout=10)
     text = ctl.get("/metrics")[1]

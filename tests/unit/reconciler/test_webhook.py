@@ -82,6 +82,14 @@ def _push(kube: FakeKube, path: str, payload: dict[str, Any], **headers: str) ->
 _DELIVERIES = Deliveries()
 
 
+@pytest.fixture(autouse=True)
+def _fresh_deliveries() -> None:
+    """Each test a receiver of its own: one test's accepted body is not another's
+    replay."""
+    global _DELIVERIES
+    _DELIVERIES = Deliveries()
+
+
 def _requested(kube: FakeKube) -> bool:
     obj = kube.get(RESOURCES["PolicySource"], "main") or {}
     return ANNOTATION_REQUESTED in (obj["metadata"].get("annotations") or {})
@@ -133,6 +141,22 @@ def test_a_replayed_delivery_is_not_acted_on_twice() -> None:
     again = _push(kube, "/hook/main", payload, **{"X-GitHub-Delivery": "d-1"})
     assert (again.status, again.result) == (200, "ignored")
     assert len(kube.writes) == writes
+
+
+def test_a_captured_delivery_sent_again_under_fresh_ids_is_not_acted_on_again() -> None:
+    """Found by a review: replays were told apart by the delivery id, a header the
+    signature does not cover; each replay under a new id was an API write and a fetch."""
+    kube = _kube()
+    payload = {"repository": {"clone_url": _URL}, "after": "1" * 40}
+    first = _push(kube, "/hook/main", payload, **{"X-GitHub-Delivery": "d-1"})
+    assert first.status == 202
+    writes = len(kube.writes)
+    for i in range(2, 6):
+        again = _push(kube, "/hook/main", payload, **{"X-GitHub-Delivery": f"d-{i}"})
+        assert (again.status, again.result) == (200, "ignored")
+    assert len(kube.writes) == writes
+    later = _push(kube, "/hook/main", {**payload, "after": "2" * 40})  # the next push
+    assert later.status == 202
 
 
 def test_deliveries_remember_the_latest_ids_only() -> None:
