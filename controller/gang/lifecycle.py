@@ -249,14 +249,15 @@ def _admitted(
         elif memo is not None and inputs:
             memo.keep("running", uid, inputs, (running, owned))
         return
-    if now - adm.at > policy.gang_timeout_seconds + _handover_s(v, adm):
+    limit = policy.gang_timeout_seconds + _handover_s(v)
+    if now - adm.at > limit:
         started = sum(1 for ph in phases if ph in ("Running", "Succeeded"))
         out.actions.append(
             Action(
                 "rollback",
                 v,
                 f"only {started} of {expected} workers were running "
-                f"{policy.gang_timeout_seconds:g}s after admission (gang timeout)",
+                f"{limit:g}s after admission (gang timeout)",
             )
         )
         return
@@ -281,14 +282,18 @@ HANDOVER_MAX_S = 3600.0
 another reason is not held for the days a template may ask."""
 
 
-def _handover_s(v: JobView, adm: Admission) -> float:
-    """How long an attempt after the first may wait, on top of the gang timeout, for
-    its earlier attempt's pods to go before it launches (a resize keeps the GPUs it
-    held, so the new pods wait for the old): their termination grace period (the
-    Kubernetes default 30 s), which a training job sets long to checkpoint on
-    SIGTERM. Found by a review: that wait ran down the gang timeout, and a shrink or
-    a grow ended as a rollback of the whole job."""
-    if adm.attempt <= 1:
+RESIZING = ("Shrinking", "Growing")
+"""The reasons of an elastic gang's new size while it launches (`_resize`)."""
+
+
+def _handover_s(v: JobView) -> float:
+    """How long a resized gang may wait, on top of the gang timeout, for its earlier
+    attempt's pods to go before it launches (a resize keeps the GPUs it held, so the
+    new pods wait for the old; after a restart or a rollback they are placed apart):
+    their termination grace period (the Kubernetes default 30 s), which a training
+    job sets long to checkpoint on SIGTERM. Found by a review: that wait ran down
+    the gang timeout, and a shrink or a grow ended as a rollback of the whole job."""
+    if v.status.get("reason") not in RESIZING:
         return 0.0
     template = ((v.obj.get("spec") or {}).get("template") or {}).get("spec") or {}
     grace = template.get("terminationGracePeriodSeconds", 30)

@@ -491,6 +491,7 @@ def test_action_write(
 def test_rollback_delay_doubles_up_to_its_cap() -> None:
     delays = [rollback_delay(n, base_s=5.0, max_s=60.0) for n in range(1, 7)]
     assert delays == [5.0, 10.0, 20.0, 40.0, 60.0, 60.0]
+    assert rollback_delay(1025, base_s=5.0, max_s=60.0) == 60.0  # no OverflowError
 
 
 def _views(*jobs: dict[str, Any], pods: list[dict[str, Any]] | None = None) -> list[JobView]:
@@ -644,13 +645,19 @@ def test_a_resized_gang_waits_out_its_old_pods_grace_period_before_its_gang_time
     """Found by a review: a resize keeps its GPUs, so its new pods wait for the old
     ones to go; a grace period long enough to checkpoint on SIGTERM ran down the gang
     timeout (60 s here), and a shrink ended as a rollback of the whole job."""
-    shrunk = job("j", 2, adm=admission("a", attempt=2, at=T0), phase="Admitted")
+    shrunk = job("j", 2, adm=admission("a", attempt=2, at=T0), phase="Admitted", reason="Shrinking")
     shrunk["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = 600
     old = [pod("j", i, node=n, attempt=1, deleting=True) for i, n in enumerate("ab")]
     views = job_views([shrunk], old, POLICY)
     assert plan(views, NODES, POLICY, now=T0 + 61 + 500).actions == []
-    late = plan(views, NODES, POLICY, now=T0 + 60 + 600 + 1).actions
-    assert [a.kind for a in late] == ["rollback"]
+    (late,) = plan(views, NODES, POLICY, now=T0 + 60 + 600 + 1).actions
+    assert late.kind == "rollback" and "660s after admission" in late.message
+    # A restart's new attempt is placed apart from its old pods: no wait added (the
+    # review of the fix: every re-admission had got it, a stuck gang held an hour more).
+    restarted = job("j", 2, adm=admission("a", "b", attempt=2, at=T0), phase="Admitted")
+    restarted["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = 600
+    (timed_out,) = plan(job_views([restarted], [], POLICY), NODES, POLICY, now=T0 + 61).actions
+    assert timed_out.kind == "rollback" and "60s after admission" in timed_out.message
 
 
 def _unknown_tier(obj: dict[str, Any]) -> dict[str, Any]:
