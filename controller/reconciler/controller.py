@@ -593,7 +593,7 @@ class Reconciler:
         )  # fmt: skip
         if result.ok:
             state.failures = 0
-            state.good = (revision, objects)
+            state.good, state.lost = (revision, objects), None
         elif result.reason in STALLING:  # refused as a whole: nothing of it applied
             self._keep_good(name, spec, state, status)
         if result.ok or result.reason in STALLING:  # needs nothing, or needs a person
@@ -620,7 +620,7 @@ class Reconciler:
                 return
             if built.objects is None:
                 return
-            state.good = (str(applied), built.objects)
+            state.good, state.lost = (str(applied), built.objects), None
         options = SyncOptions(
             source=name,
             prune=False,  # never delete on the strength of an old revision

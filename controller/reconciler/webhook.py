@@ -41,6 +41,7 @@ from controller.kube.clock import Clock
 from controller.reconciler.spec import ANNOTATION_REQUESTED
 
 __all__ = [
+    "BODY_WINDOW_S",
     "PATH_PREFIX",
     "Deliveries",
     "WebhookResponse",
@@ -63,21 +64,33 @@ _URL_FIELDS = {
 """Where GitHub and GitLab push payloads name the repository."""
 
 
+BODY_WINDOW_S = 600.0
+"""How long an accepted body is a replay when it comes again under another delivery id.
+Not for ever: a GitLab push body names no time, so a branch rolled back and pushed
+forward again sends the same bytes (and waits at most for the next poll)."""
+
+
 class Deliveries:
-    """Ids of the deliveries this replica accepted, the latest `size` of them."""
+    """What this replica accepted: delivery ids, the latest `size` of them, and
+    bodies, for `BODY_WINDOW_S`."""
 
     def __init__(self, size: int = 10_000) -> None:
         self._size = size
-        self._ids: OrderedDict[str, None] = OrderedDict()
+        self._ids: OrderedDict[str, float | None] = OrderedDict()
         self._lock = threading.Lock()
 
-    def seen(self, delivery: str) -> bool:
+    def seen(self, delivery: str, *, now: float | None = None) -> bool:
+        """Whether `delivery` was accepted (a body key: within `BODY_WINDOW_S` of `now`)."""
         with self._lock:
-            return delivery in self._ids
+            if delivery not in self._ids:
+                return False
+            at = self._ids[delivery]
+            return at is None or now is None or now - at < BODY_WINDOW_S
 
-    def add(self, delivery: str) -> None:
+    def add(self, delivery: str, *, at: float | None = None) -> None:
         with self._lock:
-            self._ids[delivery] = None
+            self._ids.pop(delivery, None)
+            self._ids[delivery] = at
             while len(self._ids) > self._size:
                 self._ids.popitem(last=False)
 
@@ -174,9 +187,12 @@ def handle_push(
     # The delivery id is a header the signature does not cover: a captured delivery
     # sent again under fresh ids would each be a fetch. The body is what is signed.
     signed = f"{name}/sha256:{hashlib.sha256(body or b'').hexdigest()}"
-    if (delivery and deliveries.seen(delivery)) or deliveries.seen(signed):
+    now = clock.now().timestamp()
+    if delivery and deliveries.seen(delivery):
+        return WebhookResponse(200, f"delivery {delivery[:80]} was already handled", "ignored")
+    if deliveries.seen(signed, now=now):
         return WebhookResponse(
-            200, f"delivery {delivery[:80] or signed[-12:]} was already handled", "ignored"
+            200, f"the same push was handled within {BODY_WINDOW_S / 60:g} minutes", "ignored"
         )
     try:
         payload = json.loads(body or b"{}")
@@ -215,6 +231,6 @@ def handle_push(
         return WebhookResponse(503, "could not request a reconcile; retry", "failed")
     if delivery:
         deliveries.add(delivery)
-    deliveries.add(signed)
+    deliveries.add(signed, at=now)
     log.info("webhook accepted source=%s requested_at=%s", name, stamp)
     return WebhookResponse(202, f"reconcile of {name} requested", "accepted")

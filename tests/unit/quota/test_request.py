@@ -73,7 +73,7 @@ def test_branches_are_deterministic_and_ref_safe() -> None:
 
 def test_the_backoff_doubles_from_two_seconds_to_five_minutes() -> None:
     assert [backoff_s(n) for n in (1, 2, 3, 4)] == [2, 4, 8, 16]
-    assert backoff_s(20) == 300
+    assert backoff_s(20) == backoff_s(1025) == 300  # retried for days: no OverflowError
 
 
 def test_for_takes_minutes_hours_and_days() -> None:

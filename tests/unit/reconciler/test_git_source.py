@@ -23,6 +23,7 @@ from controller.reconciler.controller import (
     Reconciler,
     ReconcilerSettings,
     _Fights,
+    _State,
 )
 from controller.reconciler.fetch import GitRevisions
 from controller.reconciler.git import GitAuth, GitRef
@@ -135,6 +136,12 @@ def test_an_unreachable_remote_is_retried_with_a_doubling_delay(world: World) ->
     assert world.condition("Ready")["status"] == "True"
     world.git.down.add(URL)
     assert world.reconcile() == 1.0  # a success starts the doubling over
+
+
+def test_a_remote_down_for_days_waits_the_longest_retry_not_an_overflow(world: World) -> None:
+    world.git.down.add(URL)
+    world.reconciler._states["team"] = _State(failures=1024)  # a week of failures
+    assert world.reconcile() == 8.0  # retry_max_s
 
 
 def test_a_moved_branch_is_followed_at_the_next_poll_not_before(world: World) -> None:
@@ -275,6 +282,16 @@ def test_an_applied_revision_force_pushed_away_is_said_and_not_fetched_at_each_r
     for _ in range(3):
         again.reconcile(fetch=False)  # drift events
     assert len(again.git.auths) == resolves and again.git.forgotten == []
+    # The branch is put back on it, then moves on to another invalid commit: the
+    # revision is in hand again, and the status no longer says it is lost.
+    again.git.push(URL, "main", GOOD, FILES)
+    again.clock.advance(61)
+    again.reconcile()
+    assert again.condition("Ready")["status"] == "True"
+    again.git.push(URL, "main", "c" * 40, INVALID)
+    again.clock.advance(61)
+    again.reconcile()
+    assert "no longer in the repository" not in again.condition("Stalled")["message"]
     again.reconciler.stop()
 
 

@@ -13,7 +13,13 @@ import pytest
 from controller.kube.client import RESOURCES
 from controller.kube.clock import FakeClock
 from controller.reconciler.spec import ANNOTATION_REQUESTED
-from controller.reconciler.webhook import Deliveries, WebhookResponse, handle_push, verify
+from controller.reconciler.webhook import (
+    BODY_WINDOW_S,
+    Deliveries,
+    WebhookResponse,
+    handle_push,
+    verify,
+)
 from tests.unit.kube.fakes import FakeKube
 
 SECRET = b"topsecret"
@@ -65,7 +71,13 @@ def _kube() -> FakeKube:
     return kube
 
 
-def _push(kube: FakeKube, path: str, payload: dict[str, Any], **headers: str) -> WebhookResponse:
+def _push(
+    kube: FakeKube,
+    path: str,
+    payload: dict[str, Any],
+    clock: FakeClock | None = None,
+    **headers: str,
+) -> WebhookResponse:
     body = json.dumps(payload).encode()
     sig = "sha256=" + hmac.new(SECRET, body, hashlib.sha256).hexdigest()
     return handle_push(
@@ -74,7 +86,7 @@ def _push(kube: FakeKube, path: str, payload: dict[str, Any], **headers: str) ->
         headers={"X-GitHub-Event": "push", "X-Hub-Signature-256": sig, **headers},
         body=body,
         secret=SECRET,
-        clock=FakeClock(),
+        clock=clock or FakeClock(),
         deliveries=_DELIVERIES,
     )
 
@@ -146,17 +158,21 @@ def test_a_replayed_delivery_is_not_acted_on_twice() -> None:
 def test_a_captured_delivery_sent_again_under_fresh_ids_is_not_acted_on_again() -> None:
     """Found by a review: replays were told apart by the delivery id, a header the
     signature does not cover; each replay under a new id was an API write and a fetch."""
-    kube = _kube()
+    kube, clock = _kube(), FakeClock()
     payload = {"repository": {"clone_url": _URL}, "after": "1" * 40}
-    first = _push(kube, "/hook/main", payload, **{"X-GitHub-Delivery": "d-1"})
+    first = _push(kube, "/hook/main", payload, clock, **{"X-GitHub-Delivery": "d-1"})
     assert first.status == 202
     writes = len(kube.writes)
     for i in range(2, 6):
-        again = _push(kube, "/hook/main", payload, **{"X-GitHub-Delivery": f"d-{i}"})
+        again = _push(kube, "/hook/main", payload, clock, **{"X-GitHub-Delivery": f"d-{i}"})
         assert (again.status, again.result) == (200, "ignored")
     assert len(kube.writes) == writes
-    later = _push(kube, "/hook/main", {**payload, "after": "2" * 40})  # the next push
+    later = _push(kube, "/hook/main", {**payload, "after": "2" * 40}, clock)  # the next push
     assert later.status == 202
+    # A GitLab body names no time: a branch rolled back and pushed forward again sends
+    # the same bytes. Past the window it is a push again, not a replay.
+    clock.advance(BODY_WINDOW_S)
+    assert _push(kube, "/hook/main", payload, clock, **{"X-GitHub-Delivery": "d-9"}).status == 202
 
 
 def test_deliveries_remember_the_latest_ids_only() -> None:
