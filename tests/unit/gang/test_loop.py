@@ -64,6 +64,16 @@ def test_steps_nothing_prompted_take_at_most_a_tenth_of_a_core() -> None:
     assert all(abs(b - a - (0.3 + 1.0 + 0.3)) < 1e-6 for a, b in itertools.pairwise(fixed))
 
 
+def _on_node_a(c: GangController, submit: Callable[..., bool]) -> None:
+    """`c` over project `p` and node `a`, its writes handed to `submit`."""
+    c._submit = submit  # type: ignore[method-assign]
+    c.config.assume(
+        policy_configmap(policy_doc(projects={"p": {}}), c.settings.system_namespace,
+                         resourceVersion="1")
+    )  # fmt: skip
+    c.nodes.assume(node("a"))
+
+
 def _second_step_writes(settings: GangSettings) -> tuple[Write, list[Write]]:
     """A job of 16 one-GPU workers waits on a node of 8 GPUs; its first reason is
     written, then another scheduler's pod takes 2 of the GPUs and a second step runs
@@ -76,12 +86,7 @@ def _second_step_writes(settings: GangSettings) -> tuple[Write, list[Write]]:
             writes.append(w)
         return True
 
-    c._submit = submit  # type: ignore[method-assign]
-    c.config.assume(
-        policy_configmap(policy_doc(projects={"p": {}}), c.settings.system_namespace,
-                         resourceVersion="1")
-    )  # fmt: skip
-    c.nodes.assume(node("a"))
+    _on_node_a(c, submit)
     c.jobs.assume(job("big", 16))
     c.step()
     (first,) = writes
@@ -133,12 +138,7 @@ def test_a_waiting_jobs_status_names_the_kind_of_telemetry_failure_not_its_text(
             c.jobs.assume(obj)
         return list(writes)
 
-    c._submit = submit  # type: ignore[method-assign]
-    c.config.assume(
-        policy_configmap(policy_doc(projects={"p": {}}), c.settings.system_namespace,
-                         resourceVersion="1")
-    )  # fmt: skip
-    c.nodes.assume(node("a"))
+    _on_node_a(c, submit)
     for name in ("j0", "j1", "j2"):
         c.jobs.assume(job(name, 16))  # 16 GPUs: each waits on a node of 8
     prom = "Prometheus at http://prom.monitoring:9090"
