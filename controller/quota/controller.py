@@ -242,7 +242,7 @@ class QuotaController:
         for obj in objs:
             status = obj.get("status") or {}
             if status.get("state") in ("Rejected", "Expired"):
-                self._release(obj, f"it is {status['state']}: nothing is owed back")
+                self._release(obj, _why_released(obj))
                 continue
             try:
                 spec = QuotaRequestSpec.parse(obj)
@@ -705,11 +705,11 @@ class QuotaController:
         rebuild that is not needed would run the repository's checks again."""
         prs = (obj.get("status") or {}).get("pullRequest") or {}
         info = self._info_of(obj)
-        seen = self._polled.get((info.name, int(prs["number"]))) if info and prs else None
-        if info is None or seen is None or not seen[1].conflicted:
+        if info is None or not prs:
             return False
         key = (info.name, int(prs["number"]))
-        if self._conflict_read.get(key) == seen[0]:
+        seen = self._polled.get(key)
+        if seen is None or not seen[1].conflicted or self._conflict_read.get(key) == seen[0]:
             return False
         self._conflict_read[key] = seen[0]
         try:

@@ -93,26 +93,25 @@ class GitRevisions:
         with self._git.lock(spec.url):
             return self._git.resolve(spec.url, ref or spec.ref, auth=auth, timeout_s=spec.timeout_s)
 
-    def build(self, spec: PolicySourceSpec, sha: str) -> tuple[str, Built]:
-        again: str | None = None
+    def _read(self, spec: PolicySourceSpec, sha: str) -> tuple[list[Source], Resolver]:
         with self._git.lock(spec.url):
-            try:
-                sources, resolve = self._git.read(spec.url, sha, spec.path)
-            except GitError as e:
-                if e.reason not in ("ArtifactFailed", "RevisionNotFetched"):
-                    raise
-                again = e.reason
-                if e.reason == "ArtifactFailed":
+            return self._git.read(spec.url, sha, spec.path)
+
+    def build(self, spec: PolicySourceSpec, sha: str) -> tuple[str, Built]:
+        try:
+            sources, resolve = self._read(spec, sha)
+        except GitError as e:
+            if e.reason == "RevisionNotFetched":
+                # Every branch and tag fetched; ReferenceNotFound if none leads to it any
+                # more (force-pushed away): nothing to re-clone for.
+                self.resolve(spec, GitRef(commit=sha))
+            elif e.reason == "ArtifactFailed":  # a damaged cache: clone again
+                with self._git.lock(spec.url):
                     self._git.forget(spec.url)
-        if again == "RevisionNotFetched":
-            # Every branch and tag fetched; ReferenceNotFound if none leads to it any
-            # more (force-pushed away): nothing to re-clone for.
-            self.resolve(spec, GitRef(commit=sha))
-        elif again == "ArtifactFailed":  # clone again, read again
-            sha = self.resolve(spec)
-        if again is not None:
-            with self._git.lock(spec.url):
-                sources, resolve = self._git.read(spec.url, sha, spec.path)
+                sha = self.resolve(spec)
+            else:
+                raise
+            sources, resolve = self._read(spec, sha)
         built = build(
             sources,
             root=spec.path,
