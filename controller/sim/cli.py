@@ -105,6 +105,11 @@ def _simulate(args: argparse.Namespace) -> int:
     if args.variant and args.trace is None:
         print("gangops simulate: --variant reshapes a --trace", file=sys.stderr)
         return 2
+    if args.repeat > 1 and (args.load is None or args.arrivals_only):
+        # it was ignored without a word: the figures were one pass's
+        print("gangops simulate: --repeat K replays the trace with departures at a --load",
+              file=sys.stderr)  # fmt: skip
+        return 2
     unwritable = _unwritable(args)
     if unwritable:  # found before the run, not after it is lost
         print(f"gangops simulate: {unwritable}", file=sys.stderr)
@@ -176,6 +181,11 @@ def _simulate(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 128 + signal.SIGINT
+    inputs["settings"] = {  # what ran, so a report.json can be run again
+        k: getattr(args, k)
+        for k in ("seed", "seeds", "tune", "order", "load", "repeat", "max_duration", "tick",
+                  "session_mean", "limit", "variant")
+    }  # fmt: skip
     inputs["telemetry"] = {
         "recording": args.telemetry,
         "faults": args.faults,

@@ -214,6 +214,10 @@ def simulate_arrivals(
             used += gang.gpu_total
         else:
             result.dropped += 1
+            if gang.id in scheduler.partial():
+                # a pod-at-a-time scheduler keeps the pods it bound; a dropped gang
+                # never comes back, so they would hold GPUs no figure counts
+                scheduler.release(gang.id)
         a, u = arrived / capacity_milli, used / capacity_milli
         curve.append((a, u))
         if round(a * 100) == 100:
@@ -240,7 +244,6 @@ class _Job:
     gang: Gang
     duration: float | None
     start: float | None = None
-    run_start: float = 0.0
     run: int = 0
     partial_since: float | None = None
     timed_out: bool = False
@@ -253,6 +256,12 @@ class _Job:
     """When its current placement began (start, restart or resize)."""
     on_bad_gpu: bool = False
     """Its current placement includes a GPU that was out of service."""
+    run_held: float = 0.0
+    """GPU-seconds its current run held before its current placement (resizes)."""
+    run_busy: float = 0.0
+    """The busy part of those (with a telemetry replay)."""
+    run_bad: float = 0.0
+    """The part of those already counted lost, on a GPU out of service."""
 
 
 def simulate(
@@ -300,6 +309,7 @@ def simulate(
     project_series: list[tuple[float, dict[str, float]]] = []
     start_time = jobs[0].submit if jobs else 0.0
     last = start_time
+    finished: float | None = None
     partial_milli = 0
     timeout = policy.gang_timeout_seconds
     span = (jobs[-1].submit - start_time) if jobs else 0.0
@@ -334,31 +344,25 @@ def simulate(
             result.on_unhealthy.add(job.gang.id)
 
     def unplace(job: _Job, at: float) -> None:
-        """The job's current placement ends: what it lost, what it held idle."""
-        held = job.workers * job.gang.pod.gpu_total / MILLI
+        """The job's current placement ends: what it lost, what it held idle; its
+        GPU-seconds (and their busy part) are added to its run's (`run_held`)."""
+        span = at - job.placed_at
+        held = job.workers * job.gang.pod.gpu_total / MILLI * span
+        job.run_held += held
         if job.on_bad_gpu:
-            result.lost_gpu_seconds += held * (at - job.placed_at)
+            result.lost_gpu_seconds += held
+            job.run_bad += held
         if truth is None:
             return
         truth.devices.release(job.gang.id)
-        if truth.replay is not None and result.idle_gpu_seconds is not None:
+        if truth.replay is not None:
             per_pod = job.gang.pod.gpu_total / MILLI
             for i in range(job.workers):
-                result.idle_gpu_seconds += per_pod * truth.replay.idle_seconds(
-                    job.gang.id, i, 0.0, at - job.placed_at
-                )
-
-    def lost_busy(job: _Job, at: float) -> None:
-        """The busy part of a run cut short at `at`: the GPU-seconds of its current
-        placement (for an elastic job, since its last resize, whose checkpoint kept
-        what came before) less what its pods held idle then."""
-        if truth is None or truth.replay is None or result.lost_busy_gpu_seconds is None:
-            return
-        per_pod = job.gang.pod.gpu_total / MILLI
-        span = at - job.placed_at
-        for i in range(job.workers):
-            idle = truth.replay.idle_seconds(job.gang.id, i, 0.0, span)
-            result.lost_busy_gpu_seconds += per_pod * max(0.0, span - idle)
+                idle = truth.replay.idle_seconds(job.gang.id, i, 0.0, span)
+                if result.idle_gpu_seconds is not None:
+                    result.idle_gpu_seconds += per_pod * idle
+                if not job.on_bad_gpu:  # else all of it is lost already
+                    job.run_busy += per_pod * max(0.0, span - idle)
 
     def stop(job: _Job) -> None:
         nonlocal used
@@ -370,10 +374,12 @@ def simulate(
     wake_after = max(GROW_INTERVAL_S, policy.min_runtime_seconds)
 
     def stale(ev: tuple[float, int, int, str, int]) -> bool:
-        """A wake-up for a job that has since ended, been preempted or resized."""
+        """A completion or wake-up for a job that has since ended, been preempted or
+        resized: nothing happens then (a void completion once moved the clock, and
+        the makespan, to when a resized job would have ended)."""
         if ev[1] == 3:  # a health change matters only to jobs waiting to be placed
             return not pending
-        return ev[1] == 2 and (ev[3] not in running or state[JobId(ev[3])].run != ev[4])
+        return ev[1] in (0, 2) and (ev[3] not in running or state[JobId(ev[3])].run != ev[4])
 
     while events:
         while events and stale(events[0]):
@@ -381,7 +387,9 @@ def simulate(
         if not events:
             break
         t = events[0][0]
-        now = math.ceil(t / tick) * tick if tick > 0 else t
+        # never before `t`: with a tick not exact in binary (0.3) the product can
+        # land a hair below it, and the loop below then takes no event, for ever
+        now = max(t, math.ceil(t / tick) * tick) if tick > 0 else t
         advance(min(now, t))
         while events and events[0][0] <= now:
             et, kind, _, jid, run = heapq.heappop(events)
@@ -398,6 +406,7 @@ def simulate(
                 unplace(job, et)
                 stop(job)
                 result.jcts.append(et - job.gang.created)
+                finished = et
         advance(now)
         hour_ago = now - 3600
         recent = sum(1 for p in preempted_at if p > hour_ago)
@@ -408,12 +417,13 @@ def simulate(
             result.rejected += 1
         for victim in outcome.preempted:
             job = state[victim]
-            held = job.workers * job.gang.pod.gpu_total
-            result.preempted_gpu_seconds += held * (now - job.run_start) / MILLI
-            if not job.on_bad_gpu:  # else counted as lost by unplace
-                result.lost_gpu_seconds += held * (now - job.run_start) / MILLI
-                lost_busy(job, now)
             unplace(job, now)
+            # it starts over: its whole run is lost, every size it held (the part on
+            # a GPU out of service is lost already, by unplace)
+            result.preempted_gpu_seconds += job.run_held
+            result.lost_gpu_seconds += job.run_held - job.run_bad
+            if result.lost_busy_gpu_seconds is not None:
+                result.lost_busy_gpu_seconds += job.run_busy
             stop(job)
             job.run += 1
             pending[victim] = job
@@ -435,7 +445,7 @@ def simulate(
                 job.timed_out = True
                 result.gang_timeouts += 1
             job.partial_since = None
-            job.run_start = now
+            job.run_held = job.run_busy = job.run_bad = 0.0
             running.add(started)
             used += job.gang.gpu_total
             project_used[job.gang.project] = (
@@ -493,7 +503,9 @@ def simulate(
             )
         if progress:
             progress(len(result.delays) + result.rejected)
-    end = last
+    # the run ends with its last completion, not at the cycle after it; with jobs
+    # that never end or never start, where nothing more could happen
+    end = finished if finished is not None and not running and not pending else last
     for jid_ in list(running):
         unplace(state[jid_], end)
     result.makespan = end - start_time

@@ -81,7 +81,9 @@ def to_csv(jobs: Sequence[TraceJob]) -> str:
     for j in jobs:
         size = j.workers * j.pod.gpus
         w.writerow([
-            j.id, f"{j.submit:g}", "" if j.duration is None else f"{j.duration:g}", size,
+            # repr: the shortest text that reads back as the same float (`:g` kept six
+            # digits, so a saved trace did not replay as the run that wrote it)
+            j.id, repr(j.submit), "" if j.duration is None else repr(j.duration), size,
             (j.min_workers or j.workers) * j.pod.gpus, (j.max_workers or j.workers) * j.pod.gpus,
             j.pod.gpus, j.pod.gpu_milli, j.tier or "", j.project or "", j.user or "",
         ])  # fmt: skip

@@ -10,7 +10,9 @@ seeds). `write_report` writes `report.json` (scheduler name -> figures, plus
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +26,10 @@ def percentile(values: Sequence[float], q: float) -> float:
     if not values:
         return 0.0
     ordered = sorted(values)
-    rank = max(1, min(len(ordered), round(q / 100 * len(ordered) + 0.5)))
+    # the smallest value with at least q % of the values at or below it: rank
+    # ceil(q n / 100), in exact arithmetic (round(x + 0.5) rounded halves to even,
+    # one rank too high whenever q n / 100 was odd: p99 of 1..100 was 100)
+    rank = max(1, min(len(ordered), math.ceil(Fraction(str(q)) * len(ordered) / 100)))
     return float(ordered[rank - 1])
 
 
@@ -78,7 +83,9 @@ def figures(run: SchedulerRun) -> dict[str, Any]:
     if full:
         out["gpu_allocation_at_full_arrival"] = round(_mean(full), 2)
         out["gpu_allocation_at_full_arrival_per_seed"] = [round(v, 2) for v in full]
-        out["dropped"] = sum(r.dropped for r in runs)
+        # a mean, as the figures beside it are (it was the sum over the seeds)
+        out["dropped"] = round(_mean([r.dropped for r in runs]), 1)
+        out["dropped_per_seed"] = [r.dropped for r in runs]
     return out
 
 

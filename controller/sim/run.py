@@ -123,7 +123,8 @@ def prepare_arrivals(
     out = list(jobs)
     total = sum(j.gpu_milli for j in out)
     n = 0
-    while tune > 0 and jobs:
+    # pods that ask for no GPU never reach the demand: the trace as it is
+    while tune > 0 and any(j.gpu_milli > 0 for j in jobs):
         extra = rng.choice(jobs)
         if total + extra.gpu_milli > tune * capacity_milli:
             break
@@ -270,6 +271,12 @@ def run(
         jobs = jobs[: exp.limit]
     if exp.variant is not None:
         jobs = make_variant(jobs, exp.variant, seed=exp.seed, nodes=nodes)
+        if not exp.arrivals_only:
+            # in arrival order, as a loaded trace is: `multigpu50` appends its copies
+            # (as the published file does, which arrivals-only `--order trace`
+            # keeps), and with departures the span of arrivals (--load, utilisation
+            # while jobs arrive) runs from the first job to the last
+            jobs = sorted(jobs, key=lambda j: j.submit)
     doc = policy_doc(exp, capacity_gpus)
     policy = SchedulingPolicy.from_dict(doc)
     if not exp.arrivals_only and exp.max_duration is not None:

@@ -173,17 +173,24 @@ def assign_tenants(
             session_left = 1 + int(rng.expovariate(1 / session_mean))
         session_left -= 1
         if job.project is not None:
-            out.append(job)
-            continue
-        project = current
-        fits = [
-            (p, w)
-            for p, w in zip(projects, weights, strict=True)
-            if (p.job_max is None or job.gpu_milli <= p.job_max)
-            and (p.max is None or job.gpu_milli <= p.max)
-        ]
-        if fits and project not in [p for p, _ in fits]:
-            project = rng.choices([p for p, _ in fits], [w for _, w in fits])[0]
+            # its own project; an empty tier or user is still filled in (a job naming
+            # its project but no tier was refused for tier ''); an unknown project is
+            # left for the core to refuse, saying so
+            named = policy.projects.get(job.project)
+            if named is None or (job.tier and job.user):
+                out.append(job)
+                continue
+            project = named
+        else:
+            project = current
+            fits = [
+                (p, w)
+                for p, w in zip(projects, weights, strict=True)
+                if (p.job_max is None or job.gpu_milli <= p.job_max)
+                and (p.max is None or job.gpu_milli <= p.max)
+            ]
+            if fits and project not in [p for p, _ in fits]:
+                project = rng.choices([p for p, _ in fits], [w for _, w in fits])[0]
         users = [*sorted(project.members), *(f"{project.name}-user-{i}" for i in range(4))]
         users = [u for u in users if _admits(project.user(u).max, job.gpu_milli)] or users
         tier = job.tier or project.default_tier or min(project.tiers, default="normal")

@@ -21,6 +21,7 @@ The public traces are not part of the repository: `trace_path` finds them in
 from __future__ import annotations
 
 import csv
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -128,17 +129,43 @@ def _int(
         if default is not None:
             return default
         raise TraceError(f"{path}:{line}: column {key!r} is empty; expected an integer")
-    try:
-        value = int(float(raw))
-    except (ValueError, OverflowError):  # nan, inf, 1e400
-        value = None
+    # Digits only (a whole number may be written `2.0`): `int(float(...))` read
+    # 2.9 as 2, -0.5 as 0 and 1e1 as 10 without a word, and `int` alone takes `1_0`.
+    whole = _WHOLE.fullmatch(raw)
+    value = int(whole[1]) if whole else None
     if value is None or not minimum <= value <= maximum:
-        shown = raw if len(raw) <= 40 else raw[:37] + "..."
         raise TraceError(
-            f"{path}:{line}: column {key!r}: expected a number from {minimum} to {maximum}, "
-            f"found {shown!r}"
+            f"{path}:{line}: column {key!r}: expected a whole number from {minimum} to "
+            f"{maximum}, found {_shown(raw)!r}"
         )
     return value
+
+
+def _seconds(
+    path: Path, line: int, row: Mapping[str, str], key: str, default: float | None = None
+) -> float:
+    """A time in seconds: a decimal number from 0 to MAX_VALUE (gangops' own CSV, whose
+    generated times have a fraction)."""
+    raw = (row.get(key) or "").strip()
+    if not raw:
+        if default is not None:
+            return default
+        raise TraceError(f"{path}:{line}: column {key!r} is empty; expected seconds")
+    value = float(raw) if _DECIMAL.fullmatch(raw) else None
+    if value is None or value > MAX_VALUE:
+        raise TraceError(
+            f"{path}:{line}: column {key!r}: expected seconds from 0 to {MAX_VALUE} "
+            f"(a decimal number), found {_shown(raw)!r}"
+        )
+    return value
+
+
+_WHOLE = re.compile(r"([0-9]+)(?:\.0*)?")
+_DECIMAL = re.compile(r"[0-9]+(?:\.[0-9]*)?|\.[0-9]+")
+
+
+def _shown(raw: str) -> str:
+    return raw if len(raw) <= 40 else raw[:37] + "..."
 
 
 def _name(path: Path, line: int, row: Mapping[str, str], key: str) -> str:
@@ -234,16 +261,21 @@ def _gangops(path: Path, rows: list[tuple[int, dict[str, str]]]) -> list[TraceJo
             )
         if milli < MILLI and size != 1:
             raise TraceError(f"{path}:{line}: gpu_milli < 1000 needs gang_size 1")
-        low = _int(path, line, row, "min_gpu", size)
+        low = _int(path, line, row, "min_gpu", size, minimum=1)
         high = _int(path, line, row, "max_gpu", size)
         if not low <= size <= high:
             raise TraceError(f"{path}:{line}: expected min_gpu <= gang_size <= max_gpu")
+        if low % per or high % per:
+            raise TraceError(
+                f"{path}:{line}: min_gpu {low} and max_gpu {high} must be multiples of "
+                f"gpus_per_worker {per} (an elastic job grows and shrinks by whole workers)"
+            )
         duration = (row.get("duration") or "").strip()
         jobs.append(
             TraceJob(
                 id=name,
-                submit=float(_int(path, line, row, "submit_time")),
-                duration=float(_int(path, line, row, "duration")) if duration else None,
+                submit=_seconds(path, line, row, "submit_time"),
+                duration=_seconds(path, line, row, "duration") if duration else None,
                 workers=size // per,
                 pod=PodShape(gpus=per, gpu_milli=milli),
                 min_workers=None if low == size else low // per,

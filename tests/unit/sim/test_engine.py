@@ -3,16 +3,21 @@ deadlock, preemption requeues, and the arrivals-only figure."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from controller.scheduler.fragmentation import FragModel, typical_pods
 from controller.scheduler.policy import SchedulingPolicy
 from controller.scheduler.types import MILLI, Node, PodShape
 from controller.sim.engine import simulate, simulate_arrivals
-from controller.sim.run import prepare_arrivals
+from controller.sim.run import Experiment, prepare_arrivals, run
 from controller.sim.schedulers import islands, make_scheduler
 from controller.sim.tenants import open_policy_doc
 from controller.sim.traces import TraceJob
 
 NODES = [Node("n0", 4), Node("n1", 4)]
+ROOT = Path(__file__).resolve().parents[3]
+CLUSTER = ROOT / "clusters" / "local" / "cluster.yaml"
+POLICIES = ROOT / "policies"
 CAPACITY = 8 * MILLI
 
 
@@ -118,3 +123,66 @@ def test_a_waiting_job_takes_back_what_an_elastic_job_grew_by() -> None:
 def test_a_pending_wake_up_does_not_stretch_the_run() -> None:
     r = _run("gangops", [_elastic("e", 2, 1, 8, 0.0, 100.0)])
     assert r.makespan == 100.0 and r.resizes == 0
+
+
+def test_a_grown_job_ends_the_run_when_it_ends() -> None:
+    # Its completion at 1,200 s became void when it grew; that event once moved the
+    # clock, so the makespan was 1,200 s and the utilisation 0.31 instead of 0.5.
+    r = _run("gangops", [_elastic("e", 2, 1, 8, 0.0, 1200.0)])
+    assert r.jcts == [750.0] and r.makespan == 750.0
+    assert abs(r.utilization - (2 * 600 + 8 * 150) / (8 * 750)) < 1e-9
+    assert r.util_series[-1][0] == 750.0
+
+
+def test_the_run_ends_at_its_last_completion_not_at_the_next_tick() -> None:
+    doc = open_policy_doc(8)
+    sched = make_scheduler("gangops", NODES, doc, fragmentation=None, seed=1)
+    jobs = [_gang("a", 8, 0.0, 205.0)]
+    r = simulate(jobs, sched, SchedulingPolicy.from_dict(doc), capacity_milli=CAPACITY, tick=10.0)
+    assert r.makespan == 205.0 and abs(r.utilization - 1.0) < 1e-9
+
+
+def test_a_tick_not_exact_in_binary_ends() -> None:
+    # ceil(7.2 / 0.3) * 0.3 is a hair under 7.2: the cycle took no event, for ever
+    doc = open_policy_doc(8)
+    sched = make_scheduler("gangops", NODES, doc, fragmentation=None, seed=1)
+    jobs = [_gang("a", 1, 4.0, 3.0)]
+    r = simulate(jobs, sched, SchedulingPolicy.from_dict(doc), capacity_milli=CAPACITY, tick=0.3)
+    assert r.jcts and abs(r.jcts[0] - 3.2) < 1e-9
+
+
+def test_a_preempted_elastic_job_loses_every_size_it_held(tmp_path: Path) -> None:
+    # e runs 8 GPUs over 0-600 s, 16 over 600-1200 and 8 over 1200-1800, and is
+    # evicted at 1,800 s, starting over from its whole work: 19,200 GPU-s lost (its
+    # size then times its whole run, 8 x 1,800 = 14,400, was charged), with
+    # 1,200 GPU-s for each one-GPU job evicted at 1,200 s.
+    rows = ["job_id,submit_time,duration,gang_size,min_gpu,max_gpu,tier,project,user",
+            "e,0,5000,8,8,16,batch,research,frank"]  # fmt: skip
+    rows += [f"r{i},0,5000,1,,,normal,research,frank" for i in range(48)]
+    rows += [f"v{i},1200,1000,8,,,normal,vision,carol" for i in range(3)]
+    rows += [f"n{i},1200,1000,8,,,normal,nlp,alice" for i in range(4)]
+    trace = tmp_path / "t.csv"
+    trace.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    runs, _ = run(Experiment(CLUSTER, trace, policies=POLICIES, schedulers=("gangops",)))
+    r = runs[0].runs[0]
+    assert "e" in r.preempted_jobs and r.resizes == 3
+    small = len(r.preempted_jobs) - 1
+    assert r.preempted_gpu_seconds == 8 * 600 + 16 * 600 + 8 * 600 + 1200 * small
+    assert r.lost_gpu_seconds == r.preempted_gpu_seconds
+
+
+def test_arrivals_only_frees_the_pods_of_a_gang_it_drops() -> None:
+    # fifo-greedy binds pods one at a time: gang b got 1 of its 3 pods and was
+    # dropped, and that pod held its GPU for good, so c was turned away too
+    jobs = [_gang("a", 3), _gang("b", 3, 1.0), _gang("c", 1, 2.0)]
+    doc = open_policy_doc(4)
+    policy = SchedulingPolicy.from_dict(doc)
+    sched = make_scheduler("fifo-greedy", [Node("n0", 4)], doc, fragmentation=None, seed=1)
+    r = simulate_arrivals(jobs, sched, policy, capacity_milli=4 * MILLI, shapes=[])
+    assert r.dropped == 1 and r.utilization == 1.0
+    assert not sched.partial()
+
+
+def test_arrivals_only_takes_a_trace_without_gpu_demand_as_it_is() -> None:
+    cpu = [TraceJob(f"c{i}", i, None, 1, PodShape(gpus=0, cpu_milli=1000)) for i in range(2)]
+    assert prepare_arrivals(cpu, CAPACITY, seed=1, tune=1.3, order="trace") == cpu

@@ -8,7 +8,10 @@ from pathlib import Path
 import pytest
 
 from controller.clusterspec import ClusterSpecError
+from controller.scheduler.policy import SchedulingPolicy
 from controller.scheduler.types import MILLI
+from controller.sim.generator import generate, to_csv
+from controller.sim.tenants import open_policy_doc
 from controller.sim.traces import TraceError, load_cluster_file, load_trace
 
 
@@ -291,3 +294,53 @@ def test_tiresias_cluster_rows_name_their_own_switches(tmp_path: Path) -> None:
         ("s1-n00", 8, "switch-1"),
         ("s2-n00", 8, "switch-2"),
     ]
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        # int(float(...)) read these as 2, 0 and 10 without a word
+        (f"{_GANGOPS}\na,0,100,2.9\n", r"t\.csv:2: column 'gang_size': expected a whole number"),
+        (f"{_OPENB_PODS}\np,1,1,0.4,1000\n", r"t\.csv:2: column 'num_gpu'.* found '0\.4'"),
+        (f"{_TIRESIAS}\n7,1e1,0,1,m,10,1\n", r"t\.csv:2: column 'num_gpu'.* found '1e1'"),
+        (f"{_TIRESIAS}\n7,1,-0.5,1,m,10,1\n", r"t\.csv:2: column 'submit_time'"),
+        (f"{_NODES}\nn,1_000,1,8,V100\n", r"t\.csv:2: column 'cpu_milli'.* found '1_000'"),
+        (f"{_GANGOPS}\na,1e3,100,1\n", r"t\.csv:2: column 'submit_time': expected seconds"),
+        # an elastic job grows and shrinks by whole workers (these were floored)
+        (
+            f"{_GANGOPS},min_gpu,max_gpu,gpus_per_worker\na,0,100,8,4,12,8\n",
+            r"t\.csv:2: min_gpu 4 and max_gpu 12 must be multiples of gpus_per_worker 8",
+        ),
+        (f"{_GANGOPS},min_gpu\na,0,100,8,0\n", r"t\.csv:2: column 'min_gpu'.* from 1"),
+    ],
+    ids=[
+        "fraction",
+        "openb-fraction",
+        "exponent",
+        "negative-fraction",
+        "underscore",
+        "seconds-exponent",
+        "min-max-not-whole-workers",
+        "min-0",
+    ],
+)
+def test_numbers_that_are_not_whole_are_refused(tmp_path: Path, text: str, says: str) -> None:
+    path = _write(tmp_path, "t.csv", text)
+    with pytest.raises((TraceError, ClusterSpecError), match=says):
+        (load_cluster_file if text.startswith(_NODES) else load_trace)(path)
+
+
+def test_whole_numbers_written_with_a_point_and_decimal_seconds_are_read(tmp_path: Path) -> None:
+    (a,) = load_trace(_write(tmp_path, "t.csv", f"{_GANGOPS}\na,12.25,3600.5,8.0\n"))
+    assert (a.submit, a.duration, a.workers) == (12.25, 3600.5, 8)
+
+
+def test_a_saved_generated_trace_replays_as_it_ran(tmp_path: Path) -> None:
+    # times were written with six digits (`608147.2` as `608147`, `1006165.3` as `1.00617e+06`)
+    doc = open_policy_doc(64)
+    jobs = generate(
+        jobs=3000, capacity_gpus=64, policy=SchedulingPolicy.from_dict(doc), seed=7, load=0.9
+    )
+    assert max(j.submit for j in jobs) > 1e5
+    back = load_trace(_write(tmp_path, "g.csv", to_csv(jobs)))
+    assert back == sorted(jobs, key=lambda j: j.submit)
