@@ -45,7 +45,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal, cast
 
 from controller.backoff import doubled
-from controller.gang.record import Admission, format_time, parse_time, status_number
+from controller.gang.record import Admission, Shape, format_time, parse_time, status_number
 from controller.gang.view import (
     JobView,
     Memo,
@@ -105,6 +105,7 @@ ActionKind = Literal[
     "succeeded",
     "restart",
     "relocate",
+    "respec",
     "rollback",
     "evict",
     "shrink",
@@ -177,6 +178,11 @@ def _node_lost(pod: Obj, nodes: Mapping[str, Obj]) -> str | None:
     return None
 
 
+REQUEST_SKEW_S = 300.0
+"""How far ahead of this process's clock a restart request may be dated (another
+replica's, or the alert receiver's, clock) and still count."""
+
+
 def _held(gang: Gang, adm: Admission) -> Gang:
     """The gang at the size its record holds (an elastic gang may have been resized)."""
     size = len(adm.placement.pods)
@@ -200,6 +206,17 @@ def _admitted(
 ) -> None:
     adm = v.admission
     assert adm is not None and v.gang is not None
+    if adm.shape is not None:
+        changed = adm.shape.differs(Shape.of(v.gang))
+        if changed:
+            # Its owner edited the spec since: the pods still hold what was admitted,
+            # and charged by the edited spec a smaller gang made room that was not
+            # there (a tenant's second job past her max, another's pods refused by
+            # the kubelet), a new tier one its project may not use. The gang starts
+            # again under the spec as it is, admitted as any other; until its pods
+            # are gone they count on their nodes for what they ask.
+            out.actions.append(Action("respec", v, f"its spec changed while admitted ({changed})"))
+            return
     # A gang running as recorded stays so until its job, its pods or their nodes
     # change (none of it depends on the time): kept, it costs a lookup a step.
     uid = str(v.obj["metadata"].get("uid") or "")
@@ -221,7 +238,10 @@ def _admitted(
     out.running.append(running)
     out.owned.update(owned)
     asked = parse_request(v.obj, RESTART_ANNOTATION)
-    if asked is not None and asked[0] > adm.at:
+    # A request dated later than now (past a clock's skew) would be newer than every
+    # admission to come, and restart the gang at each: it is not one the alert
+    # actions make, which date theirs when they act.
+    if asked is not None and adm.at < asked[0] <= now + REQUEST_SKEW_S:
         out.actions.append(Action("relocate", v, asked[1] or "a restart elsewhere was requested"))
         return
     for p in pods:
@@ -719,6 +739,7 @@ def _shrink(a: Action, now: float) -> Write | None:
         Placement(adm.placement.pods[: a.workers]),
         now,
         max(0, adm.borrowed_milli - (old - a.workers) * per),
+        shape=adm.shape,
     )
     below = {"shrunkAt": format_time(now)} if a.workers < v.gang.workers else {}
     message = (
@@ -768,6 +789,13 @@ def action_write(
             " (not counted against backoffLimit)",
             [p for p in v.attempt_pods() if not pod_terminal(p)],
             relocations=relocations, notBefore=format_time(now + delay),
+        )  # fmt: skip
+    if a.kind == "respec":
+        return _release(
+            "restart", v, "Queued", "SpecChanged",
+            f"{a.message}; the gang restarts under the new spec (not counted against "
+            "backoffLimit)",
+            [p for p in v.attempt_pods() if not pod_terminal(p)],
         )  # fmt: skip
     if a.kind == "rollback":
         rollbacks = status_number(v.status, "rollbacks") + 1
@@ -889,7 +917,9 @@ def _pending(v: JobView, d: Pending, note: str, now: float, refresh_s: float) ->
 
 
 def _admit(v: JobView, d: Admit, now: float) -> Write:
-    adm = Admission("Admitted", attempts(v) + 1, d.placement, now, d.borrowed_milli)
+    adm = Admission(
+        "Admitted", attempts(v) + 1, d.placement, now, d.borrowed_milli, shape=Shape.of(d.gang)
+    )
     nodes = ", ".join(f"{n} x{c}" for n, c in sorted(adm.placement.nodes().items()))
     borrowed = f"; {format_gpus(adm.borrowed_milli)} GPUs borrowed" if adm.borrowed_milli else ""
     return Write(
@@ -918,6 +948,7 @@ def _nominate(v: JobView, d: Preempt, by_id: Mapping[JobId, JobView], now: float
         0,
         tuple((j, attempt(j)) for j in d.victims),
         tuple((j, attempt(j), keep) for j, keep in d.shrinks),
+        shape=Shape.of(d.gang),
     )
     return Write(
         "nominate", v, waiting_phase(v), "Preempting",
@@ -951,6 +982,9 @@ def cycle_writes(
             out.append(_pending(v, d, note, now, refresh_s))
     for rz in result.resizes:
         v = by_id[rz.gang.id]
-        adm = Admission("Admitted", attempts(v) + 1, rz.placement, now, rz.borrowed_milli)
+        was = v.admission.shape if v.admission is not None else None
+        adm = Admission(
+            "Admitted", attempts(v) + 1, rz.placement, now, rz.borrowed_milli, shape=was
+        )
         out.append(_resize(v, adm, "Growing", rz.reason))
     return out

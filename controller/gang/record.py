@@ -15,6 +15,11 @@ records back and finishes or rolls back each one. Two states:
 A resized elastic gang gets a new `Admitted` record: the next attempt, at its
 new size.
 
+A record also keeps what it admitted (`shape`: the tier, the gang's size and each
+worker's requests), so a spec edited afterwards is told from the one that was
+admitted: the owner may edit a running job, and its pods keep what they were
+created with whatever the spec says now.
+
 The rest of the status the controller keeps (`attempts`, `restarts`,
 `rollbacks`, `notBefore`, `preemptedAt`, `shrunkAt`) is read here too. Pure: dicts in,
 values out.
@@ -27,9 +32,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from controller.scheduler.types import MILLI, JobId, Placement, PodPlacement
+from controller.scheduler.types import MILLI, Gang, JobId, Placement, PodPlacement
 
-__all__ = ["Admission", "format_time", "parse_time", "status_number"]
+__all__ = ["Admission", "Shape", "format_time", "parse_time", "status_number"]
 
 
 def format_time(seconds: float) -> str:
@@ -55,6 +60,73 @@ def status_number(status: Mapping[str, Any], key: str) -> int:
 
 
 @dataclass(frozen=True)
+class Shape:
+    """What a record admitted: the gang's tier and submitted size, and what each
+    worker asks for (`status.admission.shape`)."""
+
+    tier: str
+    workers: int
+    gpus: int
+    gpu_milli: int
+    cpu_milli: int
+    memory: int
+
+    @classmethod
+    def of(cls, gang: Gang) -> Shape:
+        p = gang.pod
+        return cls(gang.tier, gang.submitted_workers, p.gpus, p.gpu_milli, p.cpu_milli, p.memory)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "tier": self.tier,
+            "workers": self.workers,
+            "gpusPerWorker": self.gpus,
+            "gpuMilli": self.gpu_milli,
+            "cpuMilli": self.cpu_milli,
+            "memoryBytes": self.memory,
+        }
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Shape:
+        return cls(
+            str(raw["tier"]),
+            int(raw["workers"]),
+            int(raw["gpusPerWorker"]),
+            int(raw["gpuMilli"]),
+            int(raw["cpuMilli"]),
+            int(raw["memoryBytes"]),
+        )
+
+    def differs(self, other: Shape) -> str:
+        """What changed from this shape to `other`, in words ('' when nothing)."""
+        return ", ".join(
+            f"{label} {getattr(self, k)} -> {getattr(other, k)}"
+            for k, label in _SHAPE_WORDS.items()
+            if getattr(self, k) != getattr(other, k)
+        )
+
+
+_SHAPE_WORDS = {
+    "tier": "tier",
+    "workers": "gangSize (workers)",
+    "gpus": "GPUs per worker",
+    "gpu_milli": "GPU share (milli)",
+    "cpu_milli": "CPU (milli)",
+    "memory": "memory (bytes)",
+}
+
+
+def _shape(raw: object) -> Shape | None:
+    """A record's shape; None when absent or malformed (the record is still read)."""
+    if not isinstance(raw, Mapping):
+        return None
+    try:
+        return Shape.from_dict(raw)
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+@dataclass(frozen=True)
 class Admission:
     """One recorded decision (`status.admission`)."""
 
@@ -70,6 +142,8 @@ class Admission:
     shrinks: tuple[tuple[JobId, int, int], ...] = ()
     """For a nomination: each elastic job shrunk, the attempt shrunk, and the
     workers it keeps (the first ones of its placement)."""
+    shape: Shape | None = None
+    """What was admitted (None in records written before it was kept)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON written into `status.admission`."""
@@ -84,6 +158,8 @@ class Admission:
             out["victims"] = [{"job": j, "attempt": a} for j, a in self.victims]
         if self.shrinks:
             out["shrinks"] = [{"job": j, "attempt": a, "workers": w} for j, a, w in self.shrinks]
+        if self.shape is not None:
+            out["shape"] = self.shape.to_dict()
         return out
 
     @classmethod
@@ -118,6 +194,7 @@ class Admission:
                 borrowed_milli=int(float(raw.get("borrowedGPUs", 0)) * MILLI),
                 victims=victims,
                 shrinks=shrinks,
+                shape=_shape(raw.get("shape")),
             )
         except (KeyError, TypeError, ValueError):
             return None

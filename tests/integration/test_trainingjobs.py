@@ -122,6 +122,41 @@ def test_over_quota_job_stays_queued_with_its_reason_then_starts_when_quota_free
     assert status["allocation"] == {a: 4}
 
 
+def test_a_running_job_whose_spec_shrinks_is_admitted_again_not_charged_less(
+    gang_env: GangEnv,
+) -> None:
+    """Found by a review: charged by its edited spec, a running 6-GPU gang shrunk to 2
+    on paper let a second job of 4 start beside its 6 pods, past the project's max of
+    8 (and onto GPUs the kubelet then refused). It now starts again at its new size."""
+    env = gang_env
+    env.claim(1)
+    env.set_policy(policy_doc({"p": {"namespace": env.namespace, "guaranteed": 4, "max": 8}}))
+    env.start()
+    env.create(env.job("first", gang=6))
+    env.wait_phase("first", "Running")
+    env.kube.merge_patch(_JOB, "first", {"spec": {"gangSize": 2}}, field_manager="t",
+                         namespace=env.namespace)  # fmt: skip
+    env.create(env.job("second", gang=4))
+
+    def restarted() -> list[dict[str, object]] | None:
+        pods = [p for p in env.pods("first") if not p["metadata"].get("deletionTimestamp")]
+        names = sorted(str(p["metadata"]["name"]) for p in pods)
+        return pods if names == ["first-2-0", "first-2-1"] else None
+
+    wait_for("first at its new size (attempt 2)", restarted)
+    events, _ = env.kube.list(RESOURCES["Event"], namespace=env.namespace)
+    said = [e["message"] for e in events if e.get("reason") == "SpecChanged"]
+    assert said and "gangSize (workers) 6 -> 2" in said[0], said
+    env.wait_phase("second", "Running")
+    held = sum(
+        int(c["resources"]["limits"][GPU])
+        for job in ("first", "second")
+        for p in env.pods(job)
+        for c in p["spec"]["containers"]
+    )
+    assert held <= 8
+
+
 def test_deleting_a_job_removes_its_pods(gang_env: GangEnv) -> None:
     env = gang_env
     env.claim(1)

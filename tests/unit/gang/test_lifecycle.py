@@ -17,7 +17,7 @@ from controller.gang.lifecycle import (
     plan,
     rollback_delay,
 )
-from controller.gang.record import Admission, format_time
+from controller.gang.record import Admission, Shape, format_time
 from controller.gang.view import JobView, job_views
 from controller.nodehealth import RESTART_ANNOTATION
 from controller.scheduler.cycle import CycleResult
@@ -35,6 +35,13 @@ def _plan(jobs: list[dict[str, Any]], pods: list[dict[str, Any]], now: float = T
 
 
 ADM = admission("a", "b")
+SHAPED = admission("a", "b", shape=Shape("normal", 2, 1, 1000, 0, 0))
+"""A record that keeps what it admitted: `job("j")` as built."""
+
+
+def _edited(obj: dict[str, Any], **spec: Any) -> dict[str, Any]:
+    """`obj` with its spec edited by its owner (`spec` fields replaced)."""
+    return {**obj, "spec": {**obj["spec"], **spec}}
 RUNNING_AB = [pod("j", 0, node="a"), pod("j", 1, node="b")]
 
 
@@ -101,6 +108,11 @@ CASES = [
         "a restart request newer than the admission: relocate",
         [_asked(job("j", adm=ADM, phase="Running"), T0 + 0.5)], RUNNING_AB, T0 + 1,
         ["relocate j"], ["j"], [],
+    ),
+    (
+        "a restart request dated past now (year 9999: newer than any admission): nothing",
+        [_asked(job("j", adm=ADM, phase="Running"), T0 + 10**9)], RUNNING_AB, T0 + 1,
+        [], ["j"], [],
     ),
     (
         "a restart request older than the admission (already done): nothing",
@@ -472,6 +484,15 @@ WRITE_CASES = [
         "a launch writes no status: it creates and binds the pods",
         [job("j", adm=ADM)], [], T0 + 1, {"kind": "launch", "phase": None, "launch": True},
     ),
+    (
+        "a spec edited while admitted restarts the gang under it, not counted as a restart",
+        [_edited(job("j", adm=SHAPED, phase="Running", restarts=3), gangSize=1)], RUNNING,
+        T0 + 1,
+        {"kind": "restart", "phase": "Queued", "reason": "SpecChanged", "clear": True,
+         "status.restarts": None, "delete": ["j-1-0", "j-1-1"],
+         "message": "its spec changed while admitted (gangSize (workers) 2 -> 1); the gang "
+                    "restarts under the new spec (not counted against backoffLimit)"},
+    ),
 ]  # fmt: skip
 
 
@@ -510,7 +531,11 @@ def test_an_admission_is_the_next_attempt_with_its_borrowed_share_launched_after
         "event": "Normal", "counted": True, "message": "",
     }  # fmt: skip
     assert w.message == "placed on a x1, b x1; 1 GPUs borrowed; starting attempt 3"
-    assert w.record == Admission("Admitted", 3, ADM.placement, T0, 1000)
+    assert w.record == Admission("Admitted", 3, ADM.placement, T0, 1000, shape=Shape.of(g))
+    assert w.record.to_dict()["shape"] == {
+        "tier": "normal", "workers": 2, "gpusPerWorker": 1, "gpuMilli": 1000, "cpuMilli": 0,
+        "memoryBytes": 0,
+    }  # fmt: skip
 
 
 def test_a_nomination_names_each_victim_with_the_attempt_it_holds() -> None:
@@ -711,3 +736,37 @@ def test_a_job_running_under_a_name_now_refused_for_new_jobs_is_still_tracked(ph
     assert [a.kind for a in out.actions] == ["succeeded" if phase == "Succeeded" else "restart"]
     fresh = job_views([job(name)], [], POLICY)
     assert fresh[0].gang is None and "at most 50" in (fresh[0].error or "")
+
+
+@pytest.mark.parametrize(
+    ("edit", "says"),
+    [
+        # charged by the edited spec, a running 2-GPU gang counted as 1: its owner's
+        # second job went past her max, another's pods were refused by the kubelet
+        ({"gangSize": 1}, "gangSize (workers) 2 -> 1"),
+        # a tier its project may not use, only ever checked for waiting gangs
+        ({"priority": "high"}, "tier normal -> high"),
+    ],
+)
+def test_a_gang_whose_spec_changed_while_admitted_is_released_and_holds_only_its_pods(
+    edit: dict[str, Any], says: str
+) -> None:
+    out = _plan([_edited(job("j", adm=SHAPED, phase="Running"), **edit)], RUNNING_AB)
+    assert [(a.kind, a.message) for a in out.actions] == [
+        ("respec", f"its spec changed while admitted ({says})")
+    ]
+    # neither running at the edited size nor owning its pods: until they are gone
+    # they count on their nodes for what they ask, as any pod no gang holds
+    assert out.running == [] and out.owned == set() and out.queue == []
+
+
+def test_a_record_keeps_its_shape_through_resizes_and_unchanged_specs_run_on() -> None:
+    out = _plan([job("j", adm=SHAPED, phase="Running")], RUNNING_AB)
+    assert out.actions == [] and [r.gang.id for r in out.running] == [job_id("j")]
+    # an elastic range is no part of the shape: changing it restarts nothing
+    out = _plan([_edited(job("j", adm=SHAPED, phase="Running"), maxGPU=8)], RUNNING_AB)
+    assert out.actions == []
+    back = Admission.from_status({"admission": SHAPED.to_dict()})
+    assert back is not None and back.shape == SHAPED.shape
+    bad = {**SHAPED.to_dict(), "shape": {"tier": "normal"}}
+    assert Admission.from_status({"admission": bad}) == replace(SHAPED, shape=None)
