@@ -15,6 +15,8 @@ reads it (with or without Prometheus).
   asks the job to checkpoint (for its training code or operator to act on), then
   asks the gang controller to restart the gang elsewhere; the restart is the
   cluster's doing, so it is not counted against the job's backoffLimit;
+- taint `gangops.ai/gpu-fault` (NoSchedule): an alert action took the whole node out
+  of service; the scheduler places nothing there whatever a job tolerates;
 - condition `GPUProblem` on the Node's status: True while any GPU is out of service;
 - which XIDs take a GPU out (`XID_CLASSES`, NVIDIA's XID catalogue): the agent and
   the simulator's scripted faults read the same table.
@@ -31,6 +33,7 @@ __all__ = [
     "CHECKPOINT_ANNOTATION",
     "CONDITION",
     "FATAL_XIDS",
+    "FAULT_TAINT",
     "OUT_OF_SERVICE_ANNOTATION",
     "QUARANTINE_ANNOTATION",
     "RESTART_ANNOTATION",
@@ -50,6 +53,8 @@ OUT_OF_SERVICE_ANNOTATION = "gangops.ai/out-of-service"
 CHECKPOINT_ANNOTATION = "gangops.ai/checkpoint-requested"
 RESTART_ANNOTATION = "gangops.ai/restart-requested"
 CONDITION = "GPUProblem"
+FAULT_TAINT = "gangops.ai/gpu-fault"
+"""The taint (effect NoSchedule) an alert action places on a node it cordons."""
 
 
 def format_indices(indices: Iterable[int]) -> str:

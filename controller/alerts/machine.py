@@ -43,7 +43,7 @@ from typing import Any, Literal, get_args
 
 from controller.alerts.payload import Alert
 from controller.alerts.policy import ActionKind, AlertPolicy, Mode
-from controller.nodehealth import OUT_OF_SERVICE_ANNOTATION
+from controller.nodehealth import FAULT_TAINT, OUT_OF_SERVICE_ANNOTATION
 
 __all__ = [
     "REASON_ANNOTATION",
@@ -65,7 +65,7 @@ STATE_ANNOTATION = "gangops.ai/alert-actions"
 REASON_ANNOTATION = OUT_OF_SERVICE_ANNOTATION
 """Why the node or some of its GPUs are out of service and when they come back, in
 words (`describe`); what `kubectl describe node` shows a person."""
-TAINT_KEY = "gangops.ai/gpu-fault"
+TAINT_KEY = FAULT_TAINT
 """The taint (effect NoSchedule) gangops places on a node it cordons."""
 RETAIN_S = 86400.0
 """A resolved entry is kept this long after its cool-down, so a late replay of its

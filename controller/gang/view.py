@@ -29,7 +29,7 @@ from controller.jobs.spec import (
     parse_job,
     to_gang,
 )
-from controller.nodehealth import unhealthy_gpus
+from controller.nodehealth import FAULT_TAINT, unhealthy_gpus
 from controller.quantity import QuantityError, parse_quantity
 from controller.scheduler.fragmentation import FragModel
 from controller.scheduler.policy import SchedulingPolicy
@@ -105,7 +105,12 @@ def node_of(obj: Mapping[str, Any]) -> Node:
         gpu_model=str(labels.get("nvidia.com/gpu.product", "")),
         labels=labels,
         taints=taints,
-        schedulable=not spec.get("unschedulable") and node_ready(obj),
+        # gangops' own fault taint takes the node out whatever a job tolerates (a job
+        # tolerating every taint ran on a node an alert action had tainted and an
+        # operator had uncordoned)
+        schedulable=not spec.get("unschedulable")
+        and node_ready(obj)
+        and not any(t.key == FAULT_TAINT for t in taints),
         unhealthy=unhealthy_gpus(obj),
         gpu_capacity=_quantity(capacity.get(GPU_RESOURCE)),
     )

@@ -12,7 +12,11 @@ A job's `spec` (image, size, priority, elastic range) decides what its owner
 is charged for, so on UPDATE only the owner (the user its label names) or a
 member of `ADMIN_GROUP` may change it; anyone else with edit rights on
 TrainingJobs may still change labels and annotations, never what the job
-runs or spends.
+runs or spends. Two annotations are gangops' own requests, the alert actions'
+(`gangops.ai/restart-requested`, `gangops.ai/checkpoint-requested`): only the
+owner, a member of `ADMIN_GROUP` or a holder of the verb `RESTART_VERB` on
+`trainingjobs` (the controller) may change them, or another tenant could restart
+a job at will (a request dated in the year 9999 restarted it at every admission).
 
 The workers' pod spec is the submitter's, but the controller creates the
 pods, so the submitter must not get through it what they could not create
@@ -40,6 +44,7 @@ from __future__ import annotations
 from typing import Any
 
 from controller.jobs.spec import LABEL_USER
+from controller.nodehealth import CHECKPOINT_ANNOTATION, RESTART_ANNOTATION
 
 __all__ = [
     "ADMIN_GROUP",
@@ -47,6 +52,7 @@ __all__ = [
     "POLICY_NAME",
     "PROPOSE_VERB",
     "QUOTA_POLICY_NAME",
+    "RESTART_VERB",
     "admission_objects",
     "mutating_objects",
 ]
@@ -63,6 +69,11 @@ PROPOSE_VERB = "propose"
 """The RBAC verb on `quotarequests` that lets its holder (the scheduler's service
 account) create a QuotaRequest on another user's behalf: the automatic proposal
 for a job blocked by quota names the job's owner."""
+
+RESTART_VERB = "restart"
+"""The RBAC verb on `trainingjobs` that lets its holder (the controller's service
+account, for the alert actions) request another user's job to checkpoint or
+restart (`RESTART_ANNOTATION`, `CHECKPOINT_ANNOTATION`)."""
 
 _LABELS = "object.metadata.?labels.orValue({})"
 _PART_OF = {"app.kubernetes.io/part-of": "gangops"}
@@ -136,6 +147,36 @@ def _only_owner_changes_spec(owner: str, what: str) -> dict[str, Any]:
     }
 
 
+_REQUESTS = f"['{RESTART_ANNOTATION}', '{CHECKPOINT_ANNOTATION}']"
+_ANNOTATIONS = "object.metadata.?annotations.orValue({})"
+_OLD_ANNOTATIONS = "oldObject.metadata.?annotations.orValue({})"
+
+
+def _only_owner_requests() -> dict[str, Any]:
+    """The rule that gangops' request annotations change only by the owner, a member
+    of `ADMIN_GROUP`, or a holder of `RESTART_VERB` (the controller)."""
+    restarter = (
+        "authorizer.group('ai.operator').resource('trainingjobs')"
+        f".namespace(request.namespace).check('{RESTART_VERB}').allowed()"
+    )
+    return {
+        "expression": (
+            "request.operation != 'UPDATE' || "
+            f"{_REQUESTS}.all(k, {_ANNOTATIONS}[?k] == {_OLD_ANNOTATIONS}[?k]) || "
+            f"{_OLD_LABELS}[?{_LABEL}] == optional.of(request.userInfo.username) || "
+            f"'{ADMIN_GROUP}' in request.userInfo.groups || {restarter}"
+        ),
+        "messageExpression": (
+            f"'annotations {RESTART_ANNOTATION} and {CHECKPOINT_ANNOTATION} are the "
+            "requests of gangops alert actions: only the owner of the job (' + "
+            f"{_OLD_LABELS}[?{_LABEL}].orValue('nobody') + "
+            f"'), a member of group {ADMIN_GROUP} or a holder of the verb {RESTART_VERB} on "
+            "trainingjobs may change them; you are ' + request.userInfo.username"
+        ),
+        "reason": "Forbidden",
+    }
+
+
 _VALIDATIONS: list[dict[str, Any]] = [
     {
         "expression": (
@@ -151,6 +192,7 @@ _VALIDATIONS: list[dict[str, Any]] = [
     },
     _user_label_fixed("the user the job is charged to"),
     _only_owner_changes_spec("owner of the job", "its spec"),
+    _only_owner_requests(),
     {
         # The controller creates the workers, so a job could otherwise run pods under
         # a service account its submitter could never have used: only someone who

@@ -109,7 +109,10 @@ def alice(dev_cluster: DevCluster, gang_env: GangEnv, api: object) -> Kube:
     from kubernetes import client
 
     rbac = client.RbacAuthorizationV1Api(api)
-    rules = [{"apiGroups": ["ai.operator"], "resources": ["trainingjobs"], "verbs": ["*"]}]
+    # The documented tenant role's (docs/security.md): never "*", which would include
+    # the verb restart (requesting another user's job to restart, as the controller does).
+    verbs = ["get", "list", "watch", "create", "update", "patch", "delete"]
+    rules = [{"apiGroups": ["ai.operator"], "resources": ["trainingjobs"], "verbs": verbs}]
     rbac.create_namespaced_role(gang_env.namespace, {"metadata": {"name": "tj"}, "rules": rules})
     rbac.create_namespaced_role_binding(
         gang_env.namespace,

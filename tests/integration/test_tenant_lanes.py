@@ -20,6 +20,7 @@ from kubernetes import client, config
 from controller.devcluster import DevCluster
 from controller.jobs.admission import ADMIN_GROUP
 from controller.kube.client import RESOURCES, ApiError, Kube, connect
+from controller.nodehealth import CHECKPOINT_ANNOTATION, RESTART_ANNOTATION
 from controller.policy.compiler import QUOTA_NAME, compile_policy_set
 from controller.policy.loader import Source
 from controller.policy.validate import validate_sources
@@ -155,6 +156,41 @@ def test_only_the_owner_or_an_admin_may_change_a_jobs_spec(
     assert patch(bob, grow)["spec"]["resourceProfile"]["maxGPU"] == 32
     shrunk = once_authorised(job_admin, {"spec": {"resourceProfile": {"maxGPU": 2}}})
     assert shrunk["spec"]["resourceProfile"]["maxGPU"] == 2
+
+
+def test_only_the_owner_or_gangops_requests_a_jobs_restart(
+    gang_env: GangEnv, alice: Kube, bob: Kube
+) -> None:
+    """Found by a review: the alert actions' request annotations were open to anyone
+    with edit rights, so alice restarted bob's job at will (one dated in the year 9999
+    at every admission, and never counted against its backoffLimit)."""
+    env = gang_env
+    _create_once_policy_active(env, env.job("bobs", gang=1, user="bob"), bob)
+    ask = {"metadata": {"annotations": {RESTART_ANNOTATION: "9999-01-01T00:00:00Z not really"}}}
+
+    def patch(who: Kube, body: dict[str, Any]) -> dict[str, Any]:
+        return who.merge_patch(_JOB, "bobs", body, field_manager="t", namespace=env.namespace)
+
+    def refused_once_authorised() -> ApiError:
+        def attempt() -> ApiError | None:
+            try:
+                patch(alice, ask)
+            except ApiError as e:
+                return None if "cannot patch resource" in e.message else e  # RBAC not yet
+            raise AssertionError("alice requested a restart of bob's job")
+
+        return wait_for("RBAC to allow alice's patch", attempt)
+
+    err = refused_once_authorised()
+    assert err.status == 403 and "you are alice" in err.message, err
+    assert "a holder of the verb restart on trainingjobs" in err.message
+    check = {"metadata": {"annotations": {CHECKPOINT_ANNOTATION: "2026-01-01T00:00:00Z x"}}}
+    assert _refused(lambda: patch(alice, check)).status == 403
+    # other annotations stay open to her; the owner and gangops (the admin here holds
+    # every verb, restart included) may ask
+    patch(alice, {"metadata": {"annotations": {"note": "seen by alice"}}})
+    patch(bob, {"metadata": {"annotations": {RESTART_ANNOTATION: "2026-01-01T00:00:00Z mine"}}})
+    patch(env.kube, ask)
 
 
 def _pod(**spec: Any) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from controller.gang.view import (
 )
 from controller.jobs.spec import ContainerDefaults, JobSpec
 from controller.kube.clock import FakeClock
+from controller.nodehealth import FAULT_TAINT
 from controller.scheduler.cycle import schedule
 from controller.scheduler.policy import policy_configmap
 from controller.scheduler.telemetry import Telemetry, with_health
@@ -84,6 +85,17 @@ def test_nodes_not_ready_or_cordoned_are_not_schedulable_and_taints_are_read() -
     assert not n.schedulable and n.taints[0].key == "k"
     ok = node_of(node("n", 4, **{"nvidia.com/gpu.product": "H100"}))
     assert (ok.gpus, ok.gpu_model, ok.cpu_milli, ok.schedulable) == (4, "H100", 96_000, True)
+
+
+def test_gangops_fault_taint_takes_a_node_out_whatever_a_job_tolerates() -> None:
+    # an operator uncordoned a node an alert action had tainted: a job tolerating
+    # every taint (an empty key, operator Exists) was placed there
+    tainted = node("n")
+    tainted["spec"] = {"taints": [{"key": FAULT_TAINT, "value": "xid-79", "effect": "NoSchedule"}]}
+    assert not node_of(tainted).schedulable
+    other = node("m")
+    other["spec"] = {"taints": [{"key": "dedicated", "value": "x", "effect": "NoSchedule"}]}
+    assert node_of(other).schedulable  # other taints are a job's to tolerate
 
 
 def test_the_node_agents_unhealthy_gpus_are_read_and_a_malformed_entry_is_ignored() -> None:
