@@ -28,7 +28,7 @@ from ruamel.yaml import YAML
 from controller.devcluster import Build, DevCluster
 from controller.kube.client import RESOURCES, ApiError, Kube, connect
 from controller.nodehealth import UNHEALTHY_ANNOTATION
-from tests.unit.chart.helm import CHART, helm, parse, render, value_files
+from tests.unit.chart.helm import CHART, find, helm, parse, render, value_files
 
 from .gang_helpers import GangEnv, policy_doc
 from .kube import free_port, wait_for
@@ -703,6 +703,64 @@ def test_tenants_bound_to_edit_create_trainingjobs_and_view_only_reads_them(
     finally:
         for o in roles:
             rbac_api.delete_cluster_role(o["metadata"]["name"])
+
+
+def test_tenants_bound_to_the_tenant_role_create_trainingjobs_but_no_pods(
+    dev_cluster: DevCluster, trainingjob_api: Kube, namespace: str
+) -> None:
+    """Found by a review: the chart told tenants to be bound to `edit`, which creates
+    pods directly (an 8-GPU pod with nodeName, past the user's max, tiers and gang);
+    its own `<release>-tenant` role does what docs/security.md's does."""
+    rbac_api = client.RbacAuthorizationV1Api(_api(dev_cluster))
+    role = find(render(release=f"ten-{secrets.token_hex(3)}"), "ClusterRole", "-tenant")
+    rbac_api.create_cluster_role(role)
+    try:
+        rbac_api.create_namespaced_role_binding(
+            namespace,
+            {
+                "metadata": {"name": "carol-tenant"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                            "name": role["metadata"]["name"]},
+                "subjects": [{"kind": "User", "name": "carol",
+                              "apiGroup": "rbac.authorization.k8s.io"}],
+            },
+        )  # fmt: skip
+        carol = connect(str(dev_cluster.user_kubeconfigs["carol"]))
+        job = {
+            "apiVersion": "ai.operator/v1",
+            "kind": "TrainingJob",
+            "metadata": {"name": "carols", "namespace": namespace,
+                         "labels": {"ai.operator/user": "carol"}},
+            "spec": {"gangSize": 1, "priority": "batch", "template": {"spec": {"containers": [
+                {"name": "t", "image": "trainer", "resources": {"limits": {"nvidia.com/gpu": 1}}}
+            ]}}},
+        }  # fmt: skip
+
+        def created() -> bool:
+            try:
+                carol.create(job, field_manager="t")
+            except ApiError as e:
+                assert e.status == 403, e  # until the binding is in force
+                return False
+            return True
+
+        wait_for("carol's TrainingJob (the tenant role)", created)
+        pod = {
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "direct", "namespace": namespace},
+            "spec": {"nodeName": "anywhere", "containers": [
+                {"name": "t", "image": "t", "resources": {"limits": {"nvidia.com/gpu": 8}}}
+            ]},
+        }  # fmt: skip
+        with pytest.raises(ApiError) as e:
+            carol.create(pod, field_manager="t")
+        assert e.value.status == 403 and "cannot create resource" in e.value.message
+        with pytest.raises(ApiError) as e:
+            carol.get(RESOURCES["Secret"], "any", namespace)
+        assert e.value.status == 403
+        assert carol.list(RESOURCES["Pod"], namespace=namespace) is not None  # reads them
+    finally:
+        rbac_api.delete_cluster_role(role["metadata"]["name"])
 
 
 # --- install, upgrade, rollback, uninstall ------------------------------------------

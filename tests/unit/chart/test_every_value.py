@@ -93,6 +93,7 @@ CHANGES: dict[str, Case] = {
         {"networkPolicy.webhookFrom": [{"namespaceSelector": {"matchLabels": {"x": "y"}}}]},
     ),
     "rbac.aggregateToDefaultRoles": (False, {}),
+    "rbac.tenantRole": (False, {}),
 }
 
 
