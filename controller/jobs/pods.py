@@ -27,7 +27,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from controller.jobs.spec import JobSpec
+from controller.jobs.spec import LABEL_USER, JobSpec
 from controller.scheduler.types import Placement
 
 __all__ = [
@@ -100,6 +100,17 @@ def _tolerations(template: list[Any] | None, job: JobSpec) -> list[Any]:
     return out
 
 
+RESERVED_PREFIXES = ("ai.operator/", "gangops.ai/")
+"""Label and annotation keys only gangops sets on the workers."""
+
+
+def _not_reserved(keys: object) -> dict[str, Any]:
+    """A template's labels or annotations without gangops' own keys."""
+    if not isinstance(keys, Mapping):
+        return {}
+    return {k: v for k, v in keys.items() if not str(k).startswith(RESERVED_PREFIXES)}
+
+
 def worker_pods(
     job: JobSpec,
     template: Mapping[str, Any],
@@ -120,10 +131,20 @@ def worker_pods(
         # Only labels and annotations come from the template: finalizers (a pod
         # nothing would ever release), owner references, names and namespaces are
         # gangops' to set.
+        # Keys under gangops' own prefixes are gangops' too: a template could label
+        # alice's workers `ai.operator/user: bob`, and whatever bills by pod labels
+        # would bill bob.
         meta = template.get("metadata") or {}
-        labels = dict(meta.get("labels") or {})
-        labels.update({LABEL_JOB: job.name, LABEL_ATTEMPT: str(attempt), LABEL_RANK: str(rank)})
-        annotations = dict(meta.get("annotations") or {})
+        labels = _not_reserved(meta.get("labels"))
+        labels.update(
+            {
+                LABEL_USER: job.user,
+                LABEL_JOB: job.name,
+                LABEL_ATTEMPT: str(attempt),
+                LABEL_RANK: str(rank),
+            }
+        )
+        annotations = _not_reserved(meta.get("annotations"))
         annotations[ANNOTATION_NODE] = where.node
         spec = copy.deepcopy(dict(template.get("spec") or {}))
         env = [

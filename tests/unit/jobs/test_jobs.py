@@ -187,6 +187,23 @@ def test_worker_pods_take_only_labels_and_annotations_from_the_template_metadata
     assert meta["labels"]["app"] == "bert" and meta["annotations"]["note"] == "kept"
 
 
+def test_worker_pods_carry_their_jobs_user_whatever_the_template_says() -> None:
+    # found by a review: the template's `ai.operator/user: bob` went onto alice's
+    # workers, and what bills by pod labels would bill bob
+    template = copy.deepcopy(JOB["spec"]["template"])
+    template["metadata"] = {
+        "labels": {"ai.operator/user": "bob", "ai.operator/anything": "x", "team": "nlp"},
+        "annotations": {"gangops.ai/assigned-node": "elsewhere", "gangops.ai/x": "y", "a": "b"},
+    }
+    placement = Placement((PodPlacement("n1", (0, 1, 2, 3)),))
+    job = parse_job(JOB)
+    (p,) = worker_pods(job, template, placement, tier="high", attempt=1)
+    labels, notes = p["metadata"]["labels"], p["metadata"]["annotations"]
+    assert labels["ai.operator/user"] == job.user != "bob" and labels["team"] == "nlp"
+    assert "ai.operator/anything" not in labels
+    assert notes == {"gangops.ai/assigned-node": "n1", "a": "b"}
+
+
 def _with_init(*init: dict[str, Any], app_gpus: int = 4) -> dict[str, Any]:
     obj = _job(gangSize=8, resourceProfile={"minGPU": 8, "maxGPU": 8})
     spec = obj["spec"]["template"]["spec"]
