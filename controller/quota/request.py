@@ -86,6 +86,9 @@ class QuotaRequestSpec:
             raise ValueError(f"spec.amount must be positive (found {spec['amount']!r})")
         if spec.get("resource") == "gpu" and amount.denominator != 1:
             raise ValueError(f"spec.amount: whole GPUs only (found {spec['amount']!r})")
+        if spec.get("resource") == "gpu" and amount > MAX_GPUS:
+            # the schema's maximum holds for a number only: "1e12" passed as a string
+            raise ValueError(f"spec.amount: at most {MAX_GPUS} GPUs (found {spec['amount']!r})")
         expires = spec.get("expiresAt")
         return cls(
             namespace=str(meta["namespace"]),
@@ -107,6 +110,10 @@ def parse_time(text: str) -> dt.datetime:
     value = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
     return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
 
+
+MAX_GPUS = 1_000_000
+"""The most GPUs a request may ask for (the schema's maximum; a compiled policy holds
+at most this many in all)."""
 
 _UNSAFE = re.compile(r"[^a-z0-9._-]+")
 

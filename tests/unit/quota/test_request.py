@@ -48,7 +48,13 @@ def test_the_cli_builds_a_request_labelled_with_the_authenticated_requester() ->
 
 @pytest.mark.parametrize(
     ("resource", "amount", "message"),
-    [("gpu", "0", "must be positive"), ("gpu", "1.5", "whole GPUs"), ("memory", "lots", "amount")],
+    [
+        ("gpu", "0", "must be positive"),
+        ("gpu", "1.5", "whole GPUs"),
+        ("memory", "lots", "amount"),
+        # the schema's maximum holds for a number only (noticed by a review)
+        ("gpu", "1e12", "at most 1000000 GPUs"),
+    ],
 )
 def test_what_the_schema_refuses_is_refused_with_a_reason(
     resource: str, amount: str, message: str
