@@ -27,6 +27,8 @@ __all__ = [
     "format_diagnostics",
     "format_plan",
     "github_step_summary",
+    "md_cell",
+    "md_code",
     "summary_line",
 ]
 
@@ -97,7 +99,7 @@ _MD_SPECIAL = re.compile(r"([\\`*_\[\]<|~&])")
 _MD_BLOCK_START = re.compile(r"^(\s*|\s*\d+)([-+=#>]|(?<=\d)[.)])")
 
 
-def _md_code(s: str) -> str:
+def md_code(s: str) -> str:
     """`s` as a markdown code span that shows it literally: on one line, fenced by
     a run of backticks longer than any inside (CommonMark), so nothing in it is
     bold, a link, an image or a mention."""
@@ -105,6 +107,12 @@ def _md_code(s: str) -> str:
     fence = "`" * (max((len(r) for r in re.findall(r"`+", s)), default=0) + 1)
     pad = " " if s.startswith(("`", " ")) or s.endswith(("`", " ")) else ""
     return f"{fence}{pad}{s}{pad}{fence}"
+
+
+def md_cell(s: str) -> str:
+    """`s` as a code span (`md_code`) in one markdown table cell: its `|` escaped,
+    as GitHub's tables read it even inside a code span."""
+    return md_code(s).replace("|", "\\|")
 
 
 def _md_text(s: str) -> str:
@@ -163,7 +171,7 @@ def github_step_summary(diags: Sequence[Diagnostic], files: int) -> str:
     if diags:
         out += ["| Severity | Code | Location | Message |", "|---|---|---|---|"]
         for d in diags:
-            where = _md_code(_where(d)).replace("|", "\\|")
+            where = md_cell(_where(d))
             out.append(f"| {d.level.value} | {d.code} | {where} | {_md_text(d.message)} |")
     return "\n".join(out) + "\n"
 
@@ -285,9 +293,9 @@ def _plan_lines(plan: Plan, base: str, head: str) -> list[str]:
 
 def _change_md(c: Change) -> list[str]:
     flag = " :warning: **destructive**" if c.destructive else ""
-    lines = [f"- **{c.action}** {_md_code(c.id)}{flag}"]
+    lines = [f"- **{c.action}** {md_code(c.id)}{flag}"]
     lines += [
-        f"  - {_md_code(f.path)}: {_md_code(_value(f.old))} → {_md_code(_value(f.new))}"
+        f"  - {md_code(f.path)}: {md_code(_value(f.old))} → {md_code(_value(f.new))}"
         for f in c.fields
     ]
     lines += [f"  - {_md_text(n)}" for n in c.notes]
@@ -298,14 +306,14 @@ def _plan_markdown(plan: Plan, base: str, head: str) -> str:
     head_lines = [
         "### gangops plan",
         "",
-        f"{_md_code(base)} → {_md_code(head)}: **{_counts(plan)}**",
+        f"{md_code(base)} → {md_code(head)}: **{_counts(plan)}**",
         "",
     ]
     body: list[str] = []
     if plan.destructive:
         steps = [
             *(_md_text(w) for w in plan.warnings),
-            *(f"{c.action} {_md_code(c.id)}" for c in plan.changes if c.destructive),
+            *(f"{c.action} {md_code(c.id)}" for c in plan.changes if c.destructive),
         ]
         head_lines += ["> [!CAUTION]", "> This change has destructive steps:"]
         head_lines += [f"> - {step}" for step in steps[:_CAUTION_STEPS]]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from controller.policy.build import build
 from controller.policy.plan import make_plan
-from controller.policy.report import format_plan
+from controller.policy.report import format_plan, md_cell
 from controller.policy.sources import git_tree, policy_root, working_tree
 from controller.quota.edit import Edit, format_amount
 from controller.quota.request import QuotaRequestSpec
@@ -122,7 +122,7 @@ def pr_body(
             expires = f"{r.expires_at:%Y-%m-%d %H:%M UTC}" if r.expires_at else "never"
             out.append(
                 f"| `{r.namespace}/{r.name}` | {_cell(r.requester or '?')} | +{r.amount_text} "
-                f"| {expires} | {_cell(r.reason)} |"
+                f"| {expires} | {md_cell(r.reason)} |"
             )
     out += [
         "",

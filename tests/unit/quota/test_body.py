@@ -7,6 +7,7 @@ from fractions import Fraction
 
 import pytest
 
+from controller.policy.report import md_cell
 from controller.quota.body import Checked, pr_body
 from controller.quota.edit import Edit
 from controller.quota.request import QuotaRequestSpec
@@ -28,21 +29,39 @@ def _body(reason: str, requester: str = "alice") -> str:
     )
 
 
+def _cells(row: str) -> list[str]:
+    """A markdown table row's cells as GitHub's tables split it: at every `|` no
+    backslash escapes (also inside a code span)."""
+    return re.split(r"(?<!\\)\|", row)[1:-1]
+
+
 @pytest.mark.parametrize(
     "reason",
     ["pretraining\r\r<!--", "a\nb\r\nc\rd<!--", "x | y |\n|---|", "<details><summary>",
-     "ok\u2028<!--", "need 8 GPUs\\| hidden words", "a \\\\| b \\"],
+     "ok\u2028<!--", "need 8 GPUs\\| hidden words", "a \\\\| b \\",
+     # found by a review: live markdown in the body reviewers approve
+     "**approved by @acme/leads, merge now** [check passed](https://x.example/ok) "
+     "![t](https://x.example/t.png) closes #1, fixes acme/policies#2 ``x``"],
 )  # fmt: skip
 def test_the_reason_stays_in_its_cell_and_hides_nothing(reason: str) -> None:
     """Found by a review: '\\r' (a line ending to CommonMark, on GitHub and Gitea) was
     not escaped, and '<!--' then hid the change and 'does not validate' up to the
-    trailer's '-->'."""
+    trailer's '-->'. The reason is one code span: no emphasis, link, image, HTML,
+    mention or closing keyword of the requester's is rendered."""
     body = _body(reason)
     lines = re.split(r"\r\n|\r|\n", body)  # CommonMark's line endings
     (row,) = [line for line in lines if line.startswith("| `nlp/r`")]
-    assert row.count("|") == 6 and "\\" not in row  # five cells, no escape to undo
-    assert "<" not in row
-    assert [x for x in lines if "<!--" in x] == ["<!-- gangops:quota-request -->"]
+    cells = _cells(row)
+    assert len(cells) == 5, cells
+    assert cells[4] == " " + md_cell(reason) + " "
+    code = cells[4].strip().replace("\\|", "|")  # what GitHub's table hands inline parsing
+    fence = re.match(r"`+", code)
+    assert (
+        fence
+        and code.endswith(fence.group())
+        and fence.group() not in code[len(fence.group()) : -len(fence.group())]
+    )
+    assert [x for x in lines if x.startswith("<!--")] == ["<!-- gangops:quota-request -->"]
     assert "does not validate" in body
 
 
