@@ -106,6 +106,11 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument(
         "--format", choices=DIAGNOSTIC_FORMATS, default="text", help="output format (default text)"
     )
+    v.add_argument(
+        "--system-namespace",
+        default=DEFAULT_SYSTEM_NAMESPACE,
+        help="gangops' own namespace, which no project may claim (default %(default)s)",
+    )
     _add_common(v)
     v.set_defaults(func=_validate)
 
@@ -214,7 +219,11 @@ def _validate(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     resolve = repository_resolver([Path(p) for p in args.paths])
     result = validate_sources(
-        sources, root=" ".join(args.paths), resolve=resolve, limits=_limits(args)
+        sources,
+        root=" ".join(args.paths),
+        resolve=resolve,
+        limits=_limits(args),
+        system_namespace=args.system_namespace,
     )
     sys.stdout.write(format_diagnostics(result.diagnostics, fmt=args.format, files=result.files))
     summary_file = os.environ.get("GITHUB_STEP_SUMMARY")
@@ -263,7 +272,9 @@ def _render(args: argparse.Namespace) -> int:
     if not root.exists():
         print(f"gangops render: {root}: no such file or directory", file=sys.stderr)
         return EXIT_USAGE
-    _, objects = _compile_tree(args, root)
+    # files named as the reconciler names them (from the repository's top), so the
+    # output is what is applied, from whichever directory render runs
+    _, objects = _compile_tree(args, root, as_applied=True)
     if objects is None:
         return EXIT_INVALID
     if args.output == "json":

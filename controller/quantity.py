@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 
-__all__ = ["QuantityError", "format_quantity", "parse_quantity"]
+__all__ = ["MAX_AMOUNT", "QuantityError", "format_quantity", "parse_quantity", "too_large"]
 
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {
@@ -30,6 +30,24 @@ _RE = re.compile(
     r"^(?P<sign>[+-]?)(?P<num>[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
     r"(?:(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])|[eE](?P<exp>[+-]?[0-9]+))?$"
 )
+
+
+MAX_AMOUNT = {"cpu": Fraction(2**63 - 1, 1000), "memory": Fraction(2**63 - 1)}
+"""The most of each resource Kubernetes can hold: it counts CPU in millicores
+(`Quantity.MilliValue`) and memory in bytes (`Quantity.Value`), both int64. A
+larger amount is no ceiling there (the API server even stores a plain number of
+22 digits or more as a different, small one), so policies may not ask for it."""
+
+
+def too_large(resource: str, amount: Fraction) -> str | None:
+    """Why `amount` of `resource` ("cpu", "memory") is more than Kubernetes can hold,
+    or None when it is not (or the resource has no such bound here)."""
+    limit = MAX_AMOUNT.get(resource)
+    if limit is None or amount <= limit:
+        return None
+    if resource == "cpu":
+        return "more than Kubernetes can hold (2^63-1 millicores, about 9.2e15 cores)"
+    return "more than Kubernetes can hold (2^63-1 bytes, just under 8Ei)"
 
 
 class QuantityError(ValueError):

@@ -19,7 +19,9 @@ nothing to change writes nothing. What it produces, per the README:
   requests.cpu`); the quota tracks no limits, so no default limit is set;
 - the compiled scheduling policy, a ConfigMap in the controller's namespace
   holding `policy.json`: the quota tree and tier rules with every default
-  resolved, which is what the scheduler reads.
+  resolved, which is what the scheduler reads; canonical where order has no
+  meaning (tiers by value, projects and users by name), so a reorder in the
+  files rewrites nothing.
 """
 
 from __future__ import annotations
@@ -261,7 +263,12 @@ def scheduling_policy(policy_set: PolicySet) -> dict[str, Any]:
                 "quota": _pair(p.quota),
                 "users": {
                     "default": _pair(p.user_default),
-                    "members": [{"name": u.name, **_pair(u.quota)} for u in p.members],
+                    # by name: their order means nothing (the scheduler looks users up
+                    # by name), so reordering them in a file changes no byte of policy.json
+                    "members": [
+                        {"name": u.name, **_pair(u.quota)}
+                        for u in sorted(p.members, key=lambda u: u.name)
+                    ],
                 },
                 "jobs": {
                     "maxGPU": p.job_max_gpu if p.job_max_gpu is not None else p.quota.max.gpu,

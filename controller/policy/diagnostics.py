@@ -77,7 +77,7 @@ CODES: dict[str, Code] = _codes(
     Code("GP309", "reserved-name", E, "A name uses a prefix or a namespace reserved by Kubernetes or gangops (`system-` tiers; `kube-*`, `default` or gangops' own system namespace)."),
     Code("GP310", "multiple-global-defaults", E, "More than one tier sets `globalDefault: true`."),
     Code("GP311", "invalid-name", E, "A name is not a valid DNS-1123 name (lower-case alphanumerics and '-', at most 63 characters for namespaces)."),
-    Code("GP312", "invalid-quantity", E, "An amount is not a Kubernetes quantity (examples: 8, 500m, 64Gi, 2Ti) or is negative."),
+    Code("GP312", "invalid-quantity", E, "An amount is not a Kubernetes quantity (examples: 8, 500m, 64Gi, 2Ti), is negative, or is more than Kubernetes can hold (2^63-1 millicores of CPU, 2^63-1 bytes of memory)."),
     Code("GP313", "cluster-policy-count", E, "A policy set needs exactly one ClusterPolicy."),
     Code("GP314", "job-max-above-project", E, "`jobs.maxGPU` is larger than the project's GPU `max`, so such a job could never run."),
     Code("GP315", "user-max-above-project", W, "A named user's `max` is larger than the project's `max`; the project's ceiling applies first. For `users.default` it is an error: every user not listed would get a ceiling the project never allows."),
@@ -88,6 +88,8 @@ CODES: dict[str, Code] = _codes(
     Code("GP320", "scheduling-policy-too-large", E, "The compiled scheduling policy is over the 1 MiB the API server allows in a ConfigMap; the size is given."),
     Code("GP321", "duplicate-alert-rule", E, "Two rules of `alertActions` name the same alert; gangops would not know which to follow."),
     Code("GP322", "alert-rule-without-effect", W, "A part of an alert rule has no effect: mode `enforce` with action `none`, or `gracePeriodSeconds` where no job is restarted (`restartJob: false`, or action `none`)."),
+    Code("GP323", "job-max-above-namespace-quota", E, "`jobs.maxGPU` is larger than the largest namespace's share of the project's GPU `max` (the max is split evenly over the namespaces' ResourceQuotas, and a job runs in one namespace), so such a job could never run; lower `jobs.maxGPU`, raise the max or list fewer namespaces. Without `jobs.maxGPU` (it defaults to the project's max) it is a warning."),
+    Code("GP324", "empty-namespace-quota", E, "The project's `max` of a resource, split evenly over its namespaces (whole GPUs, millicores, bytes), leaves a namespace a share of 0, so no pod that asks for it can start there; raise the max or list fewer namespaces."),
 )  # fmt: skip
 
 

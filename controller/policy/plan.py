@@ -4,16 +4,21 @@ A plan compares two desired states (lists of compiled objects) and, where
 they are known, the two policy sets, and says per object create, update
 (with a field diff), recreate or delete. Steps that lose something are
 marked destructive: a PriorityClass whose value or preemptionPolicy changes
-must be deleted and recreated (both fields are immutable), a deleted tier
-strands the jobs that use it, and a project's guarantee cut (or its max cut
-below what it was guaranteed) makes running work reclaimable. Pure: no I/O.
+must be deleted and recreated (both fields are immutable; the reconciler does
+so only for a PolicySource with `allowRecreate: true`, and refuses the
+revision otherwise), a deleted tier strands the jobs that use it, and a
+project's guarantee cut (or its max cut below what it was guaranteed) makes
+running work reclaimable. When `globalDefault` moves from one tier to another,
+the old default's change (cleared, or deleted) comes first: Kubernetes allows
+one default PriorityClass at a time, and the reconciler applies it in that
+order. Pure: no I/O.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any, Literal
 
@@ -110,8 +115,10 @@ def make_plan(
         immutable = [f for f in fields if f.path in _IMMUTABLE.get(kind, ())]
         if immutable:
             notes = tuple(
-                f"{f.path} is immutable: {f.old} -> {f.new}; the {kind} is deleted and "
-                "recreated (running pods keep the old priority until they restart)"
+                f"{f.path} is immutable: {f.old} -> {f.new}; the {kind} must be deleted and "
+                "recreated, which the reconciler does only for a PolicySource with "
+                "spec.allowRecreate: true (the default, false, refuses the whole revision: "
+                "ImmutableFieldChange); running pods keep the old priority until they restart"
                 for f in immutable
             )
             changes.append(
@@ -132,7 +139,58 @@ def make_plan(
     applied = [c for c in ordered if c.action != "delete"]
     deleted = [c for c in reversed(ordered) if c.action == "delete"]
     warnings = tuple(_guarantee_cuts(base_set, head_set)) if base_set and head_set else ()
-    return Plan(changes=tuple(applied + deleted), warnings=warnings)
+    return Plan(changes=_handoff(applied + deleted, old, new), warnings=warnings)
+
+
+def _defaults(objs: dict[tuple[str, str, str], dict[str, Any]]) -> list[str]:
+    return sorted(
+        name
+        for (kind, _, name), o in objs.items()
+        if kind == "PriorityClass" and o.get("globalDefault")
+    )
+
+
+def _handoff(
+    changes: list[Change],
+    old: dict[tuple[str, str, str], dict[str, Any]],
+    new: dict[tuple[str, str, str], dict[str, Any]],
+) -> tuple[Change, ...]:
+    """`changes`, with a `globalDefault` that moves from one PriorityClass to another
+    put in the order the reconciler applies it: Kubernetes' Priority admission refuses
+    a second default (on create, update and dry-run), so the old default is cleared
+    (or deleted) first, before anything else, and only then the new one set."""
+    was, now = _defaults(old), _defaults(new)
+    if len(was) != 1 or len(now) != 1 or was == now:
+        return tuple(changes)
+    giver, taker = was[0], now[0]
+    first = next((c for c in changes if c.kind == "PriorityClass" and c.name == giver), None)
+    if first is None:
+        return tuple(changes)
+    if first.action == "delete":
+        how = "deleted"
+        note = (
+            f"deleted first, before {taker!r} takes globalDefault: Kubernetes allows one "
+            "default PriorityClass at a time (a PolicySource with spec.prune: false keeps "
+            f"it, and the API server then refuses {taker!r})"
+        )
+    else:
+        how = "cleared"
+        note = (
+            f"globalDefault passes to {taker!r}: applied first, before {taker!r} is set, "
+            "as Kubernetes allows one default PriorityClass at a time"
+        )
+    then = (
+        f"takes globalDefault from {giver!r}, once {giver!r} is {how}; pods created in "
+        "between that name no PriorityClass get priority 0"
+    )
+    out = [replace(first, notes=(*first.notes, note))]
+    for c in changes:
+        if c is first:
+            continue
+        if c.kind == "PriorityClass" and c.name == taker:
+            c = replace(c, notes=(*c.notes, then))
+        out.append(c)
+    return tuple(out)
 
 
 def _update_notes(kind: str, fields: tuple[FieldChange, ...]) -> Iterator[str]:
@@ -202,9 +260,12 @@ def _diff(old: dict[str, Any], new: dict[str, Any]) -> Iterator[FieldChange]:
     # one change, not one per field inside it.
     items_a, items_b = _items(a), _items(b)
     whole = {p: "added" for p in items_b - items_a} | {p: "removed" for p in items_a - items_b}
+    # A named list that is empty on one side is a leaf there, and its items on the
+    # other: its entries added or removed say it all (no "(absent) -> []").
+    lists = {p[:-1] for p in items_a | items_b}
     reported: set[tuple[str, ...]] = set()
     for path in sorted(set(a) | set(b)):
-        if path in _IGNORED:
+        if path in _IGNORED or (path in lists and [] in (a.get(path), b.get(path))):
             continue
         item = next((path[:i] for i in range(1, len(path) + 1) if path[:i] in whole), None)
         if item is not None:

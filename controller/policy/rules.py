@@ -284,6 +284,7 @@ def _project(p: Project, tier_names: set[str]) -> Iterator[Diagnostic]:
             "jobs",
             "maxGPU",
         )
+    yield from _namespace_shares(p)
     if p.tiers is not None:
         if not p.tiers:
             yield _at(
@@ -307,6 +308,69 @@ def _project(p: Project, tier_names: set[str]) -> Iterator[Diagnostic]:
                 "jobs",
                 "defaultTier",
             )
+
+
+def _namespace_shares(p: Project) -> Iterator[Diagnostic]:
+    """The compiler splits the project's max evenly over its namespaces into
+    ResourceQuotas (whole GPUs, millicores, bytes; the namespaces listed first take
+    the remainders), and the API server and the scheduler hold each namespace to
+    its share: a job larger than the largest share, or any work in a namespace
+    whose share is 0, can never start (GP323, GP324)."""
+    doc, n = p.doc, len(p.namespaces)
+    if n < 2:
+        return
+    for r in RESOURCE_NAMES:
+        amount = p.quota.max.get(r)
+        if not amount:  # unset, or 0 on purpose: no namespace gets any
+            continue
+        unit = Fraction(1, 1000) if r == "cpu" else Fraction(1)
+        units = -(-amount // unit)
+        if units < n:
+            empty = p.namespaces[units:]
+            names = ", ".join(repr(ns) for ns in empty)
+            yield _at(
+                doc,
+                "GP324",
+                f"project {p.name!r}: max {r} {format_amount(r, amount)}, split evenly over "
+                f"{n} namespaces, leaves {names} a ResourceQuota of 0 {r}: no pod that asks "
+                f"for {r} can start there; raise max.{r} to at least "
+                f"{format_amount(r, unit * n)} or list fewer namespaces",
+                "spec",
+                "quota",
+                "max",
+                r,
+            )
+    max_gpu = p.quota.max.gpu
+    if max_gpu is None:
+        return
+    largest = -(-max_gpu // n)
+    split = (
+        f"the project's max of {max_gpu} GPUs is split evenly over its {n} namespaces, "
+        f"at most {largest} in each namespace's ResourceQuota, and a job runs in one namespace"
+    )
+    if p.job_max_gpu is not None and largest < p.job_max_gpu <= max_gpu:
+        yield _at(
+            doc,
+            "GP323",
+            f"project {p.name!r}: jobs.maxGPU {p.job_max_gpu} can never be reached: {split}; "
+            f"lower jobs.maxGPU to {largest}, raise max.gpu to at least "
+            f"{(p.job_max_gpu - 1) * n + 1}, or list fewer namespaces",
+            "spec",
+            "jobs",
+            "maxGPU",
+        )
+    elif p.job_max_gpu is None and max_gpu > largest:
+        line, col = doc.pos(("spec", "quota", "max", "gpu"))
+        yield Diagnostic(
+            "GP323",
+            f"project {p.name!r}: jobs.maxGPU is not set, so it defaults to the project's max "
+            f"of {max_gpu} GPUs, but no job above {largest} GPUs can start: {split}; set "
+            f"jobs.maxGPU: {largest} to say so",
+            doc.file,
+            line,
+            col,
+            severity=Severity.WARNING,
+        )
 
 
 def _user_max(

@@ -42,7 +42,7 @@ from controller.policy.model import (
     build_project,
     build_tier,
 )
-from controller.quantity import QuantityError, parse_quantity
+from controller.quantity import QuantityError, parse_quantity, too_large
 from controller.scheduler.policy import DEFAULT_SYSTEM_NAMESPACE, POLICY_CONFIGMAP, POLICY_KEY
 
 __all__ = [
@@ -321,17 +321,22 @@ def _quantities(
     doc: Document, value: Any, path: tuple[str | int, ...]
 ) -> Iterator[tuple[Diagnostic, tuple[str | int, ...]]]:
     """Quantities the schema's pattern lets through but the parser refuses
-    (e.g. 1e99), each with its path."""
+    (e.g. 1e99), or that are more than Kubernetes can hold (e.g. 1000E cores),
+    each with its path."""
     if isinstance(value, dict):
         for k, v in value.items():
             amount = bool(path) and path[-1] in _RESOURCE_KEYS and k in ("cpu", "memory")
-            if amount and isinstance(v, str):
+            if amount and isinstance(v, str | int) and not isinstance(v, bool):
+                where = _dotted((*path, k))
                 try:
-                    parse_quantity(v)
+                    why = too_large(k, parse_quantity(v))
+                    hint = "; leave it out for no ceiling" if path[-1] == "max" else ""
+                    msg = f"{where}: {_short(v)} is {why}{hint}" if why else None
                 except QuantityError as e:
+                    msg = f"{where}: {e}"
+                if msg is not None:
                     line, col = doc.pos((*path, k))
-                    where = _dotted((*path, k))
-                    yield Diagnostic("GP312", f"{where}: {e}", doc.file, line, col), (*path, k)
+                    yield Diagnostic("GP312", msg, doc.file, line, col), (*path, k)
             else:
                 yield from _quantities(doc, v, (*path, k))
     elif isinstance(value, list):

@@ -23,6 +23,15 @@ so a commit that touches one project rewrites that project's objects only.
 An object in a namespace this revision creates cannot be dry-run before the
 namespace exists; the namespace's own dry-run stands for it, and the API
 server validates it when it is applied.
+
+Kubernetes' Priority admission refuses a PriorityClass with `globalDefault:
+true` while another class has it, on create, update and dry-run alike. A
+revision that moves the default from one of this source's classes to another
+(or renames the default tier) is therefore ordered: the new default is dry-run
+without `globalDefault` (everything else about it is checked), and in the
+PriorityClass stage the old default is cleared (or, pruned, deleted) first,
+then the new one is set. A default held by a class this source does not own
+(or may not prune) is no handoff: the dry-run refuses the revision.
 """
 
 from __future__ import annotations
@@ -46,6 +55,7 @@ __all__ = [
     "SyncOptions",
     "SyncPlan",
     "SyncResult",
+    "clear_default",
     "owned_paths",
     "plan_sync",
     "prunable",
@@ -323,6 +333,25 @@ class SyncPlan:
     apply order (empty when the source does not prune)."""
     left: list[str] = field(default_factory=list)
     """No longer wanted but kept, because the source does not prune."""
+    handoff: list[Obj] = field(default_factory=list)
+    """PriorityClasses that take `globalDefault` from a class this revision clears or
+    prunes: dry-run without it (the old default still holds it), always applied, and
+    only after the old default is cleared (`clear_default`) or deleted
+    (`prune_first`)."""
+    prune_first: list[Ref] = field(default_factory=list)
+    """A pruned PriorityClass that holds `globalDefault` while `handoff` sets it on
+    another: deleted before the PriorityClass stage (and not again in prune)."""
+
+
+def _default(obj: Obj | None) -> bool:
+    """Does this PriorityClass set `globalDefault`?"""
+    return bool((obj or {}).get("globalDefault"))
+
+
+def clear_default(desired: Obj, have: Obj | None) -> bool:
+    """Does applying `desired` take `globalDefault` away from the live `have`? Such a
+    PriorityClass is applied before the rest of its stage."""
+    return desired["kind"] == "PriorityClass" and _default(have) and not _default(desired)
 
 
 def plan_sync(
@@ -334,9 +363,11 @@ def plan_sync(
     other_sources: Collection[str],
 ) -> SyncPlan:
     """Decide steps 1-2 of a sync from the live objects in `current` (by the ref
-    of each desired object): what needs nothing, what is refused (an object of a
-    source in `other_sources`, which still exist; an immutable change not
-    allowed), what is recreated, what is dry-run; and what prune looks at."""
+    of each desired object, and of each PriorityClass of `inventory`): what needs
+    nothing, what is refused (an object of a source in `other_sources`, which
+    still exist; an immutable change not allowed), what is recreated, what is
+    dry-run; and what prune looks at. A `globalDefault` that moves from one of
+    the source's classes to another is a handoff (see the module's docstring)."""
     wanted = [_label(o, options.source) for o in desired]
     conflicts, immutable, recreate, changing = [], [], [], []
     for obj in wanted:
@@ -364,15 +395,49 @@ def plan_sync(
     }
     refs = {Ref.of(o) for o in wanted}
     gone = sorted(set(inventory) - refs, key=Ref.rank, reverse=True)
+    handoff, prune_first = _handoff(wanted, [*changing, *recreate], current, gone, options)
     return SyncPlan(
         wanted,
         recreate=recreate,
         dry_run=[o for o in changing if o["metadata"].get("namespace") not in new_namespaces],
         unchecked=[o for o in changing if o["metadata"].get("namespace") in new_namespaces],
         unchanged=len(wanted) - len(changing) - len(recreate),
-        prune=gone if options.prune else [],
+        prune=[r for r in gone if r not in prune_first] if options.prune else [],
         left=[] if options.prune else [str(r) for r in gone],
+        handoff=handoff,
+        prune_first=prune_first,
     )
+
+
+def _handoff(
+    wanted: list[Obj],
+    changes: list[Obj],
+    current: Mapping[Ref, Obj | None],
+    gone: list[Ref],
+    options: SyncOptions,
+) -> tuple[list[Obj], list[Ref]]:
+    """The PriorityClasses that take `globalDefault` from an old default this
+    revision clears or prunes, and the pruned old defaults to delete first."""
+    new = [
+        o
+        for o in changes
+        if o["kind"] == "PriorityClass" and _default(o) and not _default(current.get(Ref.of(o)))
+    ]
+    if not new:
+        return [], []
+    cleared = any(clear_default(o, current.get(Ref.of(o))) for o in wanted)
+    pruned = [
+        r
+        for r in gone
+        if r.kind == "PriorityClass"
+        and options.prune
+        and (have := current.get(r)) is not None
+        and _default(have)
+        and prunable(r, have, options)
+    ]
+    if not cleared and not pruned:
+        return [], []
+    return new, pruned
 
 
 def prunable(ref: Ref, have: Obj, options: SyncOptions) -> bool:
@@ -411,6 +476,10 @@ def sync(
             # all the same, and what goes into it can be dry-run
             current[ref] = kube.get(resource_for(ref.skeleton()), ref.name)
     owners = {_owner(have) for have in current.values()} - {"", options.source}
+    # a PriorityClass the revision drops may hold the globalDefault a desired one takes
+    for ref in inventory:
+        if ref.kind == "PriorityClass" and ref not in current:
+            current[ref] = live.get(ref)
 
     # 1-2. what must change, and what may not
     plan = plan_sync(
@@ -429,7 +498,13 @@ def sync(
         return _refused(result, "DryRunFailed", errors, inventory)
     result.unchanged += plan.unchanged
 
-    # 4. staged apply
+    # 4. staged apply, after deleting a pruned class that holds the globalDefault
+    # this revision gives another (Kubernetes allows one default at a time)
+    failed = _prune(kube, live, plan.prune_first, options, result)
+    if failed:
+        return _refused(result, "ApplyFailed", failed, inventory)
+    gone = {str(r) for r in plan.prune_first} & set(result.deleted)
+    inventory = [r for r in inventory if str(r) not in gone]
     failed = _apply_stages(kube, live, pool, plan.recreate, to_apply, current, inventory, result)
     if failed:
         reason = "RecreateRefused" if result.reason == "RecreateRefused" else "ApplyFailed"
@@ -453,9 +528,14 @@ def _dry_run(
     result: SyncResult,
 ) -> tuple[list[Obj], list[str]]:
     """Server-side apply with dryRun=All: the objects to apply, and the refusals.
-    An object the API server would store as it is counts as unchanged."""
+    An object the API server would store as it is counts as unchanged. A class
+    that takes `globalDefault` in a handoff is dry-run without it (the old default
+    holds it until the apply clears it) and always applied."""
+    handoff = {Ref.of(o) for o in plan.handoff}
 
     def dry_run(obj: Obj) -> Obj:
+        if Ref.of(obj) in handoff:
+            obj = {**obj, "globalDefault": False}
         return kube.apply(obj, field_manager=FIELD_MANAGER, dry_run=True)
 
     to_apply = list(plan.unchecked)
@@ -464,6 +544,8 @@ def _dry_run(
         ref = Ref.of(obj)
         if err is not None:
             errors.append(f"{ref}: {err.message}")
+        elif ref in handoff:
+            to_apply.append(obj)
         elif out is not None and (have := current[ref]) is not None and _same_stored(out, have):
             result.unchanged += 1
         else:
@@ -482,9 +564,11 @@ def _apply_stages(
     result: SyncResult,
 ) -> list[str]:
     """Apply stage by stage in kind order, each stage in parallel; a PriorityClass
-    to recreate is deleted and created again in its stage. Returns the failures
-    of the first stage that failed (the inventory then keeps what the previous
-    one held besides what was applied)."""
+    to recreate is deleted and created again in its stage, and one that gives up
+    `globalDefault` goes before the rest of its stage (the class that takes it
+    would be refused while it holds it). Returns the failures of the first stage
+    that failed (the inventory then keeps what the previous one held besides what
+    was applied)."""
     applied: set[Ref] = set()
     to_recreate = {Ref.of(o) for o in recreate}
 
@@ -506,10 +590,14 @@ def _apply_stages(
                 raise
             raise RecreateRefused(e.status, e.reason, e.message) from None
 
+    steps = []
     for rank in range(len(APPLY_ORDER) + 1):
         stage = [o for o in [*recreate, *to_apply] if object_key(o)[0] == rank]
+        first = [o for o in stage if clear_default(o, current[Ref.of(o)])]
+        steps += [first, [o for o in stage if o not in first]] if first else [stage]
+    for step in steps:
         failed = []
-        for obj, out, err in _parallel(pool, apply_one, stage):
+        for obj, out, err in _parallel(pool, apply_one, step):
             ref = Ref.of(obj)
             if err is not None:
                 failed.append(f"{ref}: {err.message}")

@@ -7,7 +7,9 @@ resourceVersions, the PolicySource's kstatus conditions, inventory and Events.
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -312,6 +314,78 @@ def test_priority_class_value_change_needs_allow_recreate(
     pc = managed(env.kube, "PriorityClass", n("high"))
     assert pc is not None and pc["value"] == 7000 and pc["metadata"]["uid"] != uid
     assert any(e["reason"] == "PriorityClassRecreated" for e in env.events(src))
+
+
+def _default_tier(name: str, value: int, default: bool) -> str:
+    return (
+        f"apiVersion: policy.ai.operator/v1\nkind: PriorityTier\nmetadata: {{name: {name}}}\n"
+        f"spec: {{value: {value}, globalDefault: {'true' if default else 'false'}}}\n"
+    )
+
+
+@pytest.fixture
+def no_other_default(kube: Kube, prefix: str) -> Iterator[None]:
+    """Kubernetes allows one globalDefault PriorityClass in the whole cluster: one left by
+    another test of the session (the example policies' `normal`) is cleared for this
+    test and given back afterwards."""
+    items, _ = kube.list(RESOURCES["PriorityClass"])
+    cleared = [
+        o["metadata"]["name"]
+        for o in items
+        if o.get("globalDefault") and not o["metadata"]["name"].startswith(prefix)
+    ]
+    for name in cleared:
+        kube.merge_patch(
+            RESOURCES["PriorityClass"], name, {"globalDefault": False}, field_manager="test"
+        )
+    yield
+    for name in cleared:
+        # requested before `reconcile_env`, so the test's own classes are gone by now;
+        # should another default exist since, this one is left cleared
+        with contextlib.suppress(ApiError):
+            kube.merge_patch(
+                RESOURCES["PriorityClass"], name, {"globalDefault": True}, field_manager="test"
+            )
+
+
+def test_moving_the_global_default_to_another_tier_is_applied_in_one_commit(
+    no_other_default: None, reconcile_env: ReconcileEnv, policy_repo: PolicyRepo
+) -> None:
+    """Found by a review (D1): the Priority admission plugin refuses a second default on
+    create, update and dry-run, and every changed object was dry-run against the old
+    state, so a commit moving the default stalled at DryRunFailed for good. The
+    reconciler now clears (or prunes) the old default first, then sets the new one."""
+    env, repo, n = reconcile_env, policy_repo, policy_repo.name
+
+    def tiers(*specs: tuple[str, int, bool]) -> str:
+        return "---\n".join(_default_tier(n(name), v, d) for name, v, d in specs)
+
+    def defaults() -> list[str]:
+        items, _ = env.kube.list(RESOURCES["PriorityClass"])
+        return sorted(o["metadata"]["name"] for o in items if o.get("globalDefault"))
+
+    repo.write("tiers.yaml", tiers(("high", 5000, True), ("low", 100, False)))
+    sha = repo.commit("high is the default")
+    env.start()
+    src = env.create_source("main", repo.url)
+    env.wait_condition(src, "Ready", revision_sha=sha)
+    assert defaults() == [n("high")]
+    # the default moves to another tier
+    repo.write("tiers.yaml", tiers(("high", 5000, False), ("low", 100, True)))
+    sha = repo.commit("low is the default")
+    env.patch_source(src, {"metadata": {"annotations": {ANNOTATION_REQUESTED: "move"}}})
+    env.wait_condition(src, "Ready", revision_sha=sha)
+    assert defaults() == [n("low")]
+    # the default tier is renamed: the old class is pruned, the new one created
+    repo.write("tiers.yaml", tiers(("high", 5000, False), ("standard", 100, True)))
+    sha = repo.commit("low is renamed standard")
+    env.patch_source(src, {"metadata": {"annotations": {ANNOTATION_REQUESTED: "rename"}}})
+    obj = env.wait_condition(src, "Ready", revision_sha=sha)
+    assert defaults() == [n("standard")]
+    assert managed(env.kube, "PriorityClass", n("low")) is None
+    ids = {e["id"] for e in obj["status"]["inventory"]["entries"]}
+    assert f"_{n('standard')}_scheduling.k8s.io_PriorityClass" in ids
+    assert not any(n("low") in i for i in ids)
 
 
 def test_quota_lowered_below_usage_is_applied_and_new_work_waits(

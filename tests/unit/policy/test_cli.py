@@ -227,6 +227,55 @@ def test_render_revision_defaults_to_the_commit(
     assert _revisions(capsys) == {f"{sha}-dirty"}
 
 
+def test_render_names_files_as_the_reconciler_does_from_any_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Found by a review (D7): run from inside the tree, render annotated objects with
+    `team.yaml`, `../tiers.yaml` and `..`; from elsewhere, with the host's paths. It
+    names them from the repository's top now, as the reconciler applies them."""
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))
+    _write(tmp_path / "pol", policy_files(project("a").build()))
+    _git(tmp_path, "init", "-q")
+
+    def render(cwd: Path, path: str) -> str:
+        monkeypatch.chdir(cwd)
+        assert main(["render", path, "-o", "json", "--revision", "r"]) == 0
+        return capsys.readouterr().out
+
+    top = render(tmp_path, "pol")
+    assert render(tmp_path / "pol" / "projects", "..") == top
+    assert render(tmp_path.parent, str(tmp_path / "pol")) == top
+    files = {
+        o["metadata"]["annotations"]["gangops.ai/source-file"] for o in json.loads(top)["items"]
+    }
+    assert files == {"pol", "pol/tiers.yaml", "pol/projects/a.yaml"}
+
+
+@pytest.mark.parametrize(
+    ("namespace", "claimed", "rc"),
+    [("gangops", "gangops", 1), ("gangops", "gangops-system", 0), (None, "gangops-system", 1)],
+    ids=["its own namespace", "another's default", "the default"],
+)
+def test_validate_takes_the_controllers_namespace(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    namespace: str | None,
+    claimed: str,
+    rc: int,
+) -> None:
+    """Found by a review (D8): validate always assumed gangops-system, so it passed a
+    project claiming the controller's namespace that render and the reconciler refuse
+    (GP309), and refused one they accept."""
+    monkeypatch.chdir(tmp_path)
+    _write(tmp_path / "pol", policy_files(project("a").namespaces("a", claimed).max(gpu=8)
+                                          .jobs(maxGPU=4).build()))  # fmt: skip
+    args = ["--system-namespace", namespace] if namespace else []
+    assert main(["validate", "pol", *args]) == rc
+    assert ("GP309" in capsys.readouterr().out) == bool(rc)
+    assert main(["render", "pol", "--revision", "r", *args]) == rc
+
+
 def test_max_file_size(in_repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["validate", "policies", "--max-file-size", "100"]) == 1
     assert "error GP103" in capsys.readouterr().out

@@ -185,7 +185,8 @@ GPU, CPU, MEM = "requests.nvidia.com/gpu", "requests.cpu", "requests.memory"
     [
         (("a",), {"gpu": 8, "cpu": "16", "memory": "64Gi"}, [{GPU: "8", CPU: "16", MEM: "64Gi"}]),
         (("c", "a", "b"), {"gpu": 10}, [{GPU: "4"}, {GPU: "3"}, {GPU: "3"}]),
-        (("a", "b", "c"), {"gpu": 1}, [{GPU: "1"}, {GPU: "0"}, {GPU: "0"}]),
+        # (a max below one unit per namespace, which left a share of 0, is GP324 now)
+        (("a", "b", "c"), {"gpu": 4}, [{GPU: "2"}, {GPU: "1"}, {GPU: "1"}]),
         (("a", "b", "c"), {"cpu": "1"}, [{CPU: "334m"}, {CPU: "333m"}, {CPU: "333m"}]),
         (("a", "b"), {"cpu": "2500m"}, [{CPU: "1250m"}, {CPU: "1250m"}]),
         (("a", "b"), {"cpu": "1500u"}, [{CPU: "1m"}, {CPU: "1m"}]),
@@ -433,3 +434,21 @@ def _without_annotations(obj: dict[str, Any]) -> dict[str, Any]:
     out = json.loads(json.dumps(obj))
     out["metadata"].pop("annotations")
     return out
+
+
+def test_reordering_users_changes_no_byte_of_the_compiled_policy() -> None:
+    """Found by a review (D5): `plan --base` said "No changes" for a reorder of
+    users.members while policy.json (and so the ConfigMap the reconciler writes)
+    changed; their order means nothing, so the compiled policy lists them by name."""
+
+    def members(*names: str) -> list[dict[str, Any]]:
+        p = project("p").max(gpu=8)
+        for name in names:
+            p = p.user(name, 0, 4)
+        return compiled(policy_files(p.build()))
+
+    ab, ba = members("alice", "bob"), members("bob", "alice")
+    assert ab == ba
+    (cm,) = [o for o in ab if o["kind"] == "ConfigMap"]
+    doc = json.loads(cm["data"]["policy.json"])
+    assert [m["name"] for m in doc["projects"][0]["users"]["members"]] == ["alice", "bob"]

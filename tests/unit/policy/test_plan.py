@@ -137,6 +137,48 @@ CASES = [
         fields=(("PriorityClass/normal", "value", 1000, 2000),),
     ),
     Case(
+        "a tier's value changes: the plan says recreating needs allowRecreate",
+        policy_files(A(), B, tiers=(TIERS[0], tier("normal", 2000, globalDefault=True), TIERS[2])),
+        [("recreate", "PriorityClass/normal", True), ("update", CM, False)],
+        notes=("spec.allowRecreate: true", "refuses the whole revision"),
+    ),
+    Case(
+        "globalDefault moves to another tier: the old default is cleared first",
+        policy_files(
+            A(),
+            B,
+            tiers=(
+                TIERS[0],
+                tier("normal", 1000),
+                tier("batch", 10, preemptible=True, preemptionPolicy="Never", globalDefault=True),
+            ),
+        ),
+        [
+            ("update", "PriorityClass/normal", False),
+            ("update", "PriorityClass/batch", False),
+            ("update", CM, False),
+        ],
+        notes=(
+            "globalDefault passes to 'batch': applied first",
+            "takes globalDefault from 'normal', once 'normal' is cleared",
+        ),
+    ),
+    Case(
+        "the default tier is renamed: the old default is deleted first",
+        policy_files(
+            A(), B, tiers=(TIERS[0], tier("standard", 1000, globalDefault=True), TIERS[2])
+        ),
+        [
+            ("delete", "PriorityClass/normal", True),
+            ("create", "PriorityClass/standard", False),
+            ("update", CM, False),
+        ],
+        notes=(
+            "deleted first, before 'standard' takes globalDefault",
+            "takes globalDefault from 'normal', once 'normal' is deleted",
+        ),
+    ),
+    Case(
         "a tier's preemption policy changes: recreate",
         policy_files(A(), B, tiers=(*TIERS[:2], tier("batch", 10, preemptible=True))),
         [("recreate", "PriorityClass/batch", True), ("update", CM, False)],
@@ -442,6 +484,18 @@ def test_markdown_of_a_huge_plan_fits_a_github_comment(
     assert len(md) <= GITHUB_COMMENT_LIMIT
     assert "more lines cut to fit a GitHub comment" in md
     assert md.rstrip().endswith("</details>")
+
+
+@pytest.mark.parametrize("removed", [True, False], ids=["last removed", "first added"])
+def test_a_named_list_emptied_or_filled_is_its_entries_only(removed: bool) -> None:
+    """Found by a review (D9): removing the last project printed
+    `data.policy.json.projects: (absent) -> []` besides the real removal."""
+    some, none = compiled(policy_files(A())), compiled(policy_files())
+    plan = make_plan(some, none) if removed else make_plan(none, some)
+    (cm,) = [c for c in plan.changes if c.kind == "ConfigMap"]
+    paths = [f.path for f in cm.fields]
+    assert "data.policy.json.projects" not in paths
+    assert "data.policy.json.projects[a]" in paths
 
 
 def test_markdown_with_many_warnings_fits_a_github_comment() -> None:

@@ -207,10 +207,14 @@ def valid_sets(draw: st.DrawFn) -> dict[str, str]:
     for i in range(draw(st.integers(0, 5))):
         guaranteed = draw(st.integers(0, free))
         free -= guaranteed
-        maximum = draw(st.integers(max(guaranteed, 1), max(guaranteed, 1) * 4))
+        spaces = draw(st.integers(1, 3))
+        # at least one GPU per namespace (GP324), and jobs no larger than the largest
+        # namespace's share (GP323)
+        least = max(guaranteed, spaces)
+        maximum = draw(st.integers(least, least * 4))
         p = (
             project(f"p{i}")
-            .namespaces(*(next(namespaces) for _ in range(draw(st.integers(1, 3)))))
+            .namespaces(*(next(namespaces) for _ in range(spaces)))
             .guaranteed(
                 gpu=guaranteed, cpu=draw(st.sampled_from(["0", "1", "1001m"])), memory="1000000"
             )
@@ -227,7 +231,7 @@ def valid_sets(draw: st.DrawFn) -> dict[str, str]:
             p = p.user(f"user-{u}", g, draw(st.integers(g, maximum)))
         tiers = draw(st.lists(st.sampled_from(["critical", "normal", "batch"]), unique=True))
         if tiers:
-            p = p.jobs(tiers=tiers, maxGPU=draw(st.integers(1, maximum)))
+            p = p.jobs(tiers=tiers, maxGPU=draw(st.integers(1, -(-maximum // spaces))))
         projects.append(p.build())
     return policy_files(*projects, cluster_doc=cluster(gpu=capacity, reserve={"gpu": reserve}))
 
@@ -237,7 +241,8 @@ def valid_sets(draw: st.DrawFn) -> dict[str, str]:
 def test_valid_sets_validate_and_compile(files: dict[str, str]) -> None:
     result = validate(files)
     assert result.policy_set is not None, result.diagnostics
-    assert all(d.code in ("GP306",) for d in result.diagnostics), result.diagnostics
+    # GP323 without jobs.maxGPU is a warning: the default, the max, spans namespaces
+    assert all(d.code in ("GP306", "GP323") for d in result.diagnostics), result.diagnostics
     objects = compile_policy_set(result.policy_set, revision="r", source_root=".")
     for p in result.policy_set.projects:
         hard = [

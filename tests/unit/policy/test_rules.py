@@ -368,14 +368,15 @@ CASES = [
     Case(
         "GP309 reserved namespaces",
         {"p.yaml": PROJECT_P.replace("[p]", "[p, kube-system, default]")},
-        [("GP309", "p.yaml", 5), ("GP309", "p.yaml", 5)],
+        # GP323: 8 GPUs over three namespaces, and no jobs.maxGPU (a warning)
+        [("GP309", "p.yaml", 5), ("GP309", "p.yaml", 5), ("GP323", "p.yaml", 6)],
     ),
     Case(
         # found by a review: compiled, it labelled gangops' namespace Pod Security
         # baseline, which refuses the node agent
         "GP309 gangops' own namespace",
         {"p.yaml": PROJECT_P.replace("[p]", "[p, gangops-system]")},
-        [("GP309", "p.yaml", 5)],
+        [("GP309", "p.yaml", 5), ("GP323", "p.yaml", 6)],
     ),
     Case(
         "GP310 two global defaults",
@@ -390,7 +391,7 @@ CASES = [
     Case(
         "GP311 namespace not DNS-1123",
         {"p.yaml": PROJECT_P.replace("[p]", "[p, Team.A]")},
-        [("GP311", "p.yaml", 5)],
+        [("GP311", "p.yaml", 5), ("GP323", "p.yaml", 6)],
     ),
     Case(
         "GP312 not a quantity",
@@ -417,6 +418,29 @@ CASES = [
         says=("exponent out of range",),
     ),
     Case(
+        # Found by a review (D3): the API server stores "1000000000000000000000" (what
+        # 1000E compiled to) as "1": a ceiling of one core instead of none.
+        "GP312 more CPU than Kubernetes can hold",
+        {"p.yaml": PROJECT_P.replace("gpu: 8", 'gpu: 8, cpu: "1000E"')},
+        [("GP312", "p.yaml", 6)],
+        says=('"1000E" is more than Kubernetes can hold (2^63-1 millicores', "leave it out"),
+    ),
+    Case(
+        "GP312 more memory than Kubernetes can hold",
+        {"p.yaml": PROJECT_P.replace("gpu: 8", 'gpu: 8, memory: "8Ei"')},
+        [("GP312", "p.yaml", 6)],
+        says=("2^63-1 bytes",),
+    ),
+    Case(
+        "the most Kubernetes can hold is no GP312",
+        {
+            "p.yaml": PROJECT_P.replace(
+                "gpu: 8", 'gpu: 8, cpu: "9223372036854775807m", memory: "9223372036854775807"'
+            )
+        },
+        [],
+    ),
+    Case(
         "cpu and memory are quantities only where resources are",
         {"p.yaml": PROJECT_P.replace("{name: p}", "{name: p, labels: {cpu: high}}")},
         [],
@@ -431,6 +455,45 @@ CASES = [
         "GP314 job max above the project's max",
         {"p.yaml": PROJECT_P + "  jobs: {maxGPU: 16}\n"},
         [("GP314", "p.yaml", 7)],
+    ),
+    Case(
+        # Found by a review (D2): the max is split evenly into per-namespace
+        # ResourceQuotas, so no job above 4 GPUs could ever start; it validated.
+        "GP323 job max above the largest namespace's share of the max",
+        {"p.yaml": PROJECT_P.replace("[p]", "[p, p-dev]") + "  jobs: {maxGPU: 5}\n"},
+        [("GP323", "p.yaml", 7)],
+        says=(
+            "jobs.maxGPU 5 can never be reached",
+            "at most 4 in each namespace's ResourceQuota",
+            "lower jobs.maxGPU to 4, raise max.gpu to at least 9",
+        ),
+    ),
+    Case(
+        "GP323 a job max at the largest share is valid",
+        {"p.yaml": PROJECT_P.replace("[p]", "[p, p-dev, p-x]") + "  jobs: {maxGPU: 3}\n"},
+        [],
+    ),
+    Case(
+        "GP324 a namespace whose share of the GPU max is 0",
+        {"p.yaml": PROJECT_P.replace("[p]", "[small, small-dev]").replace("gpu: 8", "gpu: 1")},
+        [("GP324", "p.yaml", 6)],
+        says=("leaves 'small-dev' a ResourceQuota of 0 gpu", "at least 2 GPUs"),
+    ),
+    Case(
+        "GP324 a namespace whose share of the CPU max is 0",
+        {
+            "p.yaml": PROJECT_P.replace("[p]", "[p, p-dev, p-x]").replace(
+                "gpu: 8", 'gpu: 8, cpu: "2m"'
+            )
+            + "  jobs: {maxGPU: 2}\n"
+        },
+        [("GP324", "p.yaml", 6)],
+        says=("leaves 'p-x' a ResourceQuota of 0 cpu",),
+    ),
+    Case(
+        "GP324 a max of 0 is no mistake: every namespace gets none",
+        {"p.yaml": PROJECT_P.replace("[p]", "[p, p-dev]").replace("gpu: 8", "gpu: 0")},
+        [],
     ),
     Case(
         "GP315 user max above the project's max (warning)",
@@ -605,6 +668,17 @@ def test_diagnostics(case: Case) -> None:
         assert text in messages
     assert result.ok == (not any(CODES[c].severity is Severity.ERROR for c, _, _ in case.expect))
     assert (result.policy_set is not None) == result.ok
+
+
+def test_no_job_max_and_the_default_above_the_largest_namespace_share_is_a_warning() -> None:
+    """jobs.maxGPU defaults to the project's max, which no job can reach once the max is
+    split over several namespaces: said, but no error (nothing was written wrong)."""
+    result = validate({**BASE, "p.yaml": PROJECT_P.replace("[p]", "[p, p-dev]")})
+    assert located(result.diagnostics) == [("GP323", "p.yaml", 6)]
+    (d,) = result.diagnostics
+    assert d.level is Severity.WARNING and result.policy_set is not None
+    assert "defaults to the project's max of 8 GPUs" in d.message
+    assert "set jobs.maxGPU: 4" in d.message
 
 
 def test_a_default_user_max_above_the_projects_is_an_error() -> None:

@@ -328,3 +328,158 @@ def test_a_revision_refused_at_the_dry_run_applies_nothing_and_stalls() -> None:
     assert [(c["status"], c["reason"], c["message"]) for c in stalled] == [
         ("True", "DryRunFailed", result.message)
     ]
+
+
+# ----------------------------------------------------------------- moving globalDefault
+
+
+class _PriorityAdmission(FakeKube):
+    """The fake, with Kubernetes' Priority admission: a PriorityClass that sets
+    globalDefault is refused (403, dry run or not) while another class has it."""
+
+    def _refuse_second_default(self, obj: dict[str, Any]) -> None:
+        if obj["kind"] != "PriorityClass" or not obj.get("globalDefault"):
+            return
+        for (kind, _, name), have in self.objects.items():
+            if (
+                kind == "PriorityClass"
+                and name != obj["metadata"]["name"]
+                and have.get("globalDefault")
+            ):
+                raise ApiError(
+                    403,
+                    "Forbidden",
+                    f"PriorityClass {name} is already marked as default. "
+                    "Only one default can exist",
+                )
+
+    def apply(self, obj: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        self._refuse_second_default(obj)
+        return super().apply(obj, **kwargs)
+
+    def create(self, obj: dict[str, Any], *, field_manager: str) -> dict[str, Any]:
+        self._refuse_second_default(obj)
+        return super().create(obj, field_manager=field_manager)
+
+
+class _StoredCache:
+    """The controller's cache as the informers fill it: what the fake stores."""
+
+    def __init__(self, kube: FakeKube) -> None:
+        self.kube = kube
+
+    def get(self, ref: Ref) -> dict[str, Any] | None:
+        obj = self.kube.objects.get((ref.kind, ref.namespace, ref.name))
+        return dict(obj) if obj else None
+
+    def assume(self, obj: dict[str, Any]) -> None:
+        pass
+
+    def forget(self, ref: Ref) -> None:
+        pass
+
+
+def _tier(name: str, value: int, default: bool) -> dict[str, Any]:
+    return _obj("PriorityClass", name, value=value, preemptionPolicy="Never", globalDefault=default)
+
+
+def _sync(kube: FakeKube, desired: list[dict[str, Any]], inventory: list[Ref], **opts: Any) -> Any:
+    with ThreadPoolExecutor(4) as pool:
+        return sync(
+            kube,
+            _StoredCache(kube),
+            pool,
+            desired,
+            inventory=inventory,
+            options=SyncOptions(source="src", **opts),
+            source_exists=lambda _: False,
+        )
+
+
+def _defaults(kube: FakeKube) -> list[str]:
+    return sorted(
+        name
+        for (kind, _, name), o in kube.objects.items()
+        if kind == "PriorityClass" and o.get("globalDefault")
+    )
+
+
+@pytest.mark.parametrize(
+    ("head", "writes", "deleted"),
+    [
+        (
+            [_tier("alpha", 100, True), _tier("zulu", 1000, False)],
+            [("apply", "zulu"), ("apply", "alpha")],
+            [],
+        ),
+        (
+            [_tier("alpha", 100, True)],
+            [("delete", "zulu"), ("apply", "alpha")],
+            ["PriorityClass zulu"],
+        ),
+        (
+            [_tier("alpha", 100, False), _tier("standard", 1000, True)],
+            [("delete", "zulu"), ("apply", "standard")],
+            ["PriorityClass zulu"],
+        ),
+    ],
+    ids=[
+        "the default moves to another tier: cleared first, then set",
+        "the default tier is pruned and another takes it: deleted first, then set",
+        "the default tier is renamed: the old one deleted first, the new one created",
+    ],
+)
+def test_global_default_handoff_is_applied_in_one_revision(
+    head: list[dict[str, Any]], writes: list[tuple[str, str]], deleted: list[str]
+) -> None:
+    """Found by a review (D1): the new default's dry-run ran against the old state, which
+    the Priority admission plugin refuses, so the revision could never be applied."""
+    kube = _PriorityAdmission()
+    base = [_tier("alpha", 100, False), _tier("zulu", 1000, True)]
+    seeded = _sync(kube, base, [])
+    assert seeded.ok, seeded.message
+    kube.writes.clear()
+    result = _sync(kube, head, [Ref.of(o) for o in base])
+    assert (result.ok, result.reason) == (True, "ReconciliationSucceeded"), result.message
+    assert [w for w in kube.writes if w in writes] == writes  # in this order
+    assert result.deleted == deleted
+    assert _defaults(kube) == [next(o["metadata"]["name"] for o in head if o["globalDefault"])]
+    assert {str(r) for r in result.inventory} == {f"PriorityClass {n}" for n in _names_of(head)}
+
+
+def _names_of(objs: list[dict[str, Any]]) -> list[str]:
+    return [o["metadata"]["name"] for o in objs]
+
+
+def test_a_default_held_by_a_class_of_no_source_still_refuses_the_revision() -> None:
+    """Only a default this source clears or prunes is handed off: another's is refused
+    at the dry-run, with the API server's reason, and nothing is applied."""
+    kube = _PriorityAdmission()
+    kube.create(_tier("theirs", 5, True), field_manager="kubectl")
+    kube.writes.clear()
+    result = _sync(kube, [_tier("alpha", 100, True)], [])
+    assert (result.ok, result.reason) == (False, "DryRunFailed")
+    assert "theirs is already marked as default" in result.message
+    assert kube.writes == []
+
+
+def test_plan_sync_hands_the_default_over() -> None:
+    old = _live(_tier("zulu", 1000, True))
+    plan = plan_sync(
+        [_tier("alpha", 100, True)],
+        {Ref.of(old): old},
+        inventory=[Ref.of(old)],
+        options=SyncOptions(source="src"),
+        other_sources=set(),
+    )
+    assert _names(plan.handoff) == ["PriorityClass/alpha"]
+    assert [str(r) for r in plan.prune_first] == ["PriorityClass zulu"]
+    assert plan.prune == []  # deleted before the apply, not again after it
+    kept = plan_sync(
+        [_tier("alpha", 100, True)],
+        {Ref.of(old): old},
+        inventory=[Ref.of(old)],
+        options=SyncOptions(source="src", prune=False),
+        other_sources=set(),
+    )
+    assert (kept.handoff, kept.prune_first, kept.left) == ([], [], ["PriorityClass zulu"])
