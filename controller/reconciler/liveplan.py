@@ -8,7 +8,10 @@ validation run exactly as they would for real and nothing is stored. The
 plan compares the live object with the dry-run result on the fields the
 policies set. Objects gangops manages in the cluster that the working tree
 no longer compiles to are deletions. The rendering is `plan.make_plan`'s,
-the same as for `--base`.
+the same as for `--base`. A PriorityClass that takes `globalDefault` from one
+the working tree clears or deletes is dry-run without it, as the reconciler
+does (`apply.py`): Kubernetes allows one default at a time, and the reconciler
+lets the old one go first.
 """
 
 from __future__ import annotations
@@ -60,6 +63,31 @@ def _labelled(obj: Obj, source: str) -> Obj:
     return {**obj, "metadata": {**meta, "labels": {**meta.get("labels", {}), LABEL_SOURCE: source}}}
 
 
+def _handoff(kube: KubeApi, desired: list[Obj], selector: tuple[str, str]) -> set[str]:
+    """The PriorityClasses of `desired` that take `globalDefault` from classes the
+    working tree clears or deletes (every class that holds it now): the reconciler
+    lets those go first. None when a class it does not manage holds it (the API
+    server refuses the revision then, and the dry run says so)."""
+    takers = {o["metadata"]["name"] for o in desired if _is_default_class(o)}
+    if not takers:
+        return set()
+    classes, _ = kube.list(RESOURCES["PriorityClass"])
+    holders = [o for o in classes if o.get("globalDefault") and o["metadata"]["name"] not in takers]
+    wanted = {o["metadata"]["name"]: o for o in desired if o["kind"] == "PriorityClass"}
+
+    def let_go(held: Obj) -> bool:
+        name, labels = held["metadata"]["name"], held["metadata"].get("labels") or {}
+        if name in wanted:
+            return not wanted[name].get("globalDefault")
+        return labels.get(selector[0]) == selector[1]  # deleted: shown as such below
+
+    return takers if holders and all(let_go(h) for h in holders) else set()
+
+
+def _is_default_class(obj: Obj) -> bool:
+    return obj["kind"] == "PriorityClass" and bool(obj.get("globalDefault"))
+
+
 def live_plan(kube: KubeApi, desired: list[Obj], *, source: str | None = None) -> Plan:
     """The plan that takes the live cluster to `desired`.
 
@@ -69,6 +97,8 @@ def live_plan(kube: KubeApi, desired: list[Obj], *, source: str | None = None) -
     """
     if source is not None:
         desired = [_labelled(o, source) for o in desired]
+    label = (LABEL_SOURCE, source) if source else (LABEL_MANAGED_BY, "gangops")
+    handoff = _handoff(kube, desired, label)
     base: list[Obj] = []
     head: list[Obj] = []
     for obj in desired:
@@ -88,8 +118,14 @@ def live_plan(kube: KubeApi, desired: list[Obj], *, source: str | None = None) -
             base.append(_project(live, shape))
             head.append(_project(obj, shape))
             continue
+        taking = obj["kind"] == "PriorityClass" and obj["metadata"]["name"] in handoff
         try:
-            after = kube.apply(obj, field_manager=FIELD_MANAGER, dry_run=True)
+            if taking:  # the old default still holds it: checked without, shown with
+                after = kube.apply({**obj, "globalDefault": False}, field_manager=FIELD_MANAGER,
+                                   dry_run=True)  # fmt: skip
+                after = {**after, "globalDefault": True}
+            else:
+                after = kube.apply(obj, field_manager=FIELD_MANAGER, dry_run=True)
         except ApiError as e:
             if e.status == 404 and live is None:
                 after = obj  # its namespace does not exist yet: it is created first
@@ -99,7 +135,7 @@ def live_plan(kube: KubeApi, desired: list[Obj], *, source: str | None = None) -
             base.append(_project(live, shape))
         head.append(_project(after, shape))
     wanted = {object_id(o) for o in desired}
-    selector = f"{LABEL_SOURCE}={source}" if source else f"{LABEL_MANAGED_BY}=gangops"
+    selector = f"{label[0]}={label[1]}"
     for live in _managed(kube, [k for k in APPLY_ORDER if k in RESOURCES], selector):
         if object_id(live) not in wanted:
             base.append(live)

@@ -21,6 +21,7 @@ from controller.reconciler.apply import (
     sync,
     up_to_date,
 )
+from controller.reconciler.liveplan import LivePlanError, live_plan
 from controller.reconciler.status import kstatus
 from tests.unit.kube.fakes import FakeKube
 
@@ -483,3 +484,30 @@ def test_plan_sync_hands_the_default_over() -> None:
         other_sources=set(),
     )
     assert (kept.handoff, kept.prune_first, kept.left) == ([], [], ["PriorityClass zulu"])
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        [_tier("alpha", 100, True), _tier("zulu", 1000, False)],
+        [_tier("alpha", 100, True)],
+    ],
+    ids=["moved", "the old default deleted"],
+)
+def test_plan_against_the_cluster_shows_a_handoff_the_reconciler_applies(
+    head: list[dict[str, Any]],
+) -> None:
+    """`plan --cluster` dry-ran the new default against the old one, and exited 2 with
+    the API server's refusal for a commit the reconciler applies in one revision."""
+    kube = _PriorityAdmission()
+    assert _sync(kube, [_tier("alpha", 100, False), _tier("zulu", 1000, True)], []).ok
+    plan = live_plan(kube, head, source="src")
+    changed = {(c.id, f.path, f.new) for c in plan.changes for f in c.fields}
+    assert ("PriorityClass/alpha", "globalDefault", True) in changed
+    assert _defaults(kube) == ["zulu"]  # a dry run: nothing stored
+    # a default no source of gangops holds is no handoff: the API server's refusal
+    kube.create(_tier("theirs", 5, False), field_manager="kubectl")
+    kube.objects[("PriorityClass", "", "zulu")]["globalDefault"] = False
+    kube.objects[("PriorityClass", "", "theirs")]["globalDefault"] = True
+    with pytest.raises(LivePlanError, match="theirs is already marked as default"):
+        live_plan(kube, head, source="src")
