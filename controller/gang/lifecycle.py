@@ -178,6 +178,12 @@ def _node_lost(pod: Obj, nodes: Mapping[str, Obj]) -> str | None:
     return None
 
 
+def _generation(v: JobView) -> int:
+    """The job's `metadata.generation`: its spec's version."""
+    raw = v.obj["metadata"].get("generation")
+    return raw if isinstance(raw, int) and not isinstance(raw, bool) else 0
+
+
 REQUEST_SKEW_S = 300.0
 """How far ahead of this process's clock a restart request may be dated (another
 replica's, or the alert receiver's, clock) and still count."""
@@ -206,8 +212,9 @@ def _admitted(
 ) -> None:
     adm = v.admission
     assert adm is not None and v.gang is not None
-    if adm.shape is not None:
-        changed = adm.shape.differs(Shape.of(v.gang))
+    generation = _generation(v)
+    if adm.shape is not None and adm.shape.generation != generation:
+        changed = adm.shape.differs(Shape.of(v.gang, generation))
         if changed:
             # Its owner edited the spec since: the pods still hold what was admitted,
             # and charged by the edited spec a smaller gang made room that was not
@@ -918,7 +925,12 @@ def _pending(v: JobView, d: Pending, note: str, now: float, refresh_s: float) ->
 
 def _admit(v: JobView, d: Admit, now: float) -> Write:
     adm = Admission(
-        "Admitted", attempts(v) + 1, d.placement, now, d.borrowed_milli, shape=Shape.of(d.gang)
+        "Admitted",
+        attempts(v) + 1,
+        d.placement,
+        now,
+        d.borrowed_milli,
+        shape=Shape.of(d.gang, _generation(v)),
     )
     nodes = ", ".join(f"{n} x{c}" for n, c in sorted(adm.placement.nodes().items()))
     borrowed = f"; {format_gpus(adm.borrowed_milli)} GPUs borrowed" if adm.borrowed_milli else ""
@@ -948,7 +960,7 @@ def _nominate(v: JobView, d: Preempt, by_id: Mapping[JobId, JobView], now: float
         0,
         tuple((j, attempt(j)) for j in d.victims),
         tuple((j, attempt(j), keep) for j, keep in d.shrinks),
-        shape=Shape.of(d.gang),
+        shape=Shape.of(d.gang, _generation(v)),
     )
     return Write(
         "nominate", v, waiting_phase(v), "Preempting",

@@ -16,9 +16,12 @@ A resized elastic gang gets a new `Admitted` record: the next attempt, at its
 new size.
 
 A record also keeps what it admitted (`shape`: the tier, the gang's size and each
-worker's requests), so a spec edited afterwards is told from the one that was
-admitted: the owner may edit a running job, and its pods keep what they were
-created with whatever the spec says now.
+worker's requests, and the job's `metadata.generation` then), so a spec edited
+afterwards is told from the one that was admitted: the owner may edit a running
+job, and its pods keep what they were created with whatever the spec says now.
+Only an edit counts (the generation moved): a new policy (another default tier,
+other default requests) changes what a job's spec means for every job at once,
+and restarts none.
 
 The rest of the status the controller keeps (`attempts`, `restarts`,
 `rollbacks`, `notBefore`, `preemptedAt`, `shrunkAt`) is read here too. Pure: dicts in,
@@ -70,11 +73,21 @@ class Shape:
     gpu_milli: int
     cpu_milli: int
     memory: int
+    generation: int
+    """The job's `metadata.generation` when it was admitted (its spec's version)."""
 
     @classmethod
-    def of(cls, gang: Gang) -> Shape:
+    def of(cls, gang: Gang, generation: int) -> Shape:
         p = gang.pod
-        return cls(gang.tier, gang.submitted_workers, p.gpus, p.gpu_milli, p.cpu_milli, p.memory)
+        return cls(
+            gang.tier,
+            gang.submitted_workers,
+            p.gpus,
+            p.gpu_milli,
+            p.cpu_milli,
+            p.memory,
+            generation,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -84,6 +97,7 @@ class Shape:
             "gpuMilli": self.gpu_milli,
             "cpuMilli": self.cpu_milli,
             "memoryBytes": self.memory,
+            "generation": self.generation,
         }
 
     @classmethod
@@ -95,10 +109,12 @@ class Shape:
             int(raw["gpuMilli"]),
             int(raw["cpuMilli"]),
             int(raw["memoryBytes"]),
+            int(raw["generation"]),
         )
 
     def differs(self, other: Shape) -> str:
-        """What changed from this shape to `other`, in words ('' when nothing)."""
+        """What changed from this shape to `other`, in words ('' when nothing; the
+        generation is not compared)."""
         return ", ".join(
             f"{label} {getattr(self, k)} -> {getattr(other, k)}"
             for k, label in _SHAPE_WORDS.items()

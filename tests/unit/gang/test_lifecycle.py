@@ -35,13 +35,18 @@ def _plan(jobs: list[dict[str, Any]], pods: list[dict[str, Any]], now: float = T
 
 
 ADM = admission("a", "b")
-SHAPED = admission("a", "b", shape=Shape("normal", 2, 1, 1000, 0, 0))
-"""A record that keeps what it admitted: `job("j")` as built."""
+SHAPE = Shape("normal", 2, 1, 1000, 0, 0, generation=1)
+SHAPED = admission("a", "b", shape=SHAPE)
+"""A record that keeps what it admitted: `job("j")` as built (generation 1)."""
 
 
 def _edited(obj: dict[str, Any], **spec: Any) -> dict[str, Any]:
-    """`obj` with its spec edited by its owner (`spec` fields replaced)."""
-    return {**obj, "spec": {**obj["spec"], **spec}}
+    """`obj` with its spec edited by its owner (`spec` fields replaced), its
+    generation moved as the API server moves it."""
+    meta = {**obj["metadata"], "generation": obj["metadata"]["generation"] + 1}
+    return {**obj, "metadata": meta, "spec": {**obj["spec"], **spec}}
+
+
 RUNNING_AB = [pod("j", 0, node="a"), pod("j", 1, node="b")]
 
 
@@ -531,10 +536,10 @@ def test_an_admission_is_the_next_attempt_with_its_borrowed_share_launched_after
         "event": "Normal", "counted": True, "message": "",
     }  # fmt: skip
     assert w.message == "placed on a x1, b x1; 1 GPUs borrowed; starting attempt 3"
-    assert w.record == Admission("Admitted", 3, ADM.placement, T0, 1000, shape=Shape.of(g))
+    assert w.record == Admission("Admitted", 3, ADM.placement, T0, 1000, shape=Shape.of(g, 1))
     assert w.record.to_dict()["shape"] == {
         "tier": "normal", "workers": 2, "gpusPerWorker": 1, "gpuMilli": 1000, "cpuMilli": 0,
-        "memoryBytes": 0,
+        "memoryBytes": 0, "generation": 1,
     }  # fmt: skip
 
 
@@ -766,6 +771,13 @@ def test_a_record_keeps_its_shape_through_resizes_and_unchanged_specs_run_on() -
     # an elastic range is no part of the shape: changing it restarts nothing
     out = _plan([_edited(job("j", adm=SHAPED, phase="Running"), maxGPU=8)], RUNNING_AB)
     assert out.actions == []
+    # a new policy (here: the gang's tier as the policy now reads an unedited spec)
+    # changes what every job's spec means, and restarts none: only an edit counts
+    other_tier = job("j", adm=replace(SHAPED, shape=replace(SHAPE, tier="high")))
+    out = _plan(
+        [{**other_tier, "status": {**other_tier["status"], "phase": "Running"}}], RUNNING_AB
+    )
+    assert out.actions == [] and [r.gang.tier for r in out.running] == ["normal"]
     back = Admission.from_status({"admission": SHAPED.to_dict()})
     assert back is not None and back.shape == SHAPED.shape
     bad = {**SHAPED.to_dict(), "shape": {"tier": "normal"}}
