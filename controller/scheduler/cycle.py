@@ -56,7 +56,7 @@ from controller.scheduler.types import (
     namespace_of,
 )
 
-__all__ = ["GROW_INTERVAL_S", "CycleResult", "order", "quota", "schedule"]
+__all__ = ["GROW_INTERVAL_S", "CycleResult", "namespace_quota", "order", "quota", "schedule"]
 
 GROW_INTERVAL_S = 600.0
 """Least time between two resizes of one gang by growth: each resize restarts the
@@ -114,7 +114,7 @@ _QUOTA_UNITS: tuple[tuple[str, Callable[[int], str]], ...] = (
 """The resources of a namespace's quota, in `Usage` order: name, and how to write one."""
 
 
-def _namespace_quota(snap: Snapshot, g: Gang, *, alone: bool) -> str | None:
+def namespace_quota(snap: Snapshot, g: Gang, *, alone: bool) -> str | None:
     """Why the API server's ResourceQuotas of `g`'s namespace would refuse some of
     its pods: now (what the namespace's pods request already, plus `g`), or,
     `alone`, ever (`g` by itself is over a limit)."""
@@ -157,13 +157,13 @@ def _refused(snap: Snapshot, policy: SchedulingPolicy, g: Gang) -> str | None:
             f"asks for {format_gpus(g.gpu_total)} GPUs, more than project {project.name}'s max "
             f"of {format_gpus(project.max)}"
         )
-    return _namespace_quota(snap, g, alone=True)
+    return namespace_quota(snap, g, alone=True)
 
 
 def quota(snap: Snapshot, policy: SchedulingPolicy, g: Gang) -> str | None:
     """Why the gang may not start now under its namespace's ResourceQuota, its
     project's and user's quota and the reserve, or None when it may."""
-    in_namespace = _namespace_quota(snap, g, alone=False)
+    in_namespace = namespace_quota(snap, g, alone=False)
     if in_namespace is not None:
         return in_namespace
     project = policy.projects[g.project]
@@ -289,17 +289,18 @@ class _Victims:
 
 
 def _reclaims(snap: Snapshot, policy: SchedulingPolicy, g: Gang) -> bool:
-    """Whether `g` stays within its project's guarantee (it may take it back)."""
+    """Whether `g` stays within its project's guarantee (it may take it back). A gang
+    that needs no GPUs takes none back."""
     gp = policy.projects[g.project]
-    return snap.project_usage.get(g.project, 0) + g.gpu_total <= gp.guaranteed
+    return g.gpu_total > 0 and snap.project_usage.get(g.project, 0) + g.gpu_total <= gp.guaranteed
 
 
 def _reclaims_user(snap: Snapshot, policy: SchedulingPolicy, g: Gang) -> bool:
     """Whether `g` stays within its user's guarantee (it may take it back from the
-    project's other users above theirs)."""
+    project's other users above theirs). A gang that needs no GPUs takes none back."""
     guaranteed = policy.projects[g.project].user(g.user).guaranteed
     return (
-        guaranteed > 0 and snap.user_usage.get((g.project, g.user), 0) + g.gpu_total <= guaranteed
+        g.gpu_total > 0 and snap.user_usage.get((g.project, g.user), 0) + g.gpu_total <= guaranteed
     )
 
 
@@ -413,7 +414,8 @@ def _victim_ok(
     """(may this running gang be evicted for `g`, how borrowed it is: 0 when its
     project stays at or above its guarantee without it, 1 when its project borrows
     but losing it would cut into the guarantee, 2 when its project does not borrow).
-    Borrowed work goes first, and of it what leaves the lender its guarantee."""
+    Borrowed work goes first, and of it what leaves the lender its guarantee. Read
+    from the snapshot as it stands (as victims go, `_lends` asks again)."""
     v = r.gang
     if r.started >= now or now - r.started < policy.min_runtime_seconds:
         return False, 2  # admitted this cycle, or too young to lose its progress
@@ -424,7 +426,7 @@ def _victim_ok(
     else:
         level = 0 if usage - v.gpu_total >= vp.guaranteed else 1
     borrowed = level < 2
-    if v.preemptible and (v.priority < g.priority or (holder and v.priority <= g.priority)):
+    if _lender(g, r, holder) is None:  # its tier alone lets `g` evict it
         return True, level
     if v.project != g.project:
         return borrowed and _reclaims(snap, policy, g), level
@@ -447,11 +449,16 @@ def _preempt(
     hints: Hints | None = None,
     victims: _Victims | None = None,
 ) -> tuple[list[Running], Placement] | None:
-    """The fewest whole gangs to evict so `g` fits: borrowed work first (of it, what
-    leaves its project its guarantee), then
-    the lowest tier, then the idlest GPUs over the telemetry's window (friendly
+    """Whole gangs to evict so `g` fits, and its placement. The candidates are ranked:
+    borrowed work first (of it, what leaves its project its guarantee), then the
+    lowest tier, then the idlest GPUs over the telemetry's window (friendly
     reclamation; unknown counts as busy), then the most recently started (least
-    progress lost); never the `protected` ones. The snapshot is left as it was found.
+    progress lost); never the `protected` ones. They are evicted in that order until
+    `g` fits (at most `budget`), then every one the placement turns out not to need
+    is kept running: no victim can be spared, but the set is not the fewest gangs
+    that could make room (two recent gangs may go where one older one would do).
+    A reclaim takes a gang only while its lender still lends after the victims
+    chosen before it (`_lends`, `_instead`). The snapshot is left as it was found.
     `victims` (`_State.victims`) narrows the search to the gangs that may be
     picked; by default every running gang is looked at."""
     if not policy.preemption_enabled or not g.may_preempt or budget <= 0:
@@ -473,6 +480,11 @@ def _preempt(
     for _, r in ranked:
         if len(removed) >= budget:
             break
+        if not _lends(snap, policy, g, r, removed, holder):
+            found = _instead(snap, policy, g, r, removed, holder=holder, exclude=exclude)
+            if found is not None:
+                break
+            continue
         removed.append(snap.forget(r.gang.id))
         found = _fit(snap, policy, g, exclude)
         if found is not None:
@@ -494,6 +506,86 @@ def _preempt(
     for r in needed:
         snap.assume(r)
     return needed, found
+
+
+def _lender(g: Gang, r: Running, holder: bool) -> tuple[str, str | None] | None:
+    """Whom `r` would be evicted from as a reclaim for `g` (`_victim_ok`): its project
+    (another project's borrowed work), or its project and user (a user above their
+    guarantee); None when its tier alone lets `g` evict it."""
+    v = r.gang
+    if v.preemptible and (v.priority < g.priority or (holder and v.priority <= g.priority)):
+        return None
+    return (v.project, None) if v.project != g.project else (v.project, v.user)
+
+
+def _lends(
+    snap: Snapshot,
+    policy: SchedulingPolicy,
+    g: Gang,
+    r: Running,
+    removed: Sequence[Running],
+    holder: bool,
+) -> bool:
+    """Whether `r` (which `_victim_ok` accepted before any victim went) may still go
+    once the gangs in `removed` are gone: always when its tier alone lets `g` evict
+    it; as a reclaim, only while its lender (`_lender`) stays above its guarantee
+    without all its victims but any one of them, so whichever went last went while
+    the lender still borrowed (a lender loses what it borrowed and at most the part
+    of one gang that straddles its guarantee)."""
+    lender = _lender(g, r, holder)
+    if lender is None:
+        return True
+    project, user = lender
+    if user is None:
+        used = snap.project_usage.get(project, 0)
+        guaranteed = policy.projects[project].guaranteed
+    else:
+        used = snap.user_usage.get((project, user), 0)
+        guaranteed = policy.projects[project].user(user).guaranteed
+    smallest = min(
+        (v.gang.gpu_total for v in removed if _lender(g, v, holder) == lender),
+        default=r.gang.gpu_total,
+    )
+    return used - r.gang.gpu_total + min(smallest, r.gang.gpu_total) > guaranteed
+
+
+def _instead(
+    snap: Snapshot,
+    policy: SchedulingPolicy,
+    g: Gang,
+    r: Running,
+    removed: list[Running],
+    *,
+    holder: bool,
+    exclude: frozenset[str],
+) -> Placement | None:
+    """`r` is a reclaim its lender cannot give after the victims in `removed`
+    (`_lends`): put back its lender's victims there, the last chosen first, until it
+    can, and evict `r` in their place. The placement that makes room for `g`
+    (`removed` then holds `r` instead of them), else None, the snapshot left as it
+    was found. A lender gives what it borrowed where that makes room."""
+    lender = _lender(g, r, holder)
+    if lender is None:
+        return None
+    kept = list(removed)
+    back: list[Running] = []
+    for v in reversed(removed):
+        if _lender(g, v, holder) != lender:
+            continue
+        snap.assume(v)
+        back.append(v)
+        kept.remove(v)
+        if _lends(snap, policy, g, r, kept, holder):
+            snap.forget(r.gang.id)
+            found = _fit(snap, policy, g, exclude)
+            if found is not None:
+                removed[:] = [*kept, r]
+                return found
+            snap.assume(r)
+            break
+    for v in reversed(back):
+        snap.forget(v.gang.id)
+    return None
 
 
 _NO_NODES: frozenset[str] = frozenset()
@@ -665,7 +757,7 @@ def _grow(
         room = sum(k for _, k in snap.open_slots(g.pod, _NO_NODES))
         extra = min(g.max_workers - g.workers, room)
         job_max = policy.projects[g.project].job_max
-        if job_max is not None:  # the project's per-job limit holds for growth too
+        if job_max is not None and g.pod.gpu_total > 0:  # the per-job limit holds for growth
             extra = min(extra, job_max // g.pod.gpu_total - g.workers)
         # the most workers quota and the reserve allow
         while extra > 0 and (

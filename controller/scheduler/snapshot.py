@@ -98,7 +98,9 @@ class NodeState:
 
     def slots(self, pod: PodShape) -> int:
         """How many more pods of `pod`'s shape fit on this node right now."""
-        if pod.shared:
+        if pod.shared and pod.gpu_milli <= 0:  # a share of nothing: no device runs out
+            n = 1 << 30 if self.usable_whole > 0 or self.whole < len(self.free) else 0
+        elif pod.shared:
             n = sum(f // pod.gpu_milli for f in self.free)
             if self.bad:
                 n -= min(self.bad, self.whole) * (MILLI // pod.gpu_milli)
@@ -248,11 +250,15 @@ class Snapshot:
         self.nodes = states
         self.by_name = {ns.name: ns for ns in self.nodes}
         self.capacity = sum(ns.node.gpus - ns.bad for ns in self.nodes) * MILLI
-        """Milli-GPUs in service on schedulable nodes."""
+        """Milli-GPUs the usage figures (`project_usage`, `outside_reserve`) are measured
+        against: those in service on schedulable nodes, plus those running gangs hold
+        on nodes the snapshot leaves out (cordoned, not Ready, gone), since the usage
+        figures count those gangs too. Never free: see `free_milli`."""
         self.devices = sum(len(ns.free) for ns in self.nodes)
         """GPUs of schedulable nodes, in service or not (fixed for the snapshot's life)."""
         self.free_milli = sum(len(ns.free) for ns in self.nodes) * MILLI
-        """Free milli-GPUs on schedulable nodes."""
+        """Free milli-GPUs on schedulable nodes (a gang's pods on other nodes take
+        none of them)."""
         self.free_by_model: dict[str, int] = {}
         """The same per GPU model (fragmentation's `pressure`)."""
         self.empty_blocks = 0
@@ -301,13 +307,17 @@ class Snapshot:
                    namespace_quota=namespace_quota, namespace_other=namespace_other)  # fmt: skip
         bases = list(bases)
         snap._index([b.state.copy() for b in bases])
+        on_bases = 0
         for b in bases:
-            snap.free_milli -= b.foreign_milli
+            snap.free_milli -= b.foreign_milli + b.pods_milli
             snap.free_by_model[b.state.node.gpu_model] -= b.foreign_milli + b.pods_milli
+            on_bases += b.pods_milli
+        held = 0
         for r in running:
             snap.running[r.gang.id] = r
-            snap.free_milli -= r.gang.gpu_total
+            held += len(r.placement.pods) * r.gang.pod.gpu_total
             snap._count(r.gang, +1)
+        snap.capacity += held - on_bases  # what gangs hold on nodes without a base
         return snap
 
     def _hold_foreign(self, f: Foreign) -> None:
@@ -455,7 +465,9 @@ class Snapshot:
             self.rankings.clear()
 
     def assume(self, r: Running) -> None:
-        """Put a running (or just admitted) gang into the snapshot."""
+        """Put a running (or just admitted) gang into the snapshot. Its pods on nodes
+        the snapshot leaves out take no free GPUs; their GPUs join `capacity`, as
+        they join the usage figures."""
         g = r.gang
         for p in r.placement.pods:
             ns = self.by_name.get(p.node)
@@ -464,13 +476,15 @@ class Snapshot:
                 ns.take(g.pod, p.devices)
                 self.empty_blocks += ns.empty_block
                 self._touch(ns)
+                self.free_milli -= g.pod.gpu_total
                 self.free_by_model[ns.node.gpu_model] -= g.pod.gpu_total
+            else:
+                self.capacity += g.pod.gpu_total
         self.running[g.id] = r
         self.version += 1
         if self._on_node is not None:
             for p in r.placement.pods:
                 self._on_node.setdefault(p.node, {})[g.id] = None
-        self.free_milli -= g.gpu_total
         self._count(g, +1)
 
     def forget(self, job: JobId) -> Running:
@@ -487,8 +501,10 @@ class Snapshot:
                 ns.give(r.gang.pod, p.devices)
                 self.empty_blocks += ns.empty_block
                 self._touch(ns)
+                self.free_milli += r.gang.pod.gpu_total
                 self.free_by_model[ns.node.gpu_model] += r.gang.pod.gpu_total
-        self.free_milli += r.gang.gpu_total
+            else:
+                self.capacity -= r.gang.pod.gpu_total
         self._count(r.gang, -1)
         return r
 

@@ -8,17 +8,20 @@ from dataclasses import dataclass, field, replace
 import pytest
 
 from controller.scheduler.cycle import schedule
+from controller.scheduler.fragmentation import FragModel
 from controller.scheduler.policy import SchedulingPolicy
-from controller.scheduler.snapshot import Foreign, Snapshot, Usage
+from controller.scheduler.snapshot import Foreign, Snapshot, Usage, node_base
 from controller.scheduler.telemetry import Hints
 from controller.scheduler.types import (
     Admit,
     Gang,
+    JobId,
     NamespaceQuota,
     Node,
     Pending,
     Placement,
     PodPlacement,
+    PodShape,
     Preempt,
     Running,
     Taint,
@@ -656,3 +659,173 @@ def test_two_nominations_on_one_node_take_the_devices_each_was_promised() -> Non
     assert isinstance(by["q0"], Admit) and by["q0"].placement == nominated[q0.id]
     assert isinstance(by["q1"], Admit) and by["q1"].placement == nominated[q1.id]
     assert isinstance(by["r"], Pending)
+
+
+@pytest.mark.parametrize("resumed", [False, True])
+def test_a_gang_on_a_cordoned_node_takes_no_free_gpus_of_the_schedulable_ones(
+    resumed: bool,
+) -> None:
+    """Found by a review: `old` still runs on node a, cordoned (the snapshot leaves
+    it out), and its 8 GPUs were taken off the free GPUs of b and c: `new` waited
+    for capacity ("hold 8 of 4") with b empty, and `hi` evicted `batch` to free
+    GPUs that were free. Its GPUs still count against its project's quota and the
+    reserve, as usage, and the reserve is measured against what it holds too."""
+    old = job("p/old").gang(8).build()
+    batch = job("p/batch").tier("batch").gang(8).build()
+    nodes = [replace(node("a"), schedulable=False), node("b"), node("c")]
+
+    def snapshot(*on_c: Gang) -> Snapshot:
+        on = [running(old, {"a": 8}), *(running(g, {"c": 8}) for g in on_c)]
+        if not resumed:
+            return Snapshot(nodes, levels=LEVELS, running=on, reserve_tiers=frozenset({"critical"}))
+        pods = [(g.pod, (d,)) for g in on_c for d in range(8)]
+        bases = [
+            node_base(node("b"), levels=LEVELS, foreign=None, pods=()),
+            node_base(node("c"), levels=LEVELS, foreign=None, pods=pods),
+        ]
+        return Snapshot.resumed(
+            bases, levels=LEVELS, running=on, reserve_tiers=frozenset({"critical"})
+        )
+
+    snap = snapshot(batch)
+    assert (snap.free_milli, snap.project_usage["p"]) == (8_000, 16_000)
+    new, hi = job("p/new").gang(4).build(), job("p/hi").tier("high").gang(4).build()
+    for g in (new, hi):
+        snap = snapshot(batch)
+        (d,) = schedule(snap, [g], policy({"p": {"guaranteed": 24}}), now=0.0).decisions
+        assert isinstance(d, Admit) and d.placement.nodes() == {"b": 4}, d
+    # the project's max still counts old: 16 of 16
+    snap = snapshot(batch)
+    (d,) = schedule(snap, [new], policy({"p": {"max": 16}}), now=0.0).decisions
+    assert isinstance(d, Pending) and "project p at max: 16 of 16" in d.reason, d
+    # the reserve (8): 8 of the 16 free GPUs of b and c may go outside it, and no more
+    pol = policy({"p": {"guaranteed": 24}}, reserve=8)
+    snap = snapshot()
+    eight, more = job("p/eight").gang(8).at(0).build(), job("p/more").gang(1).at(1).build()
+    (d, e) = schedule(snap, [eight, more], pol, now=0.0).decisions
+    assert isinstance(d, Admit) and d.placement.nodes() == {"b": 8}, d
+    assert isinstance(e, Pending) and "0 are left outside the reserve" in e.reason, e
+
+
+def test_a_reclaim_takes_no_more_from_a_lender_than_it_borrows() -> None:
+    """a and b are each guaranteed 8 of 16 GPUs; b holds 12 as b1, b2 (on n0) and b3
+    (on n1). Found by a review: whether b borrows was asked once, before any victim
+    went, so a's whole-node worker evicted b1 and b2 (b down to 4 of its 8). Evicting
+    b3 alone frees n1 and leaves b its guarantee. With 4 of n1's GPUs held by another
+    scheduler, no choice of b's borrowed 4 makes room for a's 8: a waits."""
+    pol = policy({"a": {"guaranteed": 8}, "b": {"guaranteed": 8}})
+    b1, b2, b3 = (job(f"b/b{i}").project("b").gang(4).build() for i in (1, 2, 3))
+
+    def on(g: Gang, n: str, first: int) -> Running:
+        return _from(running(g, {n: 4}), first)
+
+    snap = Snapshot(
+        [node("n0"), node("n1")], levels=LEVELS,
+        running=[on(b1, "n0", 0), on(b2, "n0", 4), on(b3, "n1", 0)],
+    )  # fmt: skip
+    whole = job("a/whole").project("a").gang(8, per_worker=8).build()
+    (d,) = schedule(snap, [whole], pol, now=0.0).decisions
+    assert isinstance(d, Preempt) and d.victims == ("b/b3",), d
+    assert snap.project_usage["b"] == 8_000
+    snap = Snapshot(
+        [node("n0"), node("n1")], levels=LEVELS, foreign=[Foreign("n1", 4)],
+        running=[on(b1, "n0", 0), on(b3, "n0", 4), on(b2, "n1", 4)],
+    )  # fmt: skip
+    (d,) = schedule(snap, [job("a/want").project("a").gang(8).build()], pol, now=0.0).decisions
+    assert isinstance(d, Pending) and d.code == "Capacity", d
+    assert snap.project_usage["b"] == 12_000
+
+
+def test_a_lender_loses_at_most_part_of_one_gang_below_its_guarantee() -> None:
+    """b, guaranteed 10, holds 16: s (4 GPUs, on n0) and big (12, on n1 and n2).
+    Evicting s leaves b 12 and big then straddles its guarantee. a asks for the
+    whole cluster: both would have to go, and whichever went last would go with b
+    at or below its guarantee (found by a review: b went from 20 to 0 of its 11).
+    A single straddling gang may still go: a's 12 take big alone, leaving b its 4."""
+    pol = policy({"a": {"guaranteed": 20}, "b": {"guaranteed": 10}})
+    s = running(job("b/s").project("b").gang(4).build(), {"n0": 4})
+    big = running(job("b/big").project("b").gang(12).build(), {"n1": 8, "n2": 4})
+    nodes = [node("n0", 4), node("n1"), node("n2")]
+    snap = Snapshot(nodes, levels=LEVELS, running=[s, big])
+    (d,) = schedule(snap, [job("a/all").project("a").gang(20).build()], pol, now=0.0).decisions
+    assert isinstance(d, Pending), d
+    assert snap.project_usage["b"] == 16_000
+    snap = Snapshot(nodes, levels=LEVELS, running=[s, big])
+    (d,) = schedule(snap, [job("a/some").project("a").gang(12).build()], pol, now=0.0).decisions
+    assert isinstance(d, Preempt) and d.victims == ("b/big",), d
+
+
+def test_preemption_evicts_by_rank_and_spares_the_unneeded_not_the_fewest_gangs() -> None:
+    """`_preempt` walks its ranking (of equal tier, the most recently started first:
+    the least progress lost) and keeps every victim the placement does not need. A
+    review found its docstring promised the fewest gangs: here x1 and x2 (100 s old)
+    go, where y alone (5,000 s old) would do; that is the documented choice."""
+
+    def on(g: Gang, n: str, devices: range | list[int], started: float) -> Running:
+        return Running(g, Placement(tuple(PodPlacement(n, (d,)) for d in devices)), started)
+
+    keep0, keep1 = (job(f"keep{i}").tier("high").gang(6).build() for i in (0, 1))
+    x1, x2 = (job(f"x{i}").tier("batch").gang(1).build() for i in (1, 2))
+    y = job("y").tier("batch").gang(2).build()
+    snap = Snapshot([node("n0"), node("n1")], levels=LEVELS, running=[
+        on(keep0, "n0", range(6), -9000), on(x1, "n0", [6], -100), on(x2, "n0", [7], -100),
+        on(keep1, "n1", range(6), -9000), on(y, "n1", [6, 7], -5000),
+    ])  # fmt: skip
+    g = job("g").tier("high").gang(2, per_worker=2).build()
+    (d,) = schedule(snap, [g], policy(), now=0.0).decisions
+    assert isinstance(d, Preempt) and d.victims == ("x1", "x2"), d
+
+
+@pytest.mark.parametrize("guaranteed", [0, 4])
+def test_a_gang_that_needs_no_gpus_takes_back_no_guarantee(guaranteed: int) -> None:
+    """Found by a review: a CPU-only pod (a simulator trace's) counted as within its
+    project's guarantee (0 + 0 <= 0), so it evicted another project's critical work
+    "to free 0 GPUs". A gang that needs no GPUs reclaims none, from a project or,
+    within its project, from a user above their guarantee."""
+    pol = policy({
+        "a": {"guaranteed": guaranteed, "users": {"u": (guaranteed, None)}},
+        "b": {"guaranteed": 0},
+    })  # fmt: skip
+    n0 = replace(node("n0"), cpu_milli=16_000)
+    crit = replace(
+        job("b/crit").project("b").tier("critical").gang(8).build(),
+        pod=PodShape(gpus=1, cpu_milli=2000),
+    )
+    other = replace(
+        job("a/other").project("a").user("v").gang(8).build(), pod=PodShape(gpus=1, cpu_milli=2000)
+    )
+    cpu = replace(job("a/cpu").project("a").build(), pod=PodShape(gpus=0, cpu_milli=1000))
+    for victim in (crit, other):
+        snap = Snapshot([n0], levels=LEVELS, running=[running(victim, {"n0": 8})])
+        (d,) = schedule(snap, [cpu], pol, now=0.0).decisions
+        assert isinstance(d, Pending), d
+    # a gang that needs GPUs still takes its guarantee back
+    if guaranteed:
+        snap = Snapshot([n0], levels=LEVELS, running=[running(crit, {"n0": 8})])
+        (d,) = schedule(snap, [job("a/g").project("a").build()], pol, now=0.0).decisions
+        assert isinstance(d, Preempt) and d.victims == ("b/crit",), d
+
+
+def test_a_zero_gpu_elastic_gang_grows_under_a_per_job_max() -> None:
+    """Found by a review: growth divided the project's per-job max by the gang's GPUs
+    per worker, and a CPU-only elastic gang raised ZeroDivisionError."""
+    cpu = Gang(
+        JobId("p/cpu"), "p", "u", "normal", 10_000, 0.0, 1, PodShape(gpus=0, cpu_milli=1000),
+        min_workers=1, max_workers=4,
+    )  # fmt: skip
+    n0 = replace(node("n0"), cpu_milli=64_000)
+    snap = Snapshot([n0], levels=LEVELS, running=[running(cpu, {"n0": 1})])
+    res = schedule(snap, [], policy({"p": {"job_max": 8}}), now=0.0)
+    assert [r.gang.workers for r in res.resizes] == [4]
+
+
+@pytest.mark.parametrize("fragmentation", [False, True])
+def test_a_shared_pod_of_no_gpu_share_is_placed(fragmentation: bool) -> None:
+    """Found by a review: counting a node's slots for a shared pod asking for 0
+    milli-GPUs divided by its share (ZeroDivisionError). It takes nothing."""
+    model = FragModel.of([PodShape(gpus=1), PodShape(gpus=1, gpu_milli=500)])
+    nothing = replace(job("p/a").build(), pod=PodShape(gpus=1, gpu_milli=0))
+    snap = Snapshot([node("n0", 2)], levels=LEVELS, fragmentation=model if fragmentation else None)
+    (d,) = schedule(snap, [nothing], policy(), now=0.0).decisions
+    assert isinstance(d, Admit) and d.placement.nodes() == {"n0": 1}, d
+    assert snap.free_milli == 2_000

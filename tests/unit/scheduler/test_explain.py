@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
+
 from controller.scheduler.cycle import schedule
 from controller.scheduler.explain import explain
 from controller.scheduler.snapshot import Snapshot
-from controller.scheduler.types import JobId
+from controller.scheduler.telemetry import Hints
+from controller.scheduler.types import MILLI, JobId, NamespaceQuota
 from tests.unit.scheduler.builders import job, node, policy, running
 
 LEVELS = ("nvidia.com/gpu.clique", "topology.kubernetes.io/rack", "topology.kubernetes.io/zone")
@@ -45,3 +48,41 @@ def test_unknown_and_admitted_jobs() -> None:
         JobId("a/ok"), result=result, snap=snap, policy=policy()
     )
     assert "is not queued" in explain(JobId("a/nope"), result=result, snap=snap, policy=policy())
+
+
+_QUOTA_CASES = {
+    "namespace quota": (
+        policy({"p": {"guaranteed": 16}}), {"p": NamespaceQuota(gpu_milli=8 * MILLI)}, None,
+        "pods of namespace p end (any scheduler's count), or its ResourceQuota is raised",
+    ),
+    "borrowing off": (
+        policy({"p": {"guaranteed": 8}}, borrowing=False), {}, None,
+        "4 GPUs of project p's running work end, or its guarantee (8) is raised in the "
+        "policies, or borrowing is enabled",
+    ),
+    "lending forecast": (
+        policy({"p": {"guaranteed": 4}, "b": {"guaranteed": 8}}), {}, Hints(protect={"b": 8_000}),
+        "by b (8): it runs once that forecast falls or more GPUs are idle",
+    ),
+    "user max": (
+        policy({"p": {"guaranteed": 16, "users": {"u": (0, 10)}}}), {}, None,
+        "2 GPUs of user u's running work in p end, or the user's max (10) is raised",
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(_QUOTA_CASES))
+def test_quota_blocked_job_names_the_limit_that_holds_it(case: str) -> None:
+    """Found by a review: a job held back by its namespace's ResourceQuota, by
+    borrowing being disabled, or by the lending forecast was told to raise the
+    user's max, which none of them had."""
+    pol, quotas, hints, expected = _QUOTA_CASES[case]
+    old = job("p/old").gang(8).build()
+    snap = Snapshot(
+        [node("n0"), node("n1")], levels=LEVELS, running=[running(old, {"n0": 8})],
+        namespace_quota=quotas,
+    )  # fmt: skip
+    result = schedule(snap, [job("p/new").gang(4).build()], pol, now=0.0, hints=hints)
+    text = explain(JobId("p/new"), result=result, snap=snap, policy=pol)
+    assert "waiting (Quota)" in text and expected in text, text
+    assert "the user's max" not in text or case == "user max", text
