@@ -178,10 +178,18 @@ def _node_lost(pod: Obj, nodes: Mapping[str, Obj]) -> str | None:
     return None
 
 
-def _generation(v: JobView) -> int:
-    """The job's `metadata.generation`: its spec's version."""
-    raw = v.obj["metadata"].get("generation")
-    return raw if isinstance(raw, int) and not isinstance(raw, bool) else 0
+def _shape(v: JobView) -> Shape | None:
+    """What a record made now admits of `v`."""
+    return Shape.of(v.spec) if v.spec is not None else None
+
+
+def _edited(v: JobView) -> str:
+    """What its owner changed of what its record admitted, in words ('' when nothing,
+    or for a record that keeps no shape)."""
+    adm = v.admission
+    if adm is None or adm.shape is None or v.spec is None:
+        return ""
+    return adm.shape.differs(Shape.of(v.spec))
 
 
 REQUEST_SKEW_S = 300.0
@@ -212,23 +220,19 @@ def _admitted(
 ) -> None:
     adm = v.admission
     assert adm is not None and v.gang is not None
-    generation = _generation(v)
-    if adm.shape is not None and adm.shape.generation != generation:
-        changed = adm.shape.differs(Shape.of(v.gang, generation))
-        if changed:
-            # Its owner edited the spec since: the pods still hold what was admitted,
-            # and charged by the edited spec a smaller gang made room that was not
-            # there (a tenant's second job past her max, another's pods refused by
-            # the kubelet), a new tier one its project may not use. The gang starts
-            # again under the spec as it is, admitted as any other; until its pods
-            # are gone they count on their nodes for what they ask.
-            out.actions.append(Action("respec", v, f"its spec changed while admitted ({changed})"))
-            return
+    # Its owner may have edited the spec since: the pods still hold what was
+    # admitted, and charged by the edited spec a smaller gang made room that was not
+    # there (a tenant's second job past her max, another's pods refused by the
+    # kubelet), a new tier one its project may not use. Such a gang is not running
+    # for the cycle: until its pods are gone they count on their nodes for what they
+    # ask. What its pods did is still read first (a failure is a counted restart,
+    # success is success); else it starts again under the spec as it is (`respec`).
+    changed = _edited(v)
     # A gang running as recorded stays so until its job, its pods or their nodes
     # change (none of it depends on the time): kept, it costs a lookup a step.
     uid = str(v.obj["metadata"].get("uid") or "")
     inputs: tuple[object, ...] = ()
-    if memo is not None and uid:
+    if memo is not None and uid and not changed:
         on = (nodes.get((p.get("spec") or {}).get("nodeName") or "") for p in v.pods)
         inputs = (v.obj, v.pods, adm, v.gang, *on)
         steady = memo.kept("running", uid, inputs)
@@ -242,8 +246,9 @@ def _admitted(
     # happens to its pods: the records alone never admit more than the quota.
     running = Running(_held(v.gang, adm), adm.placement, adm.at)
     owned = tuple((p["metadata"].get("namespace", ""), p["metadata"]["name"]) for p in pods)
-    out.running.append(running)
-    out.owned.update(owned)
+    if not changed:
+        out.running.append(running)
+        out.owned.update(owned)
     asked = parse_request(v.obj, RESTART_ANNOTATION)
     # A request dated later than now (past a clock's skew) would be newer than every
     # admission to come, and restart the gang at each: it is not one the alert
@@ -269,6 +274,9 @@ def _admitted(
     phases = [(p.get("status") or {}).get("phase") for p in live]
     if len(live) == expected and all(ph == "Succeeded" for ph in phases):
         out.actions.append(Action("succeeded", v, "every worker succeeded"))
+        return
+    if changed:
+        out.actions.append(Action("respec", v, f"its spec changed while admitted ({changed})"))
         return
     if len(live) == expected and all(ph in ("Running", "Succeeded") for ph in phases):
         if v.status.get("phase") != "Running":
@@ -427,6 +435,8 @@ def plan(
         adm = v.admission
         if v.id in busy:
             if adm is not None and adm.state == "Admitted" and v.gang is not None:
+                if _edited(v):  # its pods count for what they ask (`_admitted`)
+                    continue
                 out.running.append(Running(_held(v.gang, adm), adm.placement, adm.at))
                 out.owned.update(
                     (p["metadata"].get("namespace", ""), p["metadata"]["name"])
@@ -930,7 +940,7 @@ def _admit(v: JobView, d: Admit, now: float) -> Write:
         d.placement,
         now,
         d.borrowed_milli,
-        shape=Shape.of(d.gang, _generation(v)),
+        shape=_shape(v),
     )
     nodes = ", ".join(f"{n} x{c}" for n, c in sorted(adm.placement.nodes().items()))
     borrowed = f"; {format_gpus(adm.borrowed_milli)} GPUs borrowed" if adm.borrowed_milli else ""
@@ -960,7 +970,7 @@ def _nominate(v: JobView, d: Preempt, by_id: Mapping[JobId, JobView], now: float
         0,
         tuple((j, attempt(j)) for j in d.victims),
         tuple((j, attempt(j), keep) for j, keep in d.shrinks),
-        shape=Shape.of(d.gang, _generation(v)),
+        shape=_shape(v),
     )
     return Write(
         "nominate", v, waiting_phase(v), "Preempting",

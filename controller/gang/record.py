@@ -16,12 +16,12 @@ A resized elastic gang gets a new `Admitted` record: the next attempt, at its
 new size.
 
 A record also keeps what it admitted (`shape`: the tier, the gang's size and each
-worker's requests, and the job's `metadata.generation` then), so a spec edited
-afterwards is told from the one that was admitted: the owner may edit a running
-job, and its pods keep what they were created with whatever the spec says now.
-Only an edit counts (the generation moved): a new policy (another default tier,
-other default requests) changes what a job's spec means for every job at once,
-and restarts none.
+worker's requests, as the job's spec writes them), so a spec edited afterwards is
+told from the one that was admitted: the owner may edit a running job, and its
+pods keep what they were created with whatever the spec says now. Only the spec
+is compared, not what the policies make of it: a new policy (another default
+tier, other default requests) changes what every job's spec means at once, and
+restarts none.
 
 The rest of the status the controller keeps (`attempts`, `restarts`,
 `rollbacks`, `notBefore`, `preemptedAt`, `shrunkAt`) is read here too. Pure: dicts in,
@@ -35,7 +35,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from controller.scheduler.types import MILLI, Gang, JobId, Placement, PodPlacement
+from controller.jobs.spec import JobSpec
+from controller.scheduler.types import MILLI, JobId, Placement, PodPlacement
 
 __all__ = ["Admission", "Shape", "format_time", "parse_time", "status_number"]
 
@@ -64,8 +65,10 @@ def status_number(status: Mapping[str, Any], key: str) -> int:
 
 @dataclass(frozen=True)
 class Shape:
-    """What a record admitted: the gang's tier and submitted size, and what each
-    worker asks for (`status.admission.shape`)."""
+    """What a record admitted, as the job's spec wrote it (`status.admission.shape`):
+    its tier (`spec.priority`; '' when unset, the project's default), its gangSize in
+    workers, and what each worker's template asks for itself (no LimitRange
+    defaults)."""
 
     tier: str
     workers: int
@@ -73,20 +76,12 @@ class Shape:
     gpu_milli: int
     cpu_milli: int
     memory: int
-    generation: int
-    """The job's `metadata.generation` when it was admitted (its spec's version)."""
 
     @classmethod
-    def of(cls, gang: Gang, generation: int) -> Shape:
-        p = gang.pod
+    def of(cls, spec: JobSpec) -> Shape:
+        cpu, memory = spec.asked
         return cls(
-            gang.tier,
-            gang.submitted_workers,
-            p.gpus,
-            p.gpu_milli,
-            p.cpu_milli,
-            p.memory,
-            generation,
+            spec.tier or "", spec.workers, spec.gpus_per_worker, spec.pod.gpu_milli, cpu, memory
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -97,7 +92,6 @@ class Shape:
             "gpuMilli": self.gpu_milli,
             "cpuMilli": self.cpu_milli,
             "memoryBytes": self.memory,
-            "generation": self.generation,
         }
 
     @classmethod
@@ -109,14 +103,16 @@ class Shape:
             int(raw["gpuMilli"]),
             int(raw["cpuMilli"]),
             int(raw["memoryBytes"]),
-            int(raw["generation"]),
         )
 
     def differs(self, other: Shape) -> str:
-        """What changed from this shape to `other`, in words ('' when nothing; the
-        generation is not compared)."""
+        """What changed from this shape to `other`, in words ('' when nothing)."""
+
+        def said(k: str, value: object) -> object:
+            return "(the project's default)" if k == "tier" and not value else value
+
         return ", ".join(
-            f"{label} {getattr(self, k)} -> {getattr(other, k)}"
+            f"{label} {said(k, getattr(self, k))} -> {said(k, getattr(other, k))}"
             for k, label in _SHAPE_WORDS.items()
             if getattr(self, k) != getattr(other, k)
         )

@@ -90,6 +90,9 @@ class JobSpec:
     tolerations: tuple[tuple[tuple[str, str | int], ...], ...] = ()
     """`spec.tolerations` as the workers' pod tolerations (a taint key alone is
     `{key, operator: Exists}`), each as its (field, value) pairs."""
+    asked: tuple[int, int] = (0, 0)
+    """(CPU millicores, memory bytes) a worker's template asks for itself, without
+    the namespace's LimitRange defaults (`pod` has them): what its owner wrote."""
 
     @property
     def workers(self) -> int:
@@ -454,6 +457,7 @@ def parse_job(obj: Mapping[str, Any], defaults: ContainerDefaults | None = None)
             + _tolerations(pod_spec.get("tolerations"), f"{_TEMPLATE}.tolerations"),
         ),
         tolerations=_pod_tolerations(spec.get("tolerations")),
+        asked=(_request(pod_spec, "cpu", None), _request(pod_spec, "memory", None)),
     )
 
 
