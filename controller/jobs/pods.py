@@ -100,15 +100,16 @@ def _tolerations(template: list[Any] | None, job: JobSpec) -> list[Any]:
     return out
 
 
-RESERVED_PREFIXES = ("ai.operator/", "gangops.ai/")
-"""Label and annotation keys only gangops sets on the workers."""
+RESERVED_PREFIX = "ai.operator/"
+"""Label keys only gangops sets on the workers (the job, its attempt and rank, and
+the user it is charged to)."""
 
 
 def _not_reserved(keys: object) -> dict[str, Any]:
-    """A template's labels or annotations without gangops' own keys."""
+    """A template's labels without gangops' own keys."""
     if not isinstance(keys, Mapping):
         return {}
-    return {k: v for k, v in keys.items() if not str(k).startswith(RESERVED_PREFIXES)}
+    return {k: v for k, v in keys.items() if not str(k).startswith(RESERVED_PREFIX)}
 
 
 def worker_pods(
@@ -131,9 +132,9 @@ def worker_pods(
         # Only labels and annotations come from the template: finalizers (a pod
         # nothing would ever release), owner references, names and namespaces are
         # gangops' to set.
-        # Keys under gangops' own prefixes are gangops' too: a template could label
-        # alice's workers `ai.operator/user: bob`, and whatever bills by pod labels
-        # would bill bob.
+        # Labels under gangops' own prefix are gangops': a template could label alice's
+        # workers `ai.operator/user: bob`, and whatever bills by pod labels would bill
+        # bob. Annotations are the workload's (its tools read them), but for ours.
         meta = template.get("metadata") or {}
         labels = _not_reserved(meta.get("labels"))
         labels.update(
@@ -144,7 +145,7 @@ def worker_pods(
                 LABEL_RANK: str(rank),
             }
         )
-        annotations = _not_reserved(meta.get("annotations"))
+        annotations = dict(meta.get("annotations") or {})
         annotations[ANNOTATION_NODE] = where.node
         spec = copy.deepcopy(dict(template.get("spec") or {}))
         env = [

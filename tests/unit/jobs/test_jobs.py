@@ -201,7 +201,8 @@ def test_worker_pods_carry_their_jobs_user_whatever_the_template_says() -> None:
     labels, notes = p["metadata"]["labels"], p["metadata"]["annotations"]
     assert labels["ai.operator/user"] == job.user != "bob" and labels["team"] == "nlp"
     assert "ai.operator/anything" not in labels
-    assert notes == {"gangops.ai/assigned-node": "n1", "a": "b"}
+    # annotations are the workload's (the fake kubelet's own among them), but ours
+    assert notes == {"gangops.ai/assigned-node": "n1", "gangops.ai/x": "y", "a": "b"}
 
 
 def _with_init(*init: dict[str, Any], app_gpus: int = 4) -> dict[str, Any]:
