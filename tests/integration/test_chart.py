@@ -710,9 +710,9 @@ def test_tenants_bound_to_the_tenant_role_create_trainingjobs_but_no_pods(
 ) -> None:
     """Found by a review: the chart told tenants to be bound to `edit`, which creates
     pods directly (an 8-GPU pod with nodeName, past the user's max, tiers and gang);
-    its own `<release>-tenant` role does what docs/security.md's does."""
+    its own `<release>-tenants` role does what docs/security.md's does."""
     rbac_api = client.RbacAuthorizationV1Api(_api(dev_cluster))
-    role = find(render(release=f"ten-{secrets.token_hex(3)}"), "ClusterRole", "-tenant")
+    role = find(render(release=f"ten-{secrets.token_hex(3)}"), "ClusterRole", "-tenants")
     rbac_api.create_cluster_role(role)
     try:
         rbac_api.create_namespaced_role_binding(
