@@ -343,7 +343,7 @@ def _plan(args: argparse.Namespace) -> int:
 
 
 def _plan_live(args: argparse.Namespace, root: Path) -> int:
-    from controller.kube.client import ApiError, connect
+    from controller.kube.client import RESOURCES, ApiError, connect
     from controller.policy.report import format_plan
     from controller.reconciler.liveplan import LivePlanError, live_plan
 
@@ -355,7 +355,11 @@ def _plan_live(args: argparse.Namespace, root: Path) -> int:
         return EXIT_INVALID
     try:
         kube = connect(args.kubeconfig)
-        plan = live_plan(kube, head_objects, source=args.source)
+        prune = True
+        if args.source:  # a source that does not prune keeps a default it drops
+            found = kube.get(RESOURCES["PolicySource"], args.source)
+            prune = bool(((found or {}).get("spec") or {}).get("prune", True))
+        plan = live_plan(kube, head_objects, source=args.source, prune=prune)
     except (ApiError, LivePlanError, OSError) as e:
         print(f"gangops plan: {e}", file=sys.stderr)
         return EXIT_USAGE

@@ -63,11 +63,14 @@ def _labelled(obj: Obj, source: str) -> Obj:
     return {**obj, "metadata": {**meta, "labels": {**meta.get("labels", {}), LABEL_SOURCE: source}}}
 
 
-def _handoff(kube: KubeApi, desired: list[Obj], selector: tuple[str, str]) -> set[str]:
+def _handoff(
+    kube: KubeApi, desired: list[Obj], selector: tuple[str, str], *, prune: bool
+) -> set[str]:
     """The PriorityClasses of `desired` that take `globalDefault` from classes the
-    working tree clears or deletes (every class that holds it now): the reconciler
-    lets those go first. None when a class it does not manage holds it (the API
-    server refuses the revision then, and the dry run says so)."""
+    working tree clears or deletes (every class that holds it now; deleted only
+    where the source prunes): the reconciler lets those go first. None when another
+    class holds it (the API server refuses the revision then, and the dry run says
+    so)."""
     takers = {o["metadata"]["name"] for o in desired if _is_default_class(o)}
     if not takers:
         return set()
@@ -79,7 +82,7 @@ def _handoff(kube: KubeApi, desired: list[Obj], selector: tuple[str, str]) -> se
         name, labels = held["metadata"]["name"], held["metadata"].get("labels") or {}
         if name in wanted:
             return not wanted[name].get("globalDefault")
-        return labels.get(selector[0]) == selector[1]  # deleted: shown as such below
+        return prune and labels.get(selector[0]) == selector[1]  # deleted, as shown below
 
     return takers if holders and all(let_go(h) for h in holders) else set()
 
@@ -88,17 +91,21 @@ def _is_default_class(obj: Obj) -> bool:
     return obj["kind"] == "PriorityClass" and bool(obj.get("globalDefault"))
 
 
-def live_plan(kube: KubeApi, desired: list[Obj], *, source: str | None = None) -> Plan:
+def live_plan(
+    kube: KubeApi, desired: list[Obj], *, source: str | None = None, prune: bool = True
+) -> Plan:
     """The plan that takes the live cluster to `desired`.
 
     With `source` (a PolicySource name) the objects are compared as that
     source's reconciler would apply them (labelled with it), and only objects
     of that source can be deletions; without it, every object gangops manages.
+    `prune`: whether the source deletes what the tree no longer compiles to (its
+    `spec.prune`), which decides whether a default it drops is handed over.
     """
     if source is not None:
         desired = [_labelled(o, source) for o in desired]
     label = (LABEL_SOURCE, source) if source else (LABEL_MANAGED_BY, "gangops")
-    handoff = _handoff(kube, desired, label)
+    handoff = _handoff(kube, desired, label, prune=prune)
     base: list[Obj] = []
     head: list[Obj] = []
     for obj in desired:

@@ -511,3 +511,14 @@ def test_plan_against_the_cluster_shows_a_handoff_the_reconciler_applies(
     kube.objects[("PriorityClass", "", "theirs")]["globalDefault"] = True
     with pytest.raises(LivePlanError, match="theirs is already marked as default"):
         live_plan(kube, head, source="src")
+
+
+def test_plan_against_the_cluster_hands_no_default_over_from_a_class_kept_unpruned() -> None:
+    """Found by a review of the day: a source that does not prune keeps the old default,
+    and the reconciler refuses the revision; the plan showed a clean handoff."""
+    kube = _PriorityAdmission()
+    assert _sync(kube, [_tier("alpha", 100, False), _tier("zulu", 1000, True)], []).ok
+    head = [_tier("alpha", 100, True)]
+    assert live_plan(kube, head, source="src", prune=True).changes
+    with pytest.raises(LivePlanError, match="zulu is already marked as default"):
+        live_plan(kube, head, source="src", prune=False)
