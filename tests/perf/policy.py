@@ -62,7 +62,7 @@ spec:
       - {{name: user-{i}-a, guaranteed: {{gpu: 2}}, max: {{gpu: 16}}}}
       - {{name: user-{i}-b, guaranteed: {{gpu: 2}}, max: {{gpu: 16}}}}
   jobs:
-    maxGPU: 16
+    maxGPU: 8  # each namespace's share of the max (GP323)
     tiers: [high, normal, batch]
 """
 

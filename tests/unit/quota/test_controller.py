@@ -181,7 +181,7 @@ def test_a_request_becomes_one_pull_request_with_a_one_line_diff(world: World) -
     ]
     title, body = w.forge.bodies[1][0]
     assert title == "Raise max gpu of project nlp: 64 -> 72"
-    assert "| `nlp/more-gpus` | alice | +8 | never | pretraining run |" in body
+    assert "| `nlp/more-gpus` | alice | +8 | never | `pretraining run` |" in body
     assert "The policy set validates." in body and "### Plan" in body
     assert "ResourceQuota" in body  # the plan names the objects that change
     assert "### Recent usage\n\nrecent usage of nlp (max 64)" in body
