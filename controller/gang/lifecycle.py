@@ -178,6 +178,37 @@ def _node_lost(pod: Obj, nodes: Mapping[str, Obj]) -> str | None:
     return None
 
 
+def _as_admitted(v: JobView, policy: SchedulingPolicy) -> Gang:
+    """The gang its record admitted, for a job whose spec was edited since: its
+    workers and what each asks for (CPU and memory the template left to the
+    namespace's defaults: as the edited spec gets them), its tier (one the policies
+    no longer hold: as edited). What its pods hold, and its quota counts, until its
+    record is cleared."""
+    g, adm = v.gang, v.admission
+    assert g is not None and adm is not None and adm.shape is not None and v.spec is not None
+    shape = adm.shape
+    project = policy.project_of_namespace(v.spec.namespace)
+    tier = policy.tiers.get(shape.tier or (project.default_tier if project else None) or "")
+    cpu, memory = v.spec.asked
+    pod = replace(
+        g.pod,
+        gpus=shape.gpus,
+        gpu_milli=shape.gpu_milli,
+        cpu_milli=shape.cpu_milli or (g.pod.cpu_milli if not cpu else 0),
+        memory=shape.memory or (g.pod.memory if not memory else 0),
+    )
+    admitted = replace(g, workers=shape.workers, base_workers=None, pod=pod)
+    if tier is None:
+        return admitted
+    return replace(
+        admitted,
+        tier=tier.name,
+        priority=tier.value,
+        preemptible=tier.preemptible,
+        may_preempt=tier.may_preempt,
+    )
+
+
 def _shape(v: JobView) -> Shape | None:
     """What a record made now admits of `v`."""
     return Shape.of(v.spec) if v.spec is not None else None
@@ -223,10 +254,10 @@ def _admitted(
     # Its owner may have edited the spec since: the pods still hold what was
     # admitted, and charged by the edited spec a smaller gang made room that was not
     # there (a tenant's second job past her max, another's pods refused by the
-    # kubelet), a new tier one its project may not use. Such a gang is not running
-    # for the cycle: until its pods are gone they count on their nodes for what they
-    # ask. What its pods did is still read first (a failure is a counted restart,
-    # success is success); else it starts again under the spec as it is (`respec`).
+    # kubelet), a new tier one its project may not use. Such a gang is charged as it
+    # was admitted (`_as_admitted`) until its record is cleared. What its pods did is
+    # read first (a failure is a counted restart, success is success); else it
+    # starts again under the spec as it is (`respec`).
     changed = _edited(v)
     # A gang running as recorded stays so until its job, its pods or their nodes
     # change (none of it depends on the time): kept, it costs a lookup a step.
@@ -244,11 +275,11 @@ def _admitted(
     expected = len(adm.placement.pods)
     # The gang holds its GPUs and its quota until its record is cleared, whatever
     # happens to its pods: the records alone never admit more than the quota.
-    running = Running(_held(v.gang, adm), adm.placement, adm.at)
+    gang = _as_admitted(v, policy) if changed else v.gang
+    running = Running(_held(gang, adm), adm.placement, adm.at)
     owned = tuple((p["metadata"].get("namespace", ""), p["metadata"]["name"]) for p in pods)
-    if not changed:
-        out.running.append(running)
-        out.owned.update(owned)
+    out.running.append(running)
+    out.owned.update(owned)
     asked = parse_request(v.obj, RESTART_ANNOTATION)
     # A request dated later than now (past a clock's skew) would be newer than every
     # admission to come, and restart the gang at each: it is not one the alert
@@ -435,9 +466,8 @@ def plan(
         adm = v.admission
         if v.id in busy:
             if adm is not None and adm.state == "Admitted" and v.gang is not None:
-                if _edited(v):  # its pods count for what they ask (`_admitted`)
-                    continue
-                out.running.append(Running(_held(v.gang, adm), adm.placement, adm.at))
+                gang = _as_admitted(v, policy) if _edited(v) else v.gang  # as `_admitted`
+                out.running.append(Running(_held(gang, adm), adm.placement, adm.at))
                 out.owned.update(
                     (p["metadata"].get("namespace", ""), p["metadata"]["name"])
                     for p in v.attempt_pods()

@@ -251,9 +251,11 @@ class Snapshot:
         self.by_name = {ns.name: ns for ns in self.nodes}
         self.capacity = sum(ns.node.gpus - ns.bad for ns in self.nodes) * MILLI
         """Milli-GPUs the usage figures (`project_usage`, `outside_reserve`) are measured
-        against: those in service on schedulable nodes, plus those running gangs hold
-        on nodes the snapshot leaves out (cordoned, not Ready, gone), since the usage
-        figures count those gangs too. Never free: see `free_milli`."""
+        against: those in service on schedulable nodes, plus those gangs outside the
+        reserve tiers hold on nodes the snapshot leaves out (cordoned, not Ready,
+        gone), since `outside_reserve` counts those gangs too. A reserve tier's gang
+        there adds nothing: the reserve stays on the schedulable nodes, where it
+        would start again. Never free: see `free_milli`."""
         self.devices = sum(len(ns.free) for ns in self.nodes)
         """GPUs of schedulable nodes, in service or not (fixed for the snapshot's life)."""
         self.free_milli = sum(len(ns.free) for ns in self.nodes) * MILLI
@@ -317,6 +319,9 @@ class Snapshot:
             snap.running[r.gang.id] = r
             held += len(r.placement.pods) * r.gang.pod.gpu_total
             snap._count(r.gang, +1)
+            if r.gang.tier in reserve_tiers:  # rare: off a base, it is not in capacity
+                held -= sum(r.gang.pod.gpu_total for p in r.placement.pods
+                            if p.node not in snap.by_name)  # fmt: skip
         snap.capacity += held - on_bases  # what gangs hold on nodes without a base
         return snap
 
@@ -466,8 +471,8 @@ class Snapshot:
 
     def assume(self, r: Running) -> None:
         """Put a running (or just admitted) gang into the snapshot. Its pods on nodes
-        the snapshot leaves out take no free GPUs; their GPUs join `capacity`, as
-        they join the usage figures."""
+        the snapshot leaves out take no free GPUs; outside the reserve tiers their
+        GPUs join `capacity`, as they join `outside_reserve`."""
         g = r.gang
         for p in r.placement.pods:
             ns = self.by_name.get(p.node)
@@ -478,7 +483,7 @@ class Snapshot:
                 self._touch(ns)
                 self.free_milli -= g.pod.gpu_total
                 self.free_by_model[ns.node.gpu_model] -= g.pod.gpu_total
-            else:
+            elif g.tier not in self.reserve_tiers:
                 self.capacity += g.pod.gpu_total
         self.running[g.id] = r
         self.version += 1
@@ -503,7 +508,7 @@ class Snapshot:
                 self._touch(ns)
                 self.free_milli += r.gang.pod.gpu_total
                 self.free_by_model[ns.node.gpu_model] += r.gang.pod.gpu_total
-            else:
+            elif r.gang.tier not in self.reserve_tiers:
                 self.capacity -= r.gang.pod.gpu_total
         self._count(r.gang, -1)
         return r

@@ -41,6 +41,14 @@ SHAPED = admission("a", "b", shape=SHAPE)
 """A record that keeps what it admitted: `job("j")` as built."""
 
 
+def _charged_as_admitted(out: Any) -> None:
+    """The edited `j` runs in the cycle as its record admitted it (2 workers of 1
+    GPU, tier normal: SHAPE), its pods its own."""
+    (r,) = out.running
+    assert (r.gang.workers, r.gang.pod.gpus, r.gang.tier) == (2, 1, "normal")
+    assert out.owned == {(NS, "j-1-0"), (NS, "j-1-1")}
+
+
 def _edited(obj: dict[str, Any], **spec: Any) -> dict[str, Any]:
     """`obj` with its spec edited by its owner (`spec` fields replaced), its
     generation moved as the API server moves it."""
@@ -754,16 +762,17 @@ def test_a_job_running_under_a_name_now_refused_for_new_jobs_is_still_tracked(ph
         ({"priority": "high"}, "tier normal -> high"),
     ],
 )
-def test_a_gang_whose_spec_changed_while_admitted_is_released_and_holds_only_its_pods(
+def test_a_gang_whose_spec_changed_while_admitted_is_released_and_charged_as_admitted(
     edit: dict[str, Any], says: str
 ) -> None:
     out = _plan([_edited(job("j", adm=SHAPED, phase="Running"), **edit)], RUNNING_AB)
     assert [(a.kind, a.message) for a in out.actions] == [
         ("respec", f"its spec changed while admitted ({says})")
     ]
-    # neither running at the edited size nor owning its pods: until they are gone
-    # they count on their nodes for what they ask, as any pod no gang holds
-    assert out.running == [] and out.owned == set() and out.queue == []
+    # charged as it was admitted (2 workers of 1 GPU, tier normal) until its record
+    # is cleared, not as edited
+    _charged_as_admitted(out)
+    assert out.queue == []
 
 
 def test_a_record_keeps_its_shape_through_resizes_and_unchanged_specs_run_on() -> None:
@@ -799,7 +808,9 @@ def test_an_edited_gang_with_a_write_in_flight_is_not_charged_by_its_new_spec() 
     # itself puts the job there
     out = _plan([_edited(job("j", adm=SHAPED, phase="Running"), gangSize=1)], RUNNING_AB,
                 busy=frozenset({job_id("j")}))  # fmt: skip
-    assert out.running == [] and out.owned == set() and out.actions == []
+    assert out.actions == []
+    (r,) = out.running
+    assert (r.gang.gpu_total, r.gang.tier) == (2000, "normal")
 
 
 @pytest.mark.parametrize(
@@ -813,4 +824,5 @@ def test_what_an_edited_gangs_pods_did_is_read_first(phases: tuple[str, str], ac
         pod("j", i, node=n, phase=ph) for i, (n, ph) in enumerate(zip("ab", phases, strict=True))
     ]
     out = _plan([_edited(job("j", adm=SHAPED, phase="Running"), gangSize=1)], pods)
-    assert [a.kind for a in out.actions] == [action] and out.running == []
+    assert [a.kind for a in out.actions] == [action]
+    _charged_as_admitted(out)

@@ -705,6 +705,18 @@ def test_a_gang_on_a_cordoned_node_takes_no_free_gpus_of_the_schedulable_ones(
     (d, e) = schedule(snap, [eight, more], pol, now=0.0).decisions
     assert isinstance(d, Admit) and d.placement.nodes() == {"b": 8}, d
     assert isinstance(e, Pending) and "0 are left outside the reserve" in e.reason, e
+    # a reserve tier's gang on the cordoned node adds nothing to what the reserve is
+    # measured against (found by the last review: capacity took its 8 GPUs and
+    # outside_reserve did not, so normal work took the reserve of b and c, where the
+    # critical gang would start again once a is drained)
+    old_tier = old
+    old = replace(old_tier, tier="critical")
+    snap = snapshot()
+    assert snap.capacity == 16_000
+    sixteen = job("p/sixteen").gang(16, per_worker=8).build()
+    (d,) = schedule(snap, [sixteen], pol, now=0.0).decisions
+    assert isinstance(d, Pending) and "8 are left outside the reserve" in d.reason, d
+    old = old_tier
 
 
 def test_a_reclaim_takes_no_more_from_a_lender_than_it_borrows() -> None:
