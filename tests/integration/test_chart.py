@@ -631,6 +631,30 @@ def test_the_node_agent_writes_only_its_own_node_and_there_only_its_own_fields(
         admin.delete(node, n)
 
 
+def _bind(rbac_api: client.RbacAuthorizationV1Api, namespace: str, user: str, role: str) -> None:
+    """A RoleBinding of `user` to ClusterRole `role` in `namespace`."""
+    rbac_api.create_namespaced_role_binding(
+        namespace,
+        {
+            "metadata": {"name": f"{user}-{role}"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                        "name": role},
+            "subjects": [{"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"}],
+        },
+    )  # fmt: skip
+
+
+def _one_gpu_job(name: str, namespace: str, user: str) -> Obj:
+    return {
+        "apiVersion": "ai.operator/v1",
+        "kind": "TrainingJob",
+        "metadata": {"name": name, "namespace": namespace, "labels": {"ai.operator/user": user}},
+        "spec": {"gangSize": 1, "priority": "batch", "template": {"spec": {"containers": [
+            {"name": "t", "image": "trainer", "resources": {"limits": {"nvidia.com/gpu": 1}}}
+        ]}}},
+    }  # fmt: skip
+
+
 def test_tenants_bound_to_edit_create_trainingjobs_and_view_only_reads_them(
     dev_cluster: DevCluster,
     trainingjob_api: Kube,
@@ -645,27 +669,10 @@ def test_tenants_bound_to_edit_create_trainingjobs_and_view_only_reads_them(
     ]
     assert len(roles) == 2
     for role, user in (("edit", "alice"), ("view", "bob")):
-        rbac_api.create_namespaced_role_binding(
-            namespace,
-            {
-                "metadata": {"name": f"{user}-{role}"},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                            "name": role},
-                "subjects": [{"kind": "User", "name": user,
-                              "apiGroup": "rbac.authorization.k8s.io"}],
-            },
-        )  # fmt: skip
+        _bind(rbac_api, namespace, user, role)
     alice = connect(str(dev_cluster.user_kubeconfigs["alice"]))
     bob = connect(str(dev_cluster.user_kubeconfigs["bob"]))
-    job = {
-        "apiVersion": "ai.operator/v1",
-        "kind": "TrainingJob",
-        "metadata": {"name": "mine", "namespace": namespace,
-                     "labels": {"ai.operator/user": "alice"}},
-        "spec": {"gangSize": 1, "priority": "batch", "template": {"spec": {"containers": [
-            {"name": "t", "image": "trainer", "resources": {"limits": {"nvidia.com/gpu": 1}}}
-        ]}}},
-    }  # fmt: skip
+    job = _one_gpu_job("mine", namespace, "alice")
 
     def refused(call: Callable[[], object]) -> bool:
         try:
@@ -715,26 +722,9 @@ def test_tenants_bound_to_the_tenant_role_create_trainingjobs_but_no_pods(
     role = find(render(release=f"ten-{secrets.token_hex(3)}"), "ClusterRole", "-tenants")
     rbac_api.create_cluster_role(role)
     try:
-        rbac_api.create_namespaced_role_binding(
-            namespace,
-            {
-                "metadata": {"name": "carol-tenant"},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                            "name": role["metadata"]["name"]},
-                "subjects": [{"kind": "User", "name": "carol",
-                              "apiGroup": "rbac.authorization.k8s.io"}],
-            },
-        )  # fmt: skip
+        _bind(rbac_api, namespace, "carol", role["metadata"]["name"])
         carol = connect(str(dev_cluster.user_kubeconfigs["carol"]))
-        job = {
-            "apiVersion": "ai.operator/v1",
-            "kind": "TrainingJob",
-            "metadata": {"name": "carols", "namespace": namespace,
-                         "labels": {"ai.operator/user": "carol"}},
-            "spec": {"gangSize": 1, "priority": "batch", "template": {"spec": {"containers": [
-                {"name": "t", "image": "trainer", "resources": {"limits": {"nvidia.com/gpu": 1}}}
-            ]}}},
-        }  # fmt: skip
+        job = _one_gpu_job("carols", namespace, "carol")
 
         def created() -> bool:
             try:
