@@ -287,6 +287,8 @@ def _admitted(
     if asked is not None and adm.at < asked[0] <= now + REQUEST_SKEW_S:
         out.actions.append(Action("relocate", v, asked[1] or "a restart elsewhere was requested"))
         return
+    # one not due yet becomes due with the time alone: nothing about this gang is kept
+    timeless = asked is None or asked[0] <= adm.at
     for p in pods:
         if (p.get("status") or {}).get("phase") == "Failed":
             why = (p.get("status") or {}).get("reason") or "Failed"
@@ -312,7 +314,7 @@ def _admitted(
     if len(live) == expected and all(ph in ("Running", "Succeeded") for ph in phases):
         if v.status.get("phase") != "Running":
             out.actions.append(Action("running", v, f"all {expected} workers are running"))
-        elif memo is not None and inputs:
+        elif memo is not None and inputs and timeless:
             memo.keep("running", uid, inputs, (running, owned))
         return
     limit = policy.gang_timeout_seconds + _handover_s(v)
