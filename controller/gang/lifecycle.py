@@ -182,8 +182,8 @@ def _as_admitted(v: JobView, policy: SchedulingPolicy) -> Gang:
     """The gang its record admitted, for a job whose spec was edited since: its
     workers and what each asks for (CPU and memory the template left to the
     namespace's defaults: as the edited spec gets them), its tier (one the policies
-    no longer hold: as edited). What its pods hold, and its quota counts, until its
-    record is cleared."""
+    no longer hold: as edited), at its size (no elastic range). What its pods hold,
+    and its quota counts, until its record is cleared."""
     g, adm = v.gang, v.admission
     assert g is not None and adm is not None and adm.shape is not None and v.spec is not None
     shape = adm.shape
@@ -197,7 +197,10 @@ def _as_admitted(v: JobView, policy: SchedulingPolicy) -> Gang:
         cpu_milli=shape.cpu_milli or (g.pod.cpu_milli if not cpu else 0),
         memory=shape.memory or (g.pod.memory if not memory else 0),
     )
-    admitted = replace(g, workers=shape.workers, base_workers=None, pod=pod)
+    # neither grown nor shrunk: it is released this step (or once its write lands)
+    admitted = replace(
+        g, workers=shape.workers, base_workers=None, pod=pod, min_workers=None, max_workers=None
+    )
     if tier is None:
         return admitted
     return replace(

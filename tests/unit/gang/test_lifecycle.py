@@ -46,6 +46,7 @@ def _charged_as_admitted(out: Any) -> None:
     GPU, tier normal: SHAPE), its pods its own."""
     (r,) = out.running
     assert (r.gang.workers, r.gang.pod.gpus, r.gang.tier) == (2, 1, "normal")
+    assert (r.gang.min_workers, r.gang.max_workers) == (None, None)  # released, not resized
     assert out.owned == {(NS, "j-1-0"), (NS, "j-1-1")}
 
 
