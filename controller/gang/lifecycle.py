@@ -58,6 +58,7 @@ from controller.gang.view import (
 )
 from controller.gang.workload import Workload
 from controller.jobs.pods import LABEL_ATTEMPT
+from controller.jobs.spec import SpecError, to_gang
 from controller.jobs.status import Phase
 from controller.nodehealth import RESTART_ANNOTATION, parse_request
 from controller.scheduler.cycle import GROW_INTERVAL_S, CycleResult, schedule
@@ -179,37 +180,36 @@ def _node_lost(pod: Obj, nodes: Mapping[str, Obj]) -> str | None:
 
 
 def _as_admitted(v: JobView, policy: SchedulingPolicy) -> Gang:
-    """The gang its record admitted, for a job whose spec was edited since: its
-    workers and what each asks for (CPU and memory the template left to the
-    namespace's defaults: as the edited spec gets them), its tier (one the policies
-    no longer hold: as edited), at its size (no elastic range). What its pods hold,
-    and its quota counts, until its record is cleared."""
-    g, adm = v.gang, v.admission
-    assert g is not None and adm is not None and adm.shape is not None and v.spec is not None
+    """The gang its record admitted, for a job whose spec was edited since: the spec
+    as admitted (its tier, size and what each worker asks for; CPU and memory the
+    template left to the namespace's defaults: as the edited spec gets them) made a
+    gang as any other (`to_gang`), at its size (no elastic range); with a tier the
+    policies no longer hold, the edited one. What its pods hold, and its quota
+    counts, until its record is cleared."""
+    g, adm, spec = v.gang, v.admission, v.spec
+    assert g is not None and adm is not None and adm.shape is not None and spec is not None
     shape = adm.shape
-    project = policy.project_of_namespace(v.spec.namespace)
-    tier = policy.tiers.get(shape.tier or (project.default_tier if project else None) or "")
-    cpu, memory = v.spec.asked
+    cpu, memory = spec.asked
     pod = replace(
-        g.pod,
+        spec.pod,
         gpus=shape.gpus,
         gpu_milli=shape.gpu_milli,
-        cpu_milli=shape.cpu_milli or (g.pod.cpu_milli if not cpu else 0),
-        memory=shape.memory or (g.pod.memory if not memory else 0),
+        cpu_milli=shape.cpu_milli or (spec.pod.cpu_milli if not cpu else 0),
+        memory=shape.memory or (spec.pod.memory if not memory else 0),
     )
-    # neither grown nor shrunk: it is released this step (or once its write lands)
     admitted = replace(
-        g, workers=shape.workers, base_workers=None, pod=pod, min_workers=None, max_workers=None
+        spec,
+        tier=shape.tier or None,
+        gang_size=shape.workers * shape.gpus,
+        gpus_per_worker=shape.gpus,
+        pod=pod,
     )
-    if tier is None:
-        return admitted
-    return replace(
-        admitted,
-        tier=tier.name,
-        priority=tier.value,
-        preemptible=tier.preemptible,
-        may_preempt=tier.may_preempt,
-    )
+    try:
+        gang = to_gang(admitted, policy)
+    except SpecError:  # its tier is gone from the policies
+        gang = to_gang(replace(admitted, tier=spec.tier), policy)
+    # neither grown nor shrunk: it is released this step (or once its write lands)
+    return replace(gang, min_workers=None, max_workers=None)
 
 
 def _shape(v: JobView) -> Shape | None:

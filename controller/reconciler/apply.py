@@ -59,6 +59,7 @@ __all__ = [
     "owned_paths",
     "plan_sync",
     "prunable",
+    "sets_default",
     "sync",
     "up_to_date",
 ]
@@ -343,7 +344,7 @@ class SyncPlan:
     another: deleted before the PriorityClass stage (and not again in prune)."""
 
 
-def _default(obj: Obj | None) -> bool:
+def sets_default(obj: Obj | None) -> bool:
     """Does this PriorityClass set `globalDefault`?"""
     return bool((obj or {}).get("globalDefault"))
 
@@ -351,7 +352,7 @@ def _default(obj: Obj | None) -> bool:
 def clear_default(desired: Obj, have: Obj | None) -> bool:
     """Does applying `desired` take `globalDefault` away from the live `have`? Such a
     PriorityClass is applied before the rest of its stage."""
-    return desired["kind"] == "PriorityClass" and _default(have) and not _default(desired)
+    return desired["kind"] == "PriorityClass" and sets_default(have) and not sets_default(desired)
 
 
 def plan_sync(
@@ -421,7 +422,9 @@ def _handoff(
     new = [
         o
         for o in changes
-        if o["kind"] == "PriorityClass" and _default(o) and not _default(current.get(Ref.of(o)))
+        if o["kind"] == "PriorityClass"
+        and sets_default(o)
+        and not sets_default(current.get(Ref.of(o)))
     ]
     if not new:
         return [], []
@@ -432,7 +435,7 @@ def _handoff(
         if r.kind == "PriorityClass"
         and options.prune
         and (have := current.get(r)) is not None
-        and _default(have)
+        and sets_default(have)
         and prunable(r, have, options)
     ]
     if not cleared and not pruned:

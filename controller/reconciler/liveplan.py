@@ -22,7 +22,7 @@ from typing import Any
 from controller.kube.client import RESOURCES, ApiError, KubeApi, resource_for
 from controller.policy.compiler import ANNOTATION_REVISION, APPLY_ORDER, LABEL_MANAGED_BY
 from controller.policy.plan import Plan, make_plan, object_id
-from controller.reconciler.apply import FIELD_MANAGER, LABEL_SOURCE, up_to_date
+from controller.reconciler.apply import FIELD_MANAGER, LABEL_SOURCE, sets_default, up_to_date
 
 __all__ = ["LivePlanError", "live_plan"]
 
@@ -71,24 +71,20 @@ def _handoff(
     where the source prunes): the reconciler lets those go first. None when another
     class holds it (the API server refuses the revision then, and the dry run says
     so)."""
-    takers = {o["metadata"]["name"] for o in desired if _is_default_class(o)}
+    wanted = {o["metadata"]["name"]: o for o in desired if o["kind"] == "PriorityClass"}
+    takers = {name for name, o in wanted.items() if sets_default(o)}
     if not takers:
         return set()
     classes, _ = kube.list(RESOURCES["PriorityClass"])
-    holders = [o for o in classes if o.get("globalDefault") and o["metadata"]["name"] not in takers]
-    wanted = {o["metadata"]["name"]: o for o in desired if o["kind"] == "PriorityClass"}
+    holders = [o for o in classes if sets_default(o) and o["metadata"]["name"] not in takers]
 
     def let_go(held: Obj) -> bool:
         name, labels = held["metadata"]["name"], held["metadata"].get("labels") or {}
         if name in wanted:
-            return not wanted[name].get("globalDefault")
+            return not sets_default(wanted[name])
         return prune and labels.get(selector[0]) == selector[1]  # deleted, as shown below
 
     return takers if holders and all(let_go(h) for h in holders) else set()
-
-
-def _is_default_class(obj: Obj) -> bool:
-    return obj["kind"] == "PriorityClass" and bool(obj.get("globalDefault"))
 
 
 def live_plan(
