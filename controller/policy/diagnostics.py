@@ -60,6 +60,7 @@ CODES: dict[str, Code] = _codes(
     Code("GP112", "unreadable-file", E, "The file could not be read (permissions), or is not a regular file. Symbolic links are refused, not followed, from the working tree as from Git (which stores a link as the text of its target), so `validate` and the reconciler agree (but a PATH, or a PolicySource's `spec.path`, that links to a directory is that directory); FIFOs and devices are refused too."),
     Code("GP113", "no-policies", E, "No policy documents were found under the given paths."),
     Code("GP114", "too-deep", E, "Lists and mappings nest more than 100 levels deep (policies need fewer than ten); the file or document is not read."),
+    Code("GP115", "read-otherwise-by-yaml11", E, "A plain scalar that YAML 1.1 readers read otherwise than gangops, which reads policies as YAML 1.2: `no`, `off`, `y` or `on` are strings here and booleans to kubectl and Argo CD (sigs.k8s.io/yaml), which apply the same files as custom resources; `010` is 10 here and 8 there, `1:20` a string here and 80 there. Quote the string, or write the number in decimal, so the file means one thing to both."),
     # -- schema (GP2xx)
     Code("GP201", "unknown-field", E, "A field is not part of the kind's schema; the nearest known field is suggested."),
     Code("GP202", "wrong-type", E, "A field has the wrong type (for example a string where a number belongs)."),

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import difflib
 import errno
+import json
 import os
 import re
 import stat
@@ -250,23 +251,96 @@ def _yaml() -> YAML:
     return yaml
 
 
+class _Yaml11:
+    """How a YAML 1.1 reader reads a plain scalar that gangops reads as YAML 1.2.
+
+    The policies of one repository may reach the cluster two ways: read by
+    gangops (YAML 1.2), or applied as custom resources by kubectl, Argo CD or
+    Flux; kubectl's and Argo CD's sigs.k8s.io/yaml reads YAML 1.1. There `no`, `off` and `y` are
+    booleans, `010` is 8 and `1:20` is 80. A policy file must mean one thing
+    to both, so a plain scalar they read apart is GP115, and quoting it (or
+    writing the number in decimal) settles it. ruamel.yaml's own YAML 1.1
+    resolver and constructor say what the other reading is; it is asked once
+    per distinct scalar.
+    """
+
+    def __init__(self, yaml: YAML) -> None:
+        other = YAML(typ="safe")
+        other.version = (1, 1)
+        self.resolver12, self.resolver11 = yaml.resolver, other.resolver
+        self.constructor = other.constructor
+        self.memo: dict[tuple[str, str], tuple[Any] | None] = {}
+
+    def reading(self, node: ScalarNode, value: Any, text: str) -> tuple[Any] | None:
+        """(what a YAML 1.1 reader makes of `node`,) when that is not `value`,
+        what gangops made of it; None when they agree. `text` is the document's."""
+        if node.style:  # quoted or a block scalar: a string to both
+            return None
+        key = (str(node.tag), str(node.value))
+        if key not in self.memo:
+            self.memo[key] = self._compare(node, value, self._resolve(node))
+        found = self.memo[key]
+        if found is not None and _tagged(node, text):  # `!!str no`, `!!int 010`: rare
+            return self._compare(node, value, key[0])
+        return found
+
+    def _resolve(self, node: ScalarNode) -> str:
+        """The tag a YAML 1.1 reader gives `node`, were it written as it is."""
+        if node.tag != self.resolver12.resolve(ScalarNode, node.value, (True, False)):
+            return str(node.tag)  # an explicit tag, which both follow
+        return str(self.resolver11.resolve(ScalarNode, node.value, (True, False)))
+
+    def _compare(self, node: ScalarNode, value: Any, tag: str) -> tuple[Any] | None:
+        """(`node` read by YAML 1.1 as `tag`,) when that is not `value`."""
+        if tag == node.tag and tag != _INT:  # of one tag, only ints (`010`) read apart
+            return None
+        if tag == _STR:
+            return (node.value,)
+        other = ScalarNode(tag, node.value, start_mark=node.start_mark, end_mark=node.end_mark)
+        try:
+            read = self.constructor.construct_object(other)
+        except Exception:  # `!!int 0x`: the 1.2 reading reports it
+            return None
+        finally:
+            self.constructor.constructed_objects.pop(other, None)
+            self.constructor.recursive_objects.pop(other, None)
+        if type(read) is type(value) and read == value:
+            return None
+        return (read,)
+
+
+def _tagged(node: ScalarNode, text: str) -> bool:
+    """Whether the plain scalar `node` of `text` is written with a tag (`!!str no`),
+    which YAML 1.1 and 1.2 readers both follow. Its properties (tag, anchor) come
+    before it, and a plain scalar cannot itself start with `!` or `&`."""
+    written = text[node.start_mark.index : node.end_mark.index].split()
+    for word in written:
+        if word[:1] == "!":
+            return True
+        if word[:1] != "&":
+            return False
+    return False
+
+
 def load_sources(sources: Iterable[Source], *, limits: Limits = DEFAULT_LIMITS) -> LoadResult:
     """Read every source; report every problem; never raise on bad input."""
     result = LoadResult()
     yaml = _yaml()
+    yaml11 = _Yaml11(yaml)
     for src in sources:
         result.files += 1
-        _load_one(src, yaml, limits, result)
+        _load_one(src, yaml, yaml11, limits, result)
     return result
 
 
-def _load_one(src: Source, yaml: YAML, limits: Limits, result: LoadResult) -> None:
+def _load_one(src: Source, yaml: YAML, yaml11: _Yaml11, limits: Limits, result: LoadResult) -> None:
     composed = _compose(src, yaml, limits, result.diagnostics)
     if composed is None:
         return
     text, nodes, budget = composed
     for index, node in enumerate(nodes):
-        _document(src.path, node, yaml, budget, result, _AliasFinder(yaml, text, index))
+        aliases = _AliasFinder(yaml, text, index)
+        _document(src.path, node, yaml, yaml11, budget, result, aliases)
 
 
 def load_data(
@@ -452,7 +526,13 @@ def _near_miss(api_version: str, group: str, kind: str) -> bool:
 
 
 def _document(
-    file: str, node: Node, yaml: YAML, limits: Limits, result: LoadResult, aliases: _AliasFinder
+    file: str,
+    node: Node,
+    yaml: YAML,
+    yaml11: _Yaml11,
+    limits: Limits,
+    result: LoadResult,
+    aliases: _AliasFinder,
 ) -> None:
     line, col = node.start_mark.line + 1, node.start_mark.column + 1
     diags = result.diagnostics
@@ -465,7 +545,7 @@ def _document(
             Diagnostic("GP107", f"a document must be a mapping, found {what}", file, line, col)
         )
         return
-    builder = _Builder(file, yaml, limits)
+    builder = _Builder(file, yaml, limits, yaml11=(yaml11, aliases.text))
     problem = _build(builder, node, limits, aliases)
     if problem is not None:
         diags.append(problem)
@@ -526,6 +606,7 @@ def _document(
             )
         )
         return
+    diags.extend(builder.read_apart)
     meta = data.get("metadata")
     name = meta.get("name") if isinstance(meta, dict) else None
     result.documents.append(
@@ -624,6 +705,7 @@ class _Recursive(_Positioned):
 
 _MERGE = "tag:yaml.org,2002:merge"
 _STR = "tag:yaml.org,2002:str"
+_INT = "tag:yaml.org,2002:int"
 
 
 def _int(text: str) -> int:
@@ -673,8 +755,22 @@ def _whole(value: Any) -> Any:
 class _Builder:
     """Builds plain values from a node graph, recording positions and problems."""
 
-    def __init__(self, file: str, yaml: YAML, limits: Limits) -> None:
+    def __init__(
+        self,
+        file: str,
+        yaml: YAML,
+        limits: Limits,
+        *,
+        yaml11: tuple[_Yaml11, str] | None = None,
+    ) -> None:
         self.file = file
+        self.yaml11 = yaml11
+        """Set for a policy document, with the document's text: its scalars are
+        checked against a YAML 1.1 reading."""
+        self.read_apart: list[Diagnostic] = []
+        """GP115 for each scalar node that YAML 1.1 reads apart, once per node."""
+        self.apart: set[int] = set()
+        """The nodes (by id) in `read_apart`: an alias of one is reported once."""
         self.constructor = yaml.constructor
         self.budget = limits.max_nodes
         self.max_depth = limits.max_depth
@@ -729,6 +825,33 @@ class _Builder:
         return True
 
     def _scalar(self, node: Node) -> Any:
+        value = self._read(node)
+        if self.yaml11 is not None and isinstance(node, ScalarNode):
+            other = self.yaml11[0].reading(node, value, self.yaml11[1])
+            if other is not None and id(node) not in self.apart:
+                self.apart.add(id(node))
+                self.read_apart.append(self._apart(node, value, other[0]))
+        return value
+
+    def _apart(self, node: ScalarNode, value: Any, other: Any) -> Diagnostic:
+        written = _clip(str(node.value))
+        ours, theirs = _clip(json.dumps(value, default=str)), _clip(json.dumps(other, default=str))
+        fix = (
+            f"quote it ({ours}) to keep the string"
+            if isinstance(value, str)
+            else (f"write it as {ours}")
+        )
+        return Diagnostic(
+            "GP115",
+            f"{written} is {ours} to gangops (YAML 1.2) but {theirs} to YAML 1.1 readers, "
+            "such as kubectl and Argo CD (sigs.k8s.io/yaml) applying the policies as "
+            f"custom resources; {fix}",
+            self.file,
+            node.start_mark.line + 1,
+            node.start_mark.column + 1,
+        )
+
+    def _read(self, node: Node) -> Any:
         tag = node.tag
         if tag == _STR:
             return node.value

@@ -11,7 +11,14 @@ from pathlib import Path
 import pytest
 
 from controller.policy.diagnostics import Severity
-from controller.policy.loader import Limits, LoadResult, Source, load_sources, sources_from_paths
+from controller.policy.loader import (
+    Limits,
+    LoadResult,
+    Source,
+    load_data,
+    load_sources,
+    sources_from_paths,
+)
 from tests.unit.policy.builders import Files, sources, validate
 
 
@@ -487,3 +494,84 @@ def test_a_float_with_no_fraction_is_read_as_the_integer_it_is(written: str, rea
     (doc,) = load({"a.yaml": text}).documents
     value = doc.data["spec"]["value"]
     assert value == read and type(value) is type(read)
+
+
+@pytest.mark.parametrize(
+    ("written", "apart"),
+    [
+        # YAML 1.1's booleans, which YAML 1.2 reads as strings.
+        ("no", True),
+        ("Off", True),
+        ("y", True),
+        ("N", True),
+        ("YES", True),
+        # Numbers YAML 1.1 reads otherwise: octal, base 60; 0o10 is a string to it.
+        ("010", True),
+        ("-010", True),
+        ("1:20", True),
+        ("1:20.5", True),
+        ("0o10", True),
+        # What both read alike.
+        ("nlp", False),
+        ("true", False),
+        ("False", False),
+        ("8", False),
+        ("0", False),
+        ("-3", False),
+        ("0x1F", False),
+        ("1e3", False),
+        ("32.0", False),
+        ("1_000", False),
+        ("~", False),
+        ("2026-01-01", False),
+        # Quoted, tagged, or a block scalar: a string to both.
+        ('"no"', False),
+        ("'off'", False),
+        ("!!str y", False),
+        ("! on", False),
+        ("&anchored !!str n", False),
+        ("|-\n      no", False),
+        # A tag both follow, read apart all the same.
+        ("!!int 010", True),
+    ],
+)
+def test_a_scalar_yaml_1_1_reads_otherwise_is_gp115(written: str, apart: bool) -> None:
+    result = load({"p.yaml": PROJECT + f"  extra: {written}\n"})
+    assert where(result) == ([("GP115", 14, 10)] if apart else [])
+
+
+def test_gp115_names_both_readings_and_the_fix() -> None:
+    result = load(
+        {"p.yaml": PROJECT.replace("[nlp, nlp-dev]", "[nlp, off]").replace("gpu: 4", "gpu: 1:20")}
+    )
+    assert [(d.line, d.column, d.message) for d in result.diagnostics] == [
+        (
+            6,
+            21,
+            'off is "off" to gangops (YAML 1.2) but false to YAML 1.1 readers, such as '
+            "kubectl and Argo CD (sigs.k8s.io/yaml) applying the policies as custom "
+            'resources; quote it ("off") to keep the string',
+        ),
+        (
+            13,
+            16,
+            '1:20 is "1:20" to gangops (YAML 1.2) but 80 to YAML 1.1 readers, such as '
+            "kubectl and Argo CD (sigs.k8s.io/yaml) applying the policies as custom "
+            'resources; quote it ("1:20") to keep the string',
+        ),
+    ]
+    assert all(d.level is Severity.ERROR for d in result.diagnostics)
+
+
+def test_gp115_once_per_scalar_through_aliases_and_in_every_document() -> None:
+    doc = PROJECT + "  a: &n no\n  b: [*n, *n]\n  c: {<<: {k: *n}}\n"
+    result = load({"p.yaml": doc + "---\n" + doc.replace("name: nlp", "name: cv")})
+    assert where(result) == [("GP115", 14, 6), ("GP115", 31, 6)]
+
+
+def test_gp115_is_for_policies_only() -> None:
+    """A foreign document is skipped whole; a cluster description is gangops' alone."""
+    foreign = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\ndata: {a: no, b: 010}\n"
+    assert [d.code for d in load({"c.yaml": foreign}).diagnostics] == ["GP111"]
+    data, diags = load_data(sources({"c.yaml": "nodes: [{name: no, gpus: 010}]\n"})[0])
+    assert (data, diags) == ([{"nodes": [{"name": "no", "gpus": 10}]}], [])

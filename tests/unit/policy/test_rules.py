@@ -103,7 +103,7 @@ CASES = [
     ),
     Case(
         "GP101 a merge key that is no mapping",
-        {"p.yaml": PROJECT_P + "x: &x 5\ny: {<<: *x}\n"},
+        {"p.yaml": PROJECT_P + "a: &a 5\nb: {<<: *a}\n"},
         # An alias has no position of its own: the anchored node's is given.
         [("GP101", "p.yaml", 7), ("GP201", "p.yaml", 7), ("GP201", "p.yaml", 8)],
         says=("merge key",),
@@ -199,6 +199,22 @@ CASES = [
         "GP114 nesting too deep, within what the composer survives",
         {"p.yaml": PROJECT_P + "x: " + "[" * 150 + "]" * 150 + "\n"},
         [("GP114", "p.yaml", 7)],
+    ),
+    Case(
+        "GP115 a scalar YAML 1.1 reads otherwise: a namespace `no`, a max `010`",
+        {
+            "p.yaml": PROJECT_P.replace("[p]", '[p, no, "off", !!str on]').replace(
+                "gpu: 8", "gpu: 010"
+            )
+            + "  jobs: {maxGPU: 2}\n"
+        },
+        [("GP115", "p.yaml", 5), ("GP115", "p.yaml", 6)],
+        says=(
+            'no is "no" to gangops (YAML 1.2) but false to YAML 1.1 readers',
+            'quote it ("no")',
+            "010 is 10 to gangops (YAML 1.2) but 8 to YAML 1.1 readers",
+            "write it as 10",
+        ),
     ),
     # -- schema (GP2xx)
     Case(
