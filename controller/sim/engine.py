@@ -157,14 +157,16 @@ def gang_of(job: TraceJob, policy: SchedulingPolicy) -> Gang:
 
 
 def _fragmented(nodes: Iterable[NodeState], shapes: Sequence[PodShape]) -> tuple[int, int]:
-    """(free milli-GPUs on nodes where none of `shapes` fits, all free milli-GPUs)."""
+    """(free milli-GPUs on nodes where none of `shapes` fits, all free milli-GPUs).
+    Without shapes (a workload of no pods) no free GPU strands a pod: none is a
+    fragment."""
     frag = free = 0
     for ns in nodes:
         left = sum(ns.free)
         if not left:
             continue
         free += left
-        usable = any(
+        usable = not shapes or any(
             (not s.gpu_models or ns.node.gpu_model in s.gpu_models) and ns.slots(s) > 0
             for s in shapes
         )
@@ -235,8 +237,24 @@ def simulate_arrivals(
         result.fragmentation = frag / free if free else 0.0
     result.alloc_curve = _thin(curve, SERIES_POINTS)
     result.utilization = used / capacity_milli
+    if not at_full:
+        at_full = _at_full(curve)
     result.allocation_at_full = 100 * sum(at_full) / len(at_full) if at_full else None
     return result
+
+
+def _at_full(curve: Sequence[tuple[float, float]]) -> list[float]:
+    """The allocation where the arrived demand crosses 100 % of capacity, read
+    off the curve between the arrivals on either side, for a cluster so small
+    that no arrival lands within half a point of it; none when it never
+    reaches 100 %."""
+    before = (0.0, 0.0)
+    for a, u in curve:
+        if a >= 1.0:
+            (a0, u0) = before
+            return [u0 + (u - u0) * (1.0 - a0) / (a - a0)]
+        before = (a, u)
+    return []
 
 
 @dataclass

@@ -8,7 +8,7 @@ from pathlib import Path
 from controller.scheduler.fragmentation import FragModel, typical_pods
 from controller.scheduler.policy import SchedulingPolicy
 from controller.scheduler.types import MILLI, Node, PodShape
-from controller.sim.engine import simulate, simulate_arrivals
+from controller.sim.engine import _at_full, simulate, simulate_arrivals
 from controller.sim.run import Experiment, prepare_arrivals, run
 from controller.sim.schedulers import islands, make_scheduler
 from controller.sim.tenants import open_policy_doc
@@ -186,3 +186,25 @@ def test_arrivals_only_frees_the_pods_of_a_gang_it_drops() -> None:
 def test_arrivals_only_takes_a_trace_without_gpu_demand_as_it_is() -> None:
     cpu = [TraceJob(f"c{i}", i, None, 1, PodShape(gpus=0, cpu_milli=1000)) for i in range(2)]
     assert prepare_arrivals(cpu, CAPACITY, seed=1, tune=1.3, order="trace") == cpu
+
+
+def test_arrivals_only_reads_the_allocation_at_100_percent_between_arrivals() -> None:
+    # 3 GPUs a gang on 8: arrivals at 37.5, 75 and 112.5 %, none within half a
+    # point of 100 %; the third does not fit, so 75 % is allocated as 100 % arrives
+    jobs = [_gang(f"g{i}", 3, float(i)) for i in range(3)]
+    doc = open_policy_doc(8)
+    policy = SchedulingPolicy.from_dict(doc)
+    sched = make_scheduler("gangops", NODES, doc, fragmentation=None, seed=1)
+    r = simulate_arrivals(jobs, sched, policy, capacity_milli=CAPACITY, shapes=[])
+    assert r.dropped == 1 and r.allocation_at_full == 75.0
+    # read off the straight line between the arrivals either side of 100 %
+    assert _at_full([(0.5, 0.5), (1.5, 1.0)]) == [0.75]
+    assert _at_full([(0.2, 0.2), (0.9, 0.9)]) == []
+
+
+def test_arrivals_only_of_no_pods_has_no_fragmentation() -> None:
+    doc = open_policy_doc(8)
+    policy = SchedulingPolicy.from_dict(doc)
+    sched = make_scheduler("gangops", NODES, doc, fragmentation=None, seed=1)
+    r = simulate_arrivals([], sched, policy, capacity_milli=CAPACITY, shapes=[])
+    assert r.fragmentation == 0.0 and r.allocation_at_full is None
