@@ -24,7 +24,7 @@ from controller.policy.loader import Source
 from controller.reconciler.apply import LABEL_SOURCE, Ref, SyncOptions, SyncResult
 from controller.reconciler.metrics import ReconcilerMetrics
 from controller.reconciler.report import Reporter
-from controller.reconciler.status import diagnostics_text
+from controller.reconciler.status import STALLING, diagnostics_text
 
 __all__ = [
     "CR_SOURCE",
@@ -155,6 +155,10 @@ class CrSource:
         corrected (the reconciler slows a fight over an object, as for a PolicySource)."""
         self._applied: str | None = None
         """The revision last applied in full."""
+        self._good: list[Obj] | None = None
+        """Its objects: while a newer set is refused as a whole, what drifts is put
+        back from them. Held in memory only: custom resources keep no history, so
+        after a restart there is none until a set is applied again."""
 
     def reconcile(self) -> tuple[bool, str] | None:
         """Reconcile the policy custom resources as one policy set; each CR's status says
@@ -177,8 +181,6 @@ class CrSource:
             text = mixed_sources("PolicySources", names, besides="policy custom resources")
             return False, "MixedSources", text
         revision, built = build_crs(crs, system_namespace=self._informers.settings.system_namespace)
-        if built.objects is None:
-            return False, "ValidationFailed", diagnostics_text(built.errors, self._max_diagnostics)
         # What this source applied, as the API server says (managedFields): unlike
         # a Git source it records no inventory, and its label alone is anyone's to
         # copy (`kubectl get -o yaml`): an object made so is not pruned.
@@ -186,12 +188,17 @@ class CrSource:
         inventory = {
             Ref.of(o) for o in labelled if _source_of(o) == CR_SOURCE and _applied_by_us(o)
         }
+        if built.objects is None:
+            self._keep_good(inventory)
+            return False, "ValidationFailed", diagnostics_text(built.errors, self._max_diagnostics)
         synced = self._apply_revision(built.objects, inventory, SyncOptions(source=CR_SOURCE))
         ok, reason = synced.ok, synced.reason
         if synced.writes and revision == self._applied:
             self._corrected(synced)
         if ok:
-            self._applied = revision
+            self._applied, self._good = revision, built.objects
+        elif reason in STALLING:  # refused as a whole: nothing of it applied
+            self._keep_good(inventory)
         counted = "applied" if synced.writes else ("unchanged" if ok else "stalled")
         self._informers.metrics.reconciles.labels(CR_SOURCE, counted).inc()
         log.info(
@@ -199,3 +206,19 @@ class CrSource:
             CR_SOURCE, "ok" if ok else "refused", reason, synced.summary(),
         )  # fmt: skip
         return ok, reason, f"Applied revision: {revision}" if ok else synced.message
+
+    def _keep_good(self, inventory: set[Ref]) -> None:
+        """While the newest set is refused as a whole (invalid, or refused by the
+        dry-run), keep the cluster equal to the last set applied, as a PolicySource
+        keeps its last good revision: what drifted (a ResourceQuota deleted or
+        raised by hand) is applied again from it, and nothing is pruned."""
+        if self._good is None:
+            return
+        options = SyncOptions(source=CR_SOURCE, prune=False, prune_namespaces=False)
+        result = self._apply_revision(self._good, inventory, options)
+        if result.writes:
+            log.info(
+                "drift corrected from the applied set source=%s revision=%s changes=%r",
+                CR_SOURCE, self._applied, result.summary(),
+            )  # fmt: skip
+            self._corrected(result)

@@ -87,6 +87,13 @@ def test_policy_custom_resources_are_reconciled_and_mixing_is_refused(
     assert (managed(env.kube, "ResourceQuota", "gangops-quota", f"{p}-team") or {})["spec"]["hard"][
         "requests.nvidia.com/gpu"
     ] == "4"
+    # While refused, what drifts is put back from the last set applied.
+    env.kube.delete(RESOURCES["ResourceQuota"], "gangops-quota", namespace=f"{p}-team")
+    wait_for(
+        "the quota deleted by hand back from the last set applied",
+        lambda: managed(env.kube, "ResourceQuota", "gangops-quota", f"{p}-team"),
+    )
+    assert _ready(env.kube, project, "False", "ValidationFailed")
     env.kube.merge_patch(
         RESOURCES["Project"],
         f"{p}-team",

@@ -245,3 +245,46 @@ def test_only_what_the_policy_crs_applied_is_pruned_not_a_copy_of_their_label(
     assert not ours & set(kube.objects)  # cv's objects pruned
     assert ("LimitRange", "nlp", "own-defaults") in kube.objects
     assert ("PriorityClass", "", "ingress-critical") in kube.objects
+
+
+def test_while_the_policy_crs_are_refused_drift_is_put_back_from_the_last_set_applied(
+    tmp_path: Path,
+) -> None:
+    """Noticed in stop 41: a PolicySource whose newest revision is refused keeps the
+    cluster equal to its last good one, but the custom resources, refused as a set,
+    put nothing back: a ResourceQuota deleted or raised by hand stayed so."""
+    kube, clock = FakeKube(), FakeClock()
+    r = Reconciler(
+        kube, settings=ReconcilerSettings(cache_dir=tmp_path), clock=clock, rng=random.Random(0)
+    )
+
+    def put(d: dict[str, Any], gen: int) -> None:
+        d = {**d, "apiVersion": "policy.ai.operator/v1",
+             "metadata": {**d["metadata"], "generation": gen}}  # fmt: skip
+        kube.objects.pop((d["kind"], "", d["metadata"]["name"]), None)
+        r.policy_crs[d["kind"]].assume(kube.create(d, field_manager="test"))
+
+    for d in [cluster(), *TIERS, project("nlp").max(gpu=8).build(), project("cv").build()]:
+        put(d, 1)
+    r.reconcile(CR_SOURCE)
+    key = ("ResourceQuota", "nlp", "gangops-quota")
+    assert kube.objects[key]["spec"]["hard"]["requests.nvidia.com/gpu"] == "8"
+    # A team's edit that does not validate: guaranteed above its max (GP3xx).
+    put(project("nlp").guaranteed(gpu=16).max(gpu=8).build(), 2)
+    assert r.reconcile(CR_SOURCE) is None  # needs a person
+    assert _conditions(kube, "Project", "nlp")["Ready"]["reason"] == "ValidationFailed"
+    clock.advance(DRIFT_QUIET_S + 1)
+    raised: Any = kube.objects.pop(key)  # someone raises the quota by hand
+    raised["spec"]["hard"]["requests.nvidia.com/gpu"] = "64"
+    r.managed["ResourceQuota"].assume(kube.create(raised, field_manager="kubectl"))
+    r._on_managed("MODIFIED", raised)
+    r.reconcile(CR_SOURCE)
+    assert kube.objects[key]["spec"]["hard"]["requests.nvidia.com/gpu"] == "8"
+    cv = ("ResourceQuota", "cv", "gangops-quota")
+    quota: Any = kube.objects.pop(cv)  # and another deletes cv's
+    r.managed["ResourceQuota"].forget("gangops-quota", "cv")
+    r._on_managed("DELETED", quota)
+    r.reconcile(CR_SOURCE)
+    assert cv in kube.objects
+    assert _conditions(kube, "Project", "nlp")["Ready"]["reason"] == "ValidationFailed"
+    r.stop()
