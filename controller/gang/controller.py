@@ -149,11 +149,13 @@ def held_back_by_own_limits(decisions: Iterable[Decision]) -> set[JobId]:
     max, their namespace's quota) or refused outright. They are not demand: a
     guarantee kept idle for them could not admit them, and lending by forecast would
     keep it from every borrower. A gang held back only because the guarantee it
-    would borrow is forecast to be wanted back (`Pending.lending`) still is."""
+    would borrow is forecast to be wanted back (`Pending.held`, limit "lending") still
+    is."""
     return {
         d.gang.id
         for d in decisions
-        if isinstance(d, Pending) and (d.code == "Refused" or (d.code == "Quota" and not d.lending))
+        if isinstance(d, Pending)
+        and (d.code == "Refused" or (d.held is not None and d.held.limit != "lending"))
     }
 
 

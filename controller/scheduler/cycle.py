@@ -50,6 +50,7 @@ from controller.scheduler.types import (
     Pending,
     Placement,
     Preempt,
+    QuotaHold,
     Resize,
     Running,
     format_gpus,
@@ -160,31 +161,42 @@ def _refused(snap: Snapshot, policy: SchedulingPolicy, g: Gang) -> str | None:
     return namespace_quota(snap, g, alone=True)
 
 
-def quota(snap: Snapshot, policy: SchedulingPolicy, g: Gang) -> str | None:
-    """Why the gang may not start now under its namespace's ResourceQuota, its
-    project's and user's quota and the reserve, or None when it may."""
+def quota(snap: Snapshot, policy: SchedulingPolicy, g: Gang) -> QuotaHold | None:
+    """The limit that keeps the gang from starting now (its namespace's ResourceQuota,
+    its project's max, its user's max, its guarantee with borrowing disabled: the
+    first that binds), or None when none does. The limit is named as data so that
+    nothing asks these again to say which one it was (`explain`)."""
     in_namespace = namespace_quota(snap, g, alone=False)
     if in_namespace is not None:
-        return in_namespace
+        return QuotaHold("namespace", in_namespace, bound=0, over=0)
     project = policy.projects[g.project]
     need = g.gpu_total
     used = snap.project_usage.get(g.project, 0)
     if project.max is not None and used + need > project.max:
-        return (
+        return QuotaHold(
+            "project",
             f"project {project.name} at max: {format_gpus(used)} of "
-            f"{format_gpus(project.max)} GPUs in use, this job needs {format_gpus(need)}"
+            f"{format_gpus(project.max)} GPUs in use, this job needs {format_gpus(need)}",
+            bound=project.max,
+            over=used + need - project.max,
         )
     user = project.user(g.user)
     user_used = snap.user_usage.get((g.project, g.user), 0)
     if user.max is not None and user_used + need > user.max:
-        return (
+        return QuotaHold(
+            "user",
             f"user {g.user} at max in project {project.name}: {format_gpus(user_used)} of "
-            f"{format_gpus(user.max)} GPUs in use, this job needs {format_gpus(need)}"
+            f"{format_gpus(user.max)} GPUs in use, this job needs {format_gpus(need)}",
+            bound=user.max,
+            over=user_used + need - user.max,
         )
     if not policy.borrowing and used + need > project.guaranteed:
-        return (
+        return QuotaHold(
+            "guarantee",
             f"project {project.name} at its guarantee ({format_gpus(used)} of "
-            f"{format_gpus(project.guaranteed)} GPUs) and borrowing is disabled"
+            f"{format_gpus(project.guaranteed)} GPUs) and borrowing is disabled",
+            bound=project.guaranteed,
+            over=used + need - project.guaranteed,
         )
     return None
 
@@ -227,7 +239,9 @@ def _busy_level(hints: Hints | None, job: JobId) -> int:
     return 0 if u < IDLE_PERCENT else min(11, 1 + int(u // 10))
 
 
-def _lend_limit(snap: Snapshot, policy: SchedulingPolicy, hints: Hints, g: Gang) -> str | None:
+def _lend_limit(
+    snap: Snapshot, policy: SchedulingPolicy, hints: Hints, g: Gang
+) -> QuotaHold | None:
     """Why `g` may not borrow now: the idle guarantee it would take is what another
     project is forecast to ask for within the horizon. None when it may (or does not
     borrow)."""
@@ -243,10 +257,13 @@ def _lend_limit(snap: Snapshot, policy: SchedulingPolicy, hints: Hints, g: Gang)
         return None
     kept = {p: m for p, m in hints.protect.items() if p != g.project}
     who = ", ".join(f"{p} ({format_gpus(m)})" for p, m in sorted(kept.items()))
-    return (
+    lendable = max(0, idle - protected)
+    return QuotaHold(
+        "lending",
         f"would borrow idle guarantee that is forecast to be asked for soon by {who}; "
-        f"{format_gpus(max(0, idle - protected))} GPUs may be lent now, it needs "
-        f"{format_gpus(g.gpu_total)}"
+        f"{format_gpus(lendable)} GPUs may be lent now, it needs {format_gpus(g.gpu_total)}",
+        bound=lendable,
+        over=g.gpu_total + protected - idle,
     )
 
 
@@ -986,7 +1003,7 @@ def _decide(
     before = (snap.version, *state.token())
     seen = state.waiting.get(kind)
     if seen is not None and seen[0] == before:
-        return Pending(g, seen[1].reason, seen[1].code, seen[1].lending)
+        return Pending(g, seen[1].reason, seen[1].code, seen[1].held)
     decision = _decided(snap, policy, state, g, now)
     if isinstance(decision, Pending) and (snap.version, *state.token()) == before:
         state.waiting[kind] = (before, decision)
@@ -1010,13 +1027,12 @@ def _decided(
     if refused is not None:
         return Pending(g, refused, "Refused")
     exclude = _excluded(state, g, now)
-    own = quota(snap, policy, g)
-    blocked = own or _lend_limit(snap, policy, state.hints, g)
-    if blocked is not None:
+    held = quota(snap, policy, g) or _lend_limit(snap, policy, state.hints, g)
+    if held is not None:
         if state.nominated.get(g.id):  # its shrinks have not landed yet
             return Pending(g, _WAITING, "Capacity")
         if not snap.shrinkable.get(g.project):
-            return Pending(g, blocked, "Quota", lending=own is None)
+            return Pending(g, held.reason, "Quota", held)
         # The project's (or user's) own elastic gangs give back what they grew by.
         lent = _shrink(
             snap, policy, g, now=now, budget=0, exclude=exclude, holder=False, project=g.project,
@@ -1024,7 +1040,7 @@ def _decided(
         )  # fmt: skip
         if lent is not None:
             return _shrink_for(snap, state, g, lent, now)
-        return Pending(g, blocked, "Quota", lending=own is None)
+        return Pending(g, held.reason, "Quota", held)
     over_reserve = _outside_reserve(snap, policy, g)
     placement = None
     if over_reserve is None:

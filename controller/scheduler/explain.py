@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from controller.scheduler.cycle import CycleResult, namespace_quota
+from controller.scheduler.cycle import CycleResult
 from controller.scheduler.policy import SchedulingPolicy
 from controller.scheduler.snapshot import Snapshot
 from controller.scheduler.types import (
@@ -79,56 +79,55 @@ def _quota_change(
     policy: SchedulingPolicy,
     protect: Mapping[str, int],
 ) -> list[str]:
-    """What lifts the limit that holds `g` back, asked in `cycle.quota`'s order (the
-    namespace's ResourceQuota, the project's max, the user's max, the guarantee with
-    borrowing disabled), or the lending forecast (`protect`: the idle guarantee each
-    project is forecast to want back, `Hints.protect`)."""
+    """What lifts the limit that holds `g` back: the one the cycle named when it
+    decided (`Pending.held`), not the limits asked again here, so the two cannot
+    disagree. The figures are the cycle's, as its reason gives them; the running
+    work listed is the snapshot's after the cycle. For the lending forecast,
+    `protect` is the idle guarantee each project is forecast to want back
+    (`Hints.protect`)."""
+    held = decision.held
+    if held is None:
+        return [f"  - what the reason names ({decision.reason})."]
     project = policy.projects[g.project]
-    need = g.gpu_total
     mine = [r for r in snap.running.values() if r.gang.project == g.project]
-    if decision.lending:
-        kept = sorted((p, m) for p, m in protect.items() if p != g.project)
-        who = ", ".join(f"{p} ({format_gpus(m)})" for p, m in kept) or "other projects"
-        return [
-            "  - the idle guarantee it would borrow is forecast to be asked for soon by "
-            f"{who}: it runs once that forecast falls or more GPUs are idle, or within "
-            f"project {g.project}'s own guarantee ({format_gpus(project.guaranteed)}), "
-            "or when the guarantee is raised in the policies; lending by forecast is "
-            "`gangops run --forecast-horizon` (0: off)."
-        ]
-    ns = namespace_of(g.id)
-    if ns is not None and namespace_quota(snap, g, alone=False) is not None:
-        return [
-            f"  - pods of namespace {ns} end (any scheduler's count), or its ResourceQuota "
-            "is raised. Running in the namespace:",
-            *_running_list([r for r in snap.running.values() if namespace_of(r.gang.id) == ns]),
-        ]
-    used = snap.project_usage.get(g.project, 0)
-    if project.max is not None and used + need > project.max:
-        return [
-            f"  - {format_gpus(used + need - project.max)} GPUs of project {g.project}'s "
-            f"running work end, or its max ({format_gpus(project.max)}) is raised in the "
-            "policies. Running in the project:",
-            *_running_list(mine),
-        ]
-    user = project.user(g.user)
-    user_used = snap.user_usage.get((g.project, g.user), 0)
-    if user.max is not None and user_used + need > user.max:
-        return [
-            f"  - {format_gpus(user_used + need - user.max)} GPUs of user {g.user}'s running "
-            f"work in {g.project} end, or the user's max ({format_gpus(user.max)}) is raised "
-            "in the policies. Running for this user:",
-            *_running_list([r for r in mine if r.gang.user == g.user]),
-        ]
-    if not policy.borrowing and used + need > project.guaranteed:
-        return [
-            f"  - {format_gpus(used + need - project.guaranteed)} GPUs of project "
-            f"{g.project}'s running work end, or its guarantee "
-            f"({format_gpus(project.guaranteed)}) is raised in the policies, or borrowing is "
-            "enabled (fairShare.borrowing). Running in the project:",
-            *_running_list(mine),
-        ]
-    return [f"  - what the reason names ({decision.reason})."]
+    over, bound = format_gpus(held.over), format_gpus(held.bound)
+    match held.limit:
+        case "lending":
+            kept = sorted((p, m) for p, m in protect.items() if p != g.project)
+            who = ", ".join(f"{p} ({format_gpus(m)})" for p, m in kept) or "other projects"
+            return [
+                "  - the idle guarantee it would borrow is forecast to be asked for soon by "
+                f"{who}: it runs once that forecast falls or more GPUs are idle, or within "
+                f"project {g.project}'s own guarantee ({format_gpus(project.guaranteed)}), "
+                "or when the guarantee is raised in the policies; lending by forecast is "
+                "`gangops run --forecast-horizon` (0: off)."
+            ]
+        case "namespace":
+            ns = namespace_of(g.id)
+            return [
+                f"  - pods of namespace {ns} end (any scheduler's count), or its "
+                "ResourceQuota is raised. Running in the namespace:",
+                *_running_list([r for r in snap.running.values() if namespace_of(r.gang.id) == ns]),
+            ]
+        case "project":
+            return [
+                f"  - {over} GPUs of project {g.project}'s running work end, or its max "
+                f"({bound}) is raised in the policies. Running in the project:",
+                *_running_list(mine),
+            ]
+        case "user":
+            return [
+                f"  - {over} GPUs of user {g.user}'s running work in {g.project} end, or the "
+                f"user's max ({bound}) is raised in the policies. Running for this user:",
+                *_running_list([r for r in mine if r.gang.user == g.user]),
+            ]
+        case "guarantee":
+            return [
+                f"  - {over} GPUs of project {g.project}'s running work end, or its guarantee "
+                f"({bound}) is raised in the policies, or borrowing is enabled "
+                "(fairShare.borrowing). Running in the project:",
+                *_running_list(mine),
+            ]
 
 
 def _what_would_change(

@@ -25,6 +25,8 @@ __all__ = [
     "PodPlacement",
     "PodShape",
     "Preempt",
+    "QuotaHold",
+    "QuotaLimit",
     "Requirement",
     "Resize",
     "Running",
@@ -320,6 +322,32 @@ class Resize:
     borrowed_milli: int
 
 
+QuotaLimit = Literal["namespace", "project", "user", "guarantee", "lending"]
+"""The limit that holds a gang back on quota, in the order the cycle asks them: its
+namespace's ResourceQuota, its project's max, its user's max, its project's guarantee
+(borrowing disabled), then the lending forecast (the idle guarantee it would borrow
+is forecast to be wanted back by its owner)."""
+
+
+@dataclass(frozen=True)
+class QuotaHold:
+    """Why a gang may not start now on quota (`cycle.quota`, or the lending forecast),
+    in words and as data: what reads a decision (`explain`, the demand the controller
+    forecasts) switches on `limit` instead of asking the limits again, which is a
+    second copy of the decision that drifts from the first."""
+
+    limit: QuotaLimit
+    reason: str
+    """In words a user can act on (`Pending.reason`)."""
+    bound: int
+    """The limit in milli-GPUs: the max or guarantee, or what may be lent now. 0 for a
+    namespace's ResourceQuota, which may bind on CPU, memory or pods (`reason` says
+    which)."""
+    over: int
+    """Milli-GPUs that must be given back, or the limit raised by, for the gang to
+    start (as the cycle saw it when it decided). 0 for a namespace's ResourceQuota."""
+
+
 @dataclass(frozen=True)
 class Pending:
     """The gang waits; `reason` says why in words a user can act on."""
@@ -330,9 +358,8 @@ class Pending:
     """Refused: cannot run under the current policy at all (tier not allowed,
     bigger than the job limit); Quota and Capacity: waits for usage to fall;
     Reserved: the free GPUs are held for a gang ahead of it."""
-    lending: bool = False
-    """Quota, and held back not by its own limits but because the guarantee it would
-    borrow is forecast to be wanted back by its owner (lending by forecast)."""
+    held: QuotaHold | None = None
+    """Quota: the limit that holds it (its `reason` is this decision's); else None."""
 
 
 Decision = Admit | Preempt | Pending

@@ -20,14 +20,16 @@ def test_a_project_max_is_read_from_the_schedulers_own_reason() -> None:
     hog = job("nlp/hog").project("nlp").gang(6).build()
     snap = Snapshot([node("n1"), node("n2")], levels=LEVELS, running=[running(hog, {"n1": 6})])
     why = quota(snap, pol, job("nlp/mine").project("nlp").gang(4).build())
-    assert shortfall(_waiting(why)) == Shortfall("nlp", None, 2)
+    assert why is not None
+    assert shortfall(_waiting(why.reason)) == Shortfall("nlp", None, 2)
 
 
 def test_a_user_max_is_read_from_the_schedulers_own_reason() -> None:
     pol = policy({"p": {"guaranteed": 8, "users": {"alice": (1, 2)}}})
     snap = Snapshot([node("n1")], levels=LEVELS, running=[])
     why = quota(snap, pol, job("p/a").project("p").user("alice").gang(3).build())
-    assert shortfall(_waiting(why)) == Shortfall("p", "alice", 1)
+    assert why is not None
+    assert shortfall(_waiting(why.reason)) == Shortfall("p", "alice", 1)
 
 
 def test_other_reasons_are_not_helped_by_a_pull_request() -> None:
@@ -67,5 +69,5 @@ def test_a_namespace_at_its_resource_quota_is_read_from_the_schedulers_own_reaso
         namespace_quota={"nlp": NamespaceQuota(gpu_milli=4_000)},
     )
     why = quota(snap, pol, job("nlp/mine").project("nlp").gang(2).build())
-    assert why is not None and why.startswith("namespace nlp at its ResourceQuota")
-    assert shortfall(_waiting(why)) == Shortfall("", None, 2, "nlp")
+    assert why is not None and why.reason.startswith("namespace nlp at its ResourceQuota")
+    assert shortfall(_waiting(why.reason)) == Shortfall("", None, 2, "nlp")

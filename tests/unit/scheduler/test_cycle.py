@@ -23,6 +23,8 @@ from controller.scheduler.types import (
     PodPlacement,
     PodShape,
     Preempt,
+    QuotaHold,
+    QuotaLimit,
     Running,
     Taint,
 )
@@ -841,3 +843,45 @@ def test_a_shared_pod_of_no_gpu_share_is_placed(fragmentation: bool) -> None:
     (d,) = schedule(snap, [nothing], policy(), now=0.0).decisions
     assert isinstance(d, Admit) and d.placement.nodes() == {"n0": 1}, d
     assert snap.free_milli == 2_000
+
+
+_HeldCase = tuple[
+    SchedulingPolicy, dict[str, NamespaceQuota], Hints | None, tuple[QuotaLimit, int, int]
+]
+"""Policy, namespace quotas, hints; the limit held on, its figure and how far over it."""
+
+_HELD_CASES: dict[str, _HeldCase] = {
+    "namespace": (
+        policy({"p": {"guaranteed": 16}}), {"p": NamespaceQuota(gpu_milli=8_000)}, None,
+        ("namespace", 0, 0),
+    ),
+    "project": (policy({"p": {"max": 10}}), {}, None, ("project", 10_000, 2_000)),
+    "user": (
+        policy({"p": {"guaranteed": 16, "users": {"u": (0, 10)}}}), {}, None,
+        ("user", 10_000, 2_000),
+    ),
+    "guarantee": (
+        policy({"p": {"guaranteed": 8}}, borrowing=False), {}, None, ("guarantee", 8_000, 4_000)
+    ),
+    "lending": (  # 8 idle, all of them b's forecast: none may be lent
+        policy({"p": {"guaranteed": 4}, "b": {"guaranteed": 8}}), {}, Hints(protect={"b": 8_000}),
+        ("lending", 0, 4_000),
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(_HELD_CASES))
+def test_a_gang_held_on_quota_names_the_limit_and_by_how_much(case: str) -> None:
+    """A gang left waiting on quota carries the limit that held it, its figure and
+    how much must be given back, as the cycle saw them, so that what reads the
+    decision (`explain`, the demand the controller forecasts) need not ask the
+    limits again and come to another answer."""
+    pol, quotas, hints, (limit, bound, over) = _HELD_CASES[case]
+    old = job("p/old").gang(8).build()
+    snap = Snapshot(
+        [node("n0"), node("n1")], levels=LEVELS, running=[running(old, {"n0": 8})],
+        namespace_quota=quotas,
+    )  # fmt: skip
+    (d,) = schedule(snap, [job("p/new").gang(4).build()], pol, now=0.0, hints=hints).decisions
+    assert isinstance(d, Pending) and d.code == "Quota", d
+    assert d.held == QuotaHold(limit, d.reason, bound=bound, over=over)

@@ -86,3 +86,36 @@ def test_quota_blocked_job_names_the_limit_that_holds_it(case: str) -> None:
     text = explain(JobId("p/new"), result=result, snap=snap, policy=pol)
     assert "waiting (Quota)" in text and expected in text, text
     assert "the user's max" not in text or case == "user max", text
+
+
+_AFTER_CASES = {
+    "user max, then gangs of other users fill the project": (
+        policy({"p": {"guaranteed": 16, "max": 16, "users": {"u": (0, 8)}}}), {},
+        job("p/other").user("v").gang(7).build(),
+        "2 GPUs of user u's running work in p end, or the user's max (8) is raised",
+    ),
+    "project max, then a gang of another project fills the namespace": (
+        policy({"p": {"max": 8}, "q": {}}), {"p": NamespaceQuota(gpu_milli=10 * MILLI)},
+        job("p/small").project("q").gang(2).build(),
+        "2 GPUs of project p's running work end, or its max (8) is raised",
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(_AFTER_CASES))
+def test_the_limit_named_is_the_one_the_cycle_decided_on(case: str) -> None:
+    """Found by a review: `explain` asked the quota limits again, on the snapshot
+    after the cycle. A gang admitted behind the one explained can fill another
+    limit, which `explain` then named (and its figures) while the reason above it
+    named the one that held the gang when it was decided."""
+    pol, quotas, behind, expected = _AFTER_CASES[case]
+    old = job("p/old").gang(6).build()
+    snap = Snapshot(
+        [node("n0"), node("n1")], levels=LEVELS, running=[running(old, {"n0": 6})],
+        namespace_quota=quotas,
+    )  # fmt: skip
+    new = job("p/new").tier("high").gang(4).build()
+    result = schedule(snap, [new, behind], pol, now=0.0)
+    assert behind.id in snap.running, result.decisions
+    text = explain(new.id, result=result, snap=snap, policy=pol)
+    assert expected in text, text
