@@ -41,7 +41,9 @@ from __future__ import annotations
 import heapq
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
+from fractions import Fraction
 
+from controller.quantity import format_quantity
 from controller.scheduler.fragmentation import BLOCK_GPUS, MEMO_STATES, FragModel
 from controller.scheduler.snapshot import NodeState, Snapshot
 from controller.scheduler.types import MILLI, Gang, Placement, PodPlacement, PodShape, format_gpus
@@ -398,21 +400,76 @@ def _gpus(milli: int) -> str:
     return f"{text} GPU" if text == "1" else f"{text} GPUs"
 
 
-def shortfall(snap: Snapshot, gang: Gang, *, exclude: AbstractSet[str] = _NONE) -> str:
-    """Why `gang` does not fit: its need against the largest free blocks."""
+_ANY = 1 << 30
+"""Pods a node holds by a resource it does not track (`NodeState.slots`' figure)."""
+
+
+def _needs_no_gpus(gang: Gang) -> str:
+    """What a gang of no GPUs asks for instead, as its waiting reason opens: `needs no
+    GPUs (2 workers x 4 CPU, 8Gi of memory)`."""
     pod = gang.pod
-    per = _gpus(pod.gpu_total)
-    need = (
-        f"needs {_gpus(gang.gpu_total)}"
-        if gang.workers == 1
-        else f"needs {_gpus(gang.gpu_total)} ({gang.workers} workers x {per})"
-    )
+    asked = [f"{format_quantity(Fraction(pod.cpu_milli, 1000))} CPU"] if pod.cpu_milli else []
+    if pod.memory:
+        asked.append(f"{format_quantity(Fraction(pod.memory), binary=True)} of memory")
+    each = ", ".join(asked) or "nothing else"
+    if gang.workers == 1:
+        return f"needs no GPUs ({each})"
+    return f"needs no GPUs ({gang.workers} workers x {each})"
+
+
+def _room(ns: NodeState, pod: PodShape) -> list[tuple[str, int]]:
+    """How many more `pod`s (of no GPUs) `ns` holds by each resource the pod asks for,
+    as `NodeState.slots` counts them (its figure is the least of these): a device in
+    service for a share of no GPU, its CPU, its memory."""
+    room = []
+    if pod.gpus and pod.shared:
+        room.append(("GPUs in service", _ANY if ns.usable_whole or ns.whole < len(ns.free) else 0))
+    if pod.cpu_milli:
+        room.append(("CPU", _ANY if ns.cpu is None else ns.cpu // pod.cpu_milli))
+    if pod.memory:
+        room.append(("memory", _ANY if ns.mem is None else ns.mem // pod.memory))
+    return room
+
+
+def _short_of(snap: Snapshot, gang: Gang, exclude: AbstractSet[str]) -> str:
+    """The resources a gang of no GPUs is short of on the nodes it may use: those too
+    few in all for its workers; when each would do in all but not on the same nodes,
+    every one it asks for ("room" when it asks for none a node tracks)."""
+    rooms: dict[str, int] = {}
+    for ns in snap.candidates(gang.pod):
+        if ns.name not in exclude:
+            for name, k in _room(ns, gang.pod):
+                rooms[name] = rooms.get(name, 0) + k
+    short = [name for name, k in rooms.items() if k < gang.workers]
+    return " and ".join(short or rooms) or "room"
+
+
+def shortfall(snap: Snapshot, gang: Gang, *, exclude: AbstractSet[str] = _NONE) -> str:
+    """Why `gang` does not fit: its need against the largest free blocks. A gang that
+    asks for no GPUs is told what it is short of instead (CPU, memory): "needs 0
+    GPUs; ... hold 0 of 1" named nothing it could act on."""
+    pod = gang.pod
+    total = gang.gpu_total
+    if total:
+        per = _gpus(pod.gpu_total)
+        need = (
+            f"needs {_gpus(total)}"
+            if gang.workers == 1
+            else f"needs {_gpus(total)} ({gang.workers} workers x {per})"
+        )
+    else:
+        need = _needs_no_gpus(gang)
     candidates = snap.candidates(pod)
     if not candidates:
         return f"{need}; no node matches its GPU model, node selector and tolerations"
     open_nodes = snap.open_slots(pod, exclude)
     fit = sum(k for _, k in open_nodes)
-    parts = [f"{need}; the free GPUs of the nodes it may use hold {fit} of {gang.workers}"]
+    if total:
+        held = f"the free GPUs of the nodes it may use hold {fit} of {gang.workers}"
+    else:
+        what = _short_of(snap, gang, exclude)
+        held = f"the nodes it may use have free {what} for {fit} of {gang.workers}"
+    parts = [f"{need}; {held}"]
     if open_nodes:
         ns, k = max(open_nodes, key=lambda nk: (nk[1], nk[0].name))
         parts.append(f"at most {k} on one node ({ns.name})")

@@ -38,6 +38,8 @@ class JobBuilder:
         self._workers = 1
         self._gpus = 1
         self._milli = 1000
+        self._cpu = 0
+        self._memory = 0
         self._selector: tuple[tuple[str, str], ...] = ()
         self._duration: float | None = None
         self._elastic: tuple[int | None, int | None] = (None, None)
@@ -70,6 +72,12 @@ class JobBuilder:
         self._workers, self._gpus, self._milli = 1, 1, milli
         return self
 
+    def no_gpus(self, workers: int, *, cpu: int, memory_gib: int = 0) -> JobBuilder:
+        """`workers` pods of no GPUs, `cpu` cores and `memory_gib` GiB each."""
+        self._workers, self._gpus = workers, 0
+        self._cpu, self._memory = cpu * 1000, memory_gib << 30
+        return self
+
     def on(self, key: str, value: str) -> JobBuilder:
         self._selector += ((key, value),)
         return self
@@ -92,7 +100,13 @@ class JobBuilder:
             priority=TIERS[self._tier],
             created=self._created,
             workers=self._workers,
-            pod=PodShape(gpus=self._gpus, gpu_milli=self._milli, node_selector=self._selector),
+            pod=PodShape(
+                gpus=self._gpus,
+                gpu_milli=self._milli,
+                cpu_milli=self._cpu,
+                memory=self._memory,
+                node_selector=self._selector,
+            ),
             preemptible=self._tier in PREEMPTIBLE,
             may_preempt=self._tier != "batch",
             expected_duration=self._duration,
@@ -114,13 +128,19 @@ def node(
     zone: str = "z",
     taints: tuple[Taint, ...] = (),
     model: str = "A100",
+    cpu: int = 0,
+    memory_gib: int = 0,
 ) -> Node:
+    """A node; `cpu` (cores) and `memory_gib` 0: not tracked."""
     labels = {"topology.kubernetes.io/zone": zone}
     if clique:
         labels["nvidia.com/gpu.clique"] = clique
     if rack:
         labels["topology.kubernetes.io/rack"] = rack
-    return Node(name=name, gpus=gpus, gpu_model=model, labels=labels, taints=taints)
+    return Node(
+        name=name, gpus=gpus, gpu_model=model, labels=labels, taints=taints,
+        cpu_milli=cpu * 1000, memory=memory_gib << 30,
+    )  # fmt: skip
 
 
 def running(g: Gang, placement: dict[str, int], *, started: float = -10_000.0) -> Running:

@@ -57,10 +57,6 @@ class Case:
     """namespace -> what pods gangops does not schedule request there."""
 
 
-def _eight(name: str, **kw: str) -> Node:
-    return node(name, 8, **kw)
-
-
 _GROWN = job("e").gang(4).elastic(2, 8).build().resized(8)
 """An elastic gang submitted at 4 GPUs and grown to 8."""
 
@@ -397,6 +393,43 @@ CASES = [
         nodes=[node("n1", 1)],
         queue=[job("a").share(500).build(), job("b").share(500).at(1).build()],
         admitted={"a": {"n1": 1}, "b": {"n1": 1}},
+    ),
+    # A gang of no GPUs that does not fit was told "needs 0 GPUs; ... hold 0 of 2".
+    Case(
+        "no GPUs: a CPU-only gang is told the CPU it lacks",
+        nodes=[node("n0", cpu=16), node("n1", cpu=16)],
+        running=[
+            running(job("c/a").no_gpus(1, cpu=12).build(), {"n0": 1}),
+            running(job("c/b").no_gpus(1, cpu=8).build(), {"n1": 1}),
+        ],
+        queue=[job("c/new").no_gpus(2, cpu=8).build()],
+        pending={
+            "c/new": "needs no GPUs (2 workers x 8 CPU); the nodes it may use have free CPU "
+            "for 1 of 2; at most 1 on one node (n1)"
+        },
+    ),
+    Case(
+        "no GPUs: a CPU-only gang is told the memory it lacks",
+        nodes=[node("n0", cpu=32, memory_gib=64)],
+        running=[running(job("c/a").no_gpus(1, cpu=4, memory_gib=48).build(), {"n0": 1})],
+        queue=[job("c/new").no_gpus(1, cpu=4, memory_gib=32).build()],
+        pending={
+            "c/new": "needs no GPUs (4 CPU, 32Gi of memory); the nodes it may use have free "
+            "memory for 0 of 1"
+        },
+    ),
+    Case(
+        "no GPUs: CPU on one node and memory on another are named together",
+        nodes=[node("n0", cpu=16, memory_gib=64), node("n1", cpu=16, memory_gib=64)],
+        running=[
+            running(job("c/a").no_gpus(1, cpu=14).build(), {"n0": 1}),
+            running(job("c/b").no_gpus(1, cpu=2, memory_gib=60).build(), {"n1": 1}),
+        ],
+        queue=[job("c/new").no_gpus(1, cpu=4, memory_gib=8).build()],
+        pending={
+            "c/new": "needs no GPUs (4 CPU, 8Gi of memory); the nodes it may use have free "
+            "CPU and memory for 0 of 1"
+        },
     ),
 ]
 
