@@ -10,7 +10,10 @@ nothing to change writes nothing. What it produces, per the README:
   controller creates for a tenant are held to it like the tenant's own) and a
   ResourceQuota whose `hard` is the project's `max`, split evenly across the
   project's namespaces (remainders go to the namespaces listed first), so
-  the API server enforces the ceiling even when the scheduler is down;
+  the API server enforces the ceiling even when the scheduler is down; with
+  `jobs.maxCount`, the quota also holds the namespace's share of it as an
+  object count (`JOB_COUNT_KEY`), split the same way, so a tenant cannot fill
+  etcd (and slow every tenant's admissions) with TrainingJobs;
 - beside each ResourceQuota that tracks `requests.cpu` or `requests.memory`,
   a LimitRange `gangops-defaults` giving every container that sets neither a
   request nor a limit for them a default request (`DEFAULT_REQUESTS`, or the
@@ -39,6 +42,7 @@ __all__ = [
     "ANNOTATION_SOURCE",
     "APPLY_ORDER",
     "DEFAULT_REQUESTS",
+    "JOB_COUNT_KEY",
     "LABEL_MANAGED_BY",
     "LABEL_POD_SECURITY",
     "LABEL_PROJECT",
@@ -70,6 +74,9 @@ APPLY_ORDER = ("PriorityClass", "Namespace", "ResourceQuota", "LimitRange", "Con
 """Kinds in the order they are applied; prune runs in reverse."""
 
 _QUOTA_KEYS = {"gpu": "requests.nvidia.com/gpu", "cpu": "requests.cpu", "memory": "requests.memory"}
+JOB_COUNT_KEY = "count/trainingjobs.ai.operator"
+"""The ResourceQuota key that counts a namespace's TrainingJobs (object count quota:
+`count/<plural>.<group>`), whatever their phase, until they are deleted."""
 
 
 def object_key(obj: dict[str, Any]) -> tuple[int, str, str, str]:
@@ -208,6 +215,8 @@ def _quota_shares(project: Project) -> list[dict[str, str]]:
     namespaces listed first take the remainders, so the shares add up to the
     project's max exactly. A max finer than that unit (`1500u` CPU) is first
     rounded up to it, as Kubernetes rounds quantities: never under-promise.
+    `jobs.maxCount` splits like GPUs, in whole TrainingJobs; without it the
+    quota has no count key at all.
     """
     n = len(project.namespaces)
     shares: list[dict[str, str]] = [{} for _ in range(n)]
@@ -222,6 +231,9 @@ def _quota_shares(project: Project) -> list[dict[str, str]]:
             share[_QUOTA_KEYS[r]] = (
                 str(part) if r == "gpu" else format_quantity(value, binary=r == "memory")
             )
+    if project.job_max_count is not None:
+        for share, part in zip(shares, split_evenly(project.job_max_count, n), strict=True):
+            share[JOB_COUNT_KEY] = str(part)
     return shares
 
 

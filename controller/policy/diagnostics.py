@@ -91,6 +91,7 @@ CODES: dict[str, Code] = _codes(
     Code("GP322", "alert-rule-without-effect", W, "A part of an alert rule has no effect: mode `enforce` with action `none`, or `gracePeriodSeconds` where no job is restarted (`restartJob: false`, or action `none`)."),
     Code("GP323", "job-max-above-namespace-quota", E, "`jobs.maxGPU` is larger than the largest namespace's share of the project's GPU `max` (the max is split evenly over the namespaces' ResourceQuotas, and a job runs in one namespace), so such a job could never run; lower `jobs.maxGPU`, raise the max or list fewer namespaces. Without `jobs.maxGPU` (it defaults to the project's max) it is a warning."),
     Code("GP324", "empty-namespace-quota", E, "The project's `max` of a resource, split evenly over its namespaces (whole GPUs, millicores, bytes), leaves a namespace a share of 0, so no pod that asks for it can start there; raise the max or list fewer namespaces."),
+    Code("GP325", "empty-namespace-job-count", E, "`jobs.maxCount`, split evenly over the project's namespaces, leaves a namespace a share of 0 TrainingJobs, so the API server refuses every TrainingJob created there; raise `jobs.maxCount` to at least the number of namespaces or list fewer namespaces."),
 )  # fmt: skip
 
 

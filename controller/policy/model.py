@@ -153,6 +153,9 @@ class Project:
     members: tuple[UserQuota, ...]
     job_max_gpu: int | None
     """`None` means "up to the project's GPU max"."""
+    job_max_count: int | None
+    """The most TrainingJobs the project's namespaces hold at once, whatever their
+    phase (`jobs.maxCount`); `None` means no limit."""
     tiers: tuple[str, ...] | None
     """`None` means "every tier"."""
     default_tier: str | None
@@ -292,6 +295,7 @@ def build_project(doc: Document) -> Project:
         user_default=_pair(users.get("default")),
         members=members,
         job_max_gpu=_get(spec, "jobs", "maxGPU"),
+        job_max_count=_get(spec, "jobs", "maxCount"),
         tiers=None if tiers is None else tuple(tiers),
         default_tier=_get(spec, "jobs", "defaultTier"),
         pod_security=spec.get("podSecurity", "baseline"),

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any, Literal
 
-from controller.policy.compiler import ANNOTATION_REVISION, object_key
+from controller.policy.compiler import ANNOTATION_REVISION, JOB_COUNT_KEY, object_key
 from controller.policy.model import RESOURCE_NAMES, PolicySet, format_amount
 from controller.quantity import QuantityError, parse_quantity
 
@@ -203,7 +203,16 @@ def _update_notes(kind: str, fields: tuple[FieldChange, ...]) -> Iterator[str]:
             lowered = parse_quantity(f.new) < parse_quantity(f.old)
         except QuantityError:
             continue
-        if lowered:
+        if not lowered:
+            continue
+        if f.path == f"spec.hard.{JOB_COUNT_KEY}":
+            # An object count holds no pods: what it stops is the TrainingJob create itself.
+            yield (
+                f"{f.path} lowered {f.old} -> {f.new}: Kubernetes accepts a quota below current "
+                "usage; existing TrainingJobs are kept, creating one is refused until fewer "
+                "than that are left"
+            )
+        else:
             yield (
                 f"{f.path} lowered {f.old} -> {f.new}: Kubernetes accepts a quota below current "
                 "usage; running pods keep running, new pods wait until usage falls under it"

@@ -315,7 +315,9 @@ def _namespace_shares(p: Project) -> Iterator[Diagnostic]:
     ResourceQuotas (whole GPUs, millicores, bytes; the namespaces listed first take
     the remainders), and the API server and the scheduler hold each namespace to
     its share: a job larger than the largest share, or any work in a namespace
-    whose share is 0, can never start (GP323, GP324)."""
+    whose share is 0, can never start (GP323, GP324). `jobs.maxCount` is split the
+    same way (whole TrainingJobs) into an object count: a namespace whose share is
+    0 can never hold a TrainingJob at all (GP325)."""
     doc, n = p.doc, len(p.namespaces)
     if n < 2:
         return
@@ -340,6 +342,20 @@ def _namespace_shares(p: Project) -> Iterator[Diagnostic]:
                 "max",
                 r,
             )
+    count = p.job_max_count
+    if count is not None and count < n:
+        names = ", ".join(repr(ns) for ns in p.namespaces[count:])
+        yield _at(
+            doc,
+            "GP325",
+            f"project {p.name!r}: jobs.maxCount {count}, split evenly over {n} namespaces, "
+            f"leaves {names} a ResourceQuota of 0 TrainingJobs: the API server refuses every "
+            f"TrainingJob created there; raise jobs.maxCount to at least {n} or list fewer "
+            "namespaces",
+            "spec",
+            "jobs",
+            "maxCount",
+        )
     max_gpu = p.quota.max.gpu
     if max_gpu is None:
         return

@@ -178,6 +178,8 @@ def _hard(files: dict[str, str]) -> dict[str, dict[str, str]]:
 
 
 GPU, CPU, MEM = "requests.nvidia.com/gpu", "requests.cpu", "requests.memory"
+COUNT = "count/trainingjobs.ai.operator"
+"""The object count quota key of TrainingJobs, as the API server knows it."""
 
 
 @pytest.mark.parametrize(
@@ -273,6 +275,50 @@ def test_quotas_that_track_cpu_or_memory_come_with_default_requests(
     every resource its quota tracks besides GPUs, and sets no limit."""
     defaults = _defaults(policy_files(project("p").namespaces("p", "q").max(**max).build()))
     assert defaults == ({} if expected is None else {"p": expected, "q": expected})
+
+
+@pytest.mark.parametrize(
+    ("namespaces", "count", "expected"),
+    [
+        (("a",), 5, ["5"]),
+        (("c", "a", "b"), 10, ["4", "3", "3"]),
+        (("a", "b", "c", "d"), 6, ["2", "2", "1", "1"]),
+        (("a", "b", "c"), 3, ["1", "1", "1"]),
+        (("a", "b"), 1_000_000, ["500000", "500000"]),
+    ],
+)
+def test_job_count_split(namespaces: tuple[str, ...], count: int, expected: list[str]) -> None:
+    """`jobs.maxCount` split evenly like GPUs, in whole TrainingJobs, the namespaces
+    listed first taking the remainders, beside the max's own keys."""
+    doc = project("p").namespaces(*namespaces).max(gpu=12).jobs(maxCount=count).build()
+    hard = _hard(policy_files(doc))
+    gpus = split_evenly(12, len(namespaces))
+    assert [hard[ns] for ns in namespaces] == [
+        {GPU: str(g), COUNT: c} for g, c in zip(gpus, expected, strict=True)
+    ]
+
+
+def test_a_job_count_alone_is_a_quota_without_defaults() -> None:
+    """A project whose max sets nothing still gets a ResourceQuota for its count
+    (and no LimitRange: the quota tracks no CPU or memory)."""
+    objects = compiled(
+        policy_files(project("p").namespaces("p", "q").max().jobs(maxCount=3).build())
+    )
+    quotas = {o["metadata"]["namespace"]: o for o in objects if o["kind"] == "ResourceQuota"}
+    assert {ns: q["spec"] for ns, q in quotas.items()} == {
+        "p": {"hard": {COUNT: "2"}},
+        "q": {"hard": {COUNT: "1"}},
+    }
+    assert quotas["p"]["metadata"]["name"] == QUOTA_NAME
+    assert [o for o in objects if o["kind"] == "LimitRange"] == []
+
+
+def test_a_job_count_leaves_the_scheduling_policy_as_it_was() -> None:
+    """The API server enforces the count; the scheduler has nothing to do with it, so
+    the compiled policy (and its ConfigMap) does not change when it is set."""
+    without = project("p").namespaces("p", "q").build()
+    with_count = project("p").namespaces("p", "q").jobs(maxCount=4).build()
+    assert _policy(policy_files(with_count)) == _policy(policy_files(without))
 
 
 def test_a_project_without_a_max_gets_no_quota() -> None:

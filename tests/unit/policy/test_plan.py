@@ -32,6 +32,7 @@ from tests.unit.policy.builders import (
 )
 
 CM = "ConfigMap/gangops-system/gangops-scheduling-policy"
+COUNT = "spec.hard.count/trainingjobs.ai.operator"
 
 
 class GitRepo:
@@ -83,6 +84,12 @@ def A(guaranteed: int = 4, max: int = 8) -> dict[str, Any]:
     return project("a").guaranteed(gpu=guaranteed).max(gpu=max).build()
 
 
+def C(max_count: int | None = None) -> dict[str, Any]:
+    """A project over two namespaces, with `jobs.maxCount` when given."""
+    count = {} if max_count is None else {"maxCount": max_count}
+    return project("c").namespaces("c", "c-dev").jobs(maxGPU=4, **count).build()
+
+
 B = project("b").build()
 BASE = policy_files(A(), B)
 PROJECT_C = {
@@ -107,6 +114,8 @@ class Case:
     """Substrings of the changes' notes."""
     fields: tuple[tuple[str, str, Any, Any], ...] = ()
     """(object id, field path, old, new) that must be among the changes' fields."""
+    base: dict[str, str] | None = None
+    """The committed set, when not `BASE`."""
 
 
 CASES = [
@@ -216,6 +225,46 @@ CASES = [
         notes=("spec.hard.requests.nvidia.com/gpu lowered 8 -> 6",),
     ),
     Case(
+        "jobs.maxCount is set: each quota gets its share, the scheduling policy is unchanged",
+        policy_files(A(), B, C(5)),
+        [
+            ("update", "ResourceQuota/c/gangops-quota", False),
+            ("update", "ResourceQuota/c-dev/gangops-quota", False),
+        ],
+        fields=(
+            ("ResourceQuota/c/gangops-quota", COUNT, None, "3"),
+            ("ResourceQuota/c-dev/gangops-quota", COUNT, None, "2"),
+        ),
+        base=policy_files(A(), B, C()),
+    ),
+    Case(
+        "jobs.maxCount is removed: the count leaves each quota",
+        policy_files(A(), B, C()),
+        [
+            ("update", "ResourceQuota/c/gangops-quota", False),
+            ("update", "ResourceQuota/c-dev/gangops-quota", False),
+        ],
+        fields=(
+            ("ResourceQuota/c/gangops-quota", COUNT, "3", None),
+            ("ResourceQuota/c-dev/gangops-quota", COUNT, "2", None),
+        ),
+        base=policy_files(A(), B, C(5)),
+    ),
+    Case(
+        "jobs.maxCount is lowered: creates are refused, no pod waits",
+        policy_files(A(), B, C(3)),
+        [
+            ("update", "ResourceQuota/c/gangops-quota", False),
+            ("update", "ResourceQuota/c-dev/gangops-quota", False),
+        ],
+        notes=(
+            f"{COUNT} lowered 3 -> 2: Kubernetes accepts a quota below current usage; existing "
+            "TrainingJobs are kept, creating one is refused until fewer than that are left",
+            f"{COUNT} lowered 2 -> 1",
+        ),
+        base=policy_files(A(), B, C(5)),
+    ),
+    Case(
         "a namespace is renamed",
         policy_files(A(), project("b").namespaces("b2").build()),
         [
@@ -232,7 +281,7 @@ CASES = [
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_plan(case: Case, repo: GitRepo, capsys: pytest.CaptureFixture[str]) -> None:
-    repo.write(BASE)
+    repo.write(case.base or BASE)
     repo.commit("base")
     repo.write(case.head)
     plan = plan_json(capsys)

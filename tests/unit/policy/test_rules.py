@@ -73,6 +73,8 @@ spec:
   quota: {max: {gpu: 8}}
 """
 
+PROJECT_Q = PROJECT_P.replace("{name: p}", "{name: q}").replace("[p]", "[q]")
+
 BOMB = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
     f"{n}: &{n} [{', '.join([f'*{p}'] * 10)}]\n" for p, n in zip("abcdef", "bcdefg", strict=True)
 )
@@ -256,6 +258,29 @@ CASES = [
         # no GP313 "no ClusterPolicy found" besides (found by a review): there is one
         [("GP204", "cluster.yaml", 7), ("GP204", "cluster.yaml", 7)],
         says=("more than the maximum of 31536000", "more than the maximum of 100000"),
+    ),
+    Case(
+        "GP204 jobs.maxCount below 1 or above the schema's maximum",
+        {
+            "p.yaml": PROJECT_P + "  jobs: {maxCount: 0}\n",
+            "q.yaml": PROJECT_Q + "  jobs: {maxCount: 1000001}\n",
+        },
+        [("GP204", "p.yaml", 7), ("GP204", "q.yaml", 7)],
+        says=("less than the minimum of 1", "more than the maximum of 1000000"),
+    ),
+    Case(
+        "GP202 jobs.maxCount not an integer",
+        {"p.yaml": PROJECT_P + '  jobs: {maxCount: "5"}\n'},
+        [("GP202", "p.yaml", 7)],
+        says=("expected an integer, found string",),
+    ),
+    Case(
+        "jobs.maxCount at the schema's bounds is valid",
+        {
+            "p.yaml": PROJECT_P + "  jobs: {maxCount: 1}\n",
+            "q.yaml": PROJECT_Q + "  jobs: {maxCount: 1000000}\n",
+        },
+        [],
     ),
     Case(
         "GP204 duplicate namespaces",
@@ -509,6 +534,24 @@ CASES = [
     Case(
         "GP324 a max of 0 is no mistake: every namespace gets none",
         {"p.yaml": PROJECT_P.replace("[p]", "[p, p-dev]").replace("gpu: 8", "gpu: 0")},
+        [],
+    ),
+    Case(
+        "GP325 a namespace whose share of jobs.maxCount is 0",
+        {
+            "p.yaml": PROJECT_P.replace("[p]", "[p, p-dev, p-x]")
+            + "  jobs:\n    maxGPU: 2\n    maxCount: 2\n"
+        },
+        [("GP325", "p.yaml", 9)],
+        says=(
+            "jobs.maxCount 2, split evenly over 3 namespaces, leaves 'p-x' a ResourceQuota of "
+            "0 TrainingJobs",
+            "raise jobs.maxCount to at least 3",
+        ),
+    ),
+    Case(
+        "GP325 one TrainingJob per namespace is valid",
+        {"p.yaml": PROJECT_P.replace("[p]", "[p, p-dev]") + "  jobs: {maxGPU: 4, maxCount: 2}\n"},
         [],
     ),
     Case(
