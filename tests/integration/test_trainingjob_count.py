@@ -133,7 +133,6 @@ def test_the_api_server_refuses_the_trainingjob_past_the_projects_count(
     wait_for(
         "the count's edit to be reverted",
         lambda: _quota(env.kube, ns)["spec"]["hard"].get(COUNT) == str(MAX_COUNT),
-        timeout=5,
     )
 
     # Without the field, the count leaves the quota (the GPU max stays) and the
