@@ -435,7 +435,7 @@ def step(
                 notes.append(Note("Warning", "AlertLapsed", (
                     f"{e.alert}: not sent again by Alertmanager for {timeout:g}s,"
                     " taken as resolved (its resolve was lost, or it is silenced);"
-                    " what it did is undone after the {e.cooldown_s:g}s cool-down,"
+                    f" what it did is undone after the {e.cooldown_s:g}s cool-down,"
                     f" at {_iso(now + e.cooldown_s)}, if no other alert holds it"
                 )))  # fmt: skip
     for key, e in list(entries.items()):

@@ -35,6 +35,7 @@ class Node:
     quarantined: tuple[int, ...] = ()
     jobs: list[JobRequest] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)
+    messages: list[str] = field(default_factory=list)
 
     def apply(self, r: Result) -> None:
         self.state = r.state
@@ -46,6 +47,7 @@ class Node:
             self.quarantined = r.quarantine
         self.jobs += r.jobs
         self.reasons += [n.reason for n in r.notes]
+        self.messages += [n.message for n in r.notes]
 
 
 Tick = tuple[float, list[Alert]]
@@ -340,6 +342,7 @@ def test_an_alert_not_sent_again_within_the_resolve_timeout_lapses_and_is_undone
     assert n.quarantined == (1,)
     n = run([(1800, [])], LAPSE, node=n)
     assert n.quarantined == (1,) and n.reasons[-1] == "AlertLapsed"  # the cool-down runs
+    assert "undone after the 600s cool-down, at " in n.messages[-1], n.messages[-1]
     n = run([(1800 + 600, [])], LAPSE, node=n)
     assert n.quarantined == () and n.reasons[-1] == "GPUReturned"
     n = run([(3000, [leak])], LAPSE, node=n)  # firing after all: acted on again
