@@ -155,10 +155,14 @@ def _preflight(kube: Kube, *, system_namespace: str, scheduler: bool) -> str | N
 
 def _run(args: argparse.Namespace) -> int:
     clock = SystemClock()
-    if args.leader_elect and not args.retry_period < args.renew_deadline < args.lease_duration:
+    if args.leader_elect and not (
+        args.retry_period < args.renew_deadline <= args.lease_duration - 1
+    ):
         print(
-            "gangops run: need --retry-period < --renew-deadline < --lease-duration; got"
-            f" {args.retry_period:g} s, {args.renew_deadline:g} s, {args.lease_duration:g} s",
+            "gangops run: need --retry-period < --renew-deadline, and --renew-deadline at"
+            " least 1 s under --lease-duration (the time a write the fence let through has"
+            f" to land); got {args.retry_period:g} s, {args.renew_deadline:g} s,"
+            f" {args.lease_duration:g} s",
             file=sys.stderr,
         )
         return 2
@@ -230,7 +234,11 @@ def _run(args: argparse.Namespace) -> int:
         nonlocal reconciler
         log.info("leading identity=%s", identity)
         metrics.leader.set(1)
-        fenced = kube.fenced(elector.is_leader) if elector is not None else kube
+        fenced = (
+            kube.fenced(elector.is_leader, write_timeout_s=elector.settings.request_timeout_s)
+            if elector is not None
+            else kube
+        )
         reconciler = Reconciler(fenced, settings=settings, clock=clock, metrics=metrics)
         reconciler.start()
         nonlocal alert_actor
@@ -602,8 +610,9 @@ def add_subcommand(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
         type=positive_seconds,
         default=10.0,
         metavar="SECONDS",
-        help="the leader stops leading when it has not renewed for this long; shorter than"
-        " --lease-duration (default %(default)g)",
+        help="the leader stops leading when it has not renewed for this long; at least 1 s"
+        " shorter than --lease-duration: the gap bounds each Lease request and each write"
+        " of the leader (default %(default)g)",
     )
     p.add_argument(
         "--retry-period",

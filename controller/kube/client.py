@@ -9,7 +9,10 @@ deserialisation per object and cannot represent custom resources anyway.
 Writes have sharp edges removed, as in lightkube: server-side apply always
 names its field manager (there is no default), and every write passes the
 `fence` first, so a replica that has lost its leader Lease cannot write even
-if a thread is still running.
+if a thread is still running. Each call is one request: urllib3's own
+retries are off (`_api_client`), since a request it sends again after a
+timeout skips the fence and lands up to three timeouts late; the callers
+retry what is transient, checking the fence each time.
 
 `KubeApi` is the seam: the calls the controllers, informers, elector and
 recorders make. `Kube` is its one real implementation; unit tests pass the one
@@ -334,6 +337,10 @@ def connect(kubeconfig: str | None = None, *, pool_size: int = 32) -> Kube:
 
 def _api_client(cfg: k8s.Configuration, pool_size: int) -> k8s.ApiClient:
     cfg.connection_pool_maxsize = pool_size
+    # urllib3 would otherwise send a request up to four times, each after a full
+    # timeout, below `Kube._call`: a write past the fence, long after it was
+    # checked, and a Lease read answered three timeouts after it was asked.
+    cfg.retries = False
     return k8s.ApiClient(cfg)
 
 
@@ -341,24 +348,37 @@ class Kube:
     """Raw-JSON access to the API server. Thread-safe; cheap to copy with `fenced`."""
 
     def __init__(
-        self, api: k8s.ApiClient, *, fence: Fence | None = None, timeout_s: float = 30.0
+        self,
+        api: k8s.ApiClient,
+        *,
+        fence: Fence | None = None,
+        timeout_s: float = 30.0,
+        write_timeout_s: float | None = None,
     ) -> None:
         self._api = api
         self._fence = fence
         self._timeout = timeout_s
+        self._write_timeout = write_timeout_s
 
     @property
     def server(self) -> str:
         """The API server's URL."""
         return str(self._api.configuration.host)
 
-    def fenced(self, fence: Fence) -> Kube:
-        """The same connection, whose writes fail with NotLeaderError unless `fence()`."""
-        return Kube(self._api, fence=fence, timeout_s=self._timeout)
+    def fenced(self, fence: Fence, *, write_timeout_s: float | None = None) -> Kube:
+        """The same connection, whose writes fail with NotLeaderError unless `fence()`,
+        and give up after `write_timeout_s` (at most): a write the fence let through
+        must reach the API server before another replica may lead, so the elector's
+        `ElectionSettings.request_timeout_s` is the bound to give."""
+        return Kube(
+            self._api, fence=fence, timeout_s=self._timeout, write_timeout_s=write_timeout_s
+        )
 
     def with_timeout(self, timeout_s: float) -> Kube:
         """The same connection, whose requests give up after `timeout_s`."""
-        return Kube(self._api, fence=self._fence, timeout_s=timeout_s)
+        return Kube(
+            self._api, fence=self._fence, timeout_s=timeout_s, write_timeout_s=self._write_timeout
+        )
 
     # -- transport
 
@@ -373,9 +393,12 @@ class Kube:
         timeout: float | tuple[float, float] | None = None,
         stream: bool = False,
     ) -> Any:
+        limit = timeout if timeout is not None else self._timeout
         if method != "GET":
             if self._fence is not None and not self._fence():
                 raise NotLeaderError(f"refusing {method} {path}: this replica is not the leader")
+            if self._write_timeout is not None and isinstance(limit, float | int):
+                limit = min(limit, self._write_timeout)
             log.debug("api write method=%s path=%s", method, path)
         try:
             resp = self._api.call_api(
@@ -386,7 +409,7 @@ class Kube:
                 body=body,
                 auth_settings=["BearerToken"],
                 _preload_content=False,
-                _request_timeout=timeout if timeout is not None else self._timeout,
+                _request_timeout=limit,
             )
         except ApiException as e:
             raise ApiError.from_exception(e) from None

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import math
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -49,11 +50,12 @@ class ElectionSettings:
 
     @property
     def request_timeout_s(self) -> float:
-        """How long one Lease request may take: the time between the renew deadline
-        and the lease's end, so a renewal hanging on a slow API server cannot keep
-        the wings running past the moment another replica may lead (it counts the
-        lease from when it saw the last renewal, later than it was made)."""
-        return min(30.0, max(1.0, self.lease_duration_s - self.renew_deadline_s))
+        """How long one Lease request, or one write the fence let through, may take:
+        the time between the renew deadline and the lease's end. A candidate counts
+        the lease from when its read of the last renewal returned, after the holder
+        sent it, so neither a renewal hanging on a slow API server nor a write sent
+        just before the fence fell can land once another replica may lead."""
+        return min(30.0, self.lease_duration_s - self.renew_deadline_s)
 
 
 def _micro_time(t: dt.datetime) -> str:
@@ -71,8 +73,8 @@ class LeaseElector:
         settings: ElectionSettings = ElectionSettings(),
         clock: Clock | None = None,
     ) -> None:
-        if settings.renew_deadline_s >= settings.lease_duration_s:
-            raise ValueError("renew_deadline_s must be shorter than lease_duration_s")
+        if settings.lease_duration_s - settings.renew_deadline_s < 1:
+            raise ValueError("renew_deadline_s must be at least 1 s shorter than lease_duration_s")
         self.identity = identity
         self.settings = settings
         self._kube = kube
@@ -99,9 +101,13 @@ class LeaseElector:
             return False
         try:
             lease = self._kube.get(_LEASE, s.name, s.namespace)
+            # What the read shows was written before it returned: the lease it shows
+            # is counted from now, never from before the read (which may take up to
+            # a request timeout), or the holder could still be writing when it ends.
+            seen_mono = self._clock.monotonic()
             if lease is None:
                 held = self._observed is not None and self._observed[0] not in ("", self.identity)
-                if held and now_mono - self._observed_at < self._observed_for:
+                if held and seen_mono - self._observed_at < self._observed_for:
                     # deleted by hand while another replica held it: that replica may
                     # still be writing until its Lease would have run out
                     return False
@@ -112,10 +118,10 @@ class LeaseElector:
             observed = (holder, spec.get("renewTime"), spec.get("leaseTransitions"))
             duration = float(spec.get("leaseDurationSeconds") or s.lease_duration_s)
             if observed != self._observed:
-                self._observed, self._observed_at = observed, now_mono
+                self._observed, self._observed_at = observed, seen_mono
                 self._observed_for = duration
             mine = holder == self.identity
-            if holder and not mine and now_mono - self._observed_at < duration:
+            if holder and not mine and seen_mono - self._observed_at < duration:
                 self._renewed_at = None
                 return False
             updated = self._record(lease, now)
@@ -147,7 +153,9 @@ class LeaseElector:
             spec["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + (1 if lease else 0)
         spec.update(
             holderIdentity=self.identity,
-            leaseDurationSeconds=int(s.lease_duration_s),
+            # whole seconds: rounded up, or the others would wait less than the
+            # holder's fence stays up
+            leaseDurationSeconds=math.ceil(s.lease_duration_s),
             renewTime=_micro_time(now),
         )
         spec.setdefault("leaseTransitions", 0)

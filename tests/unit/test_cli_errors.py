@@ -68,7 +68,9 @@ def test_a_command_given_such_a_kubeconfig_says_so_in_one_line(
         (["--forecast-horizon", "nan"], "--forecast-horizon: expected a number of seconds"),
         (["--prometheus-url", "localhost:9090"], "expected http://HOST[:PORT][/PATH]"),
         (["--metrics-addr", "localhost:70000"], "a port from 0 to 65535"),
-        (["--renew-deadline", "20"], "need --retry-period < --renew-deadline < --lease-duration"),
+        (["--renew-deadline", "20"], "--renew-deadline at least 1 s under --lease-duration"),
+        (["--renew-deadline", "14.5"], "--renew-deadline at least 1 s under --lease-duration"),
+        (["--retry-period", "12"], "need --retry-period < --renew-deadline"),
     ],
 )
 def test_run_refuses_timings_and_addresses_it_cannot_use_before_it_starts(

@@ -5,6 +5,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+import pytest
+
 from controller.kube.client import ApiError, Resource
 from controller.kube.clock import FakeClock
 from controller.kube.leader import ElectionSettings, LeaseElector
@@ -122,7 +124,13 @@ class ProbingClock(FakeClock):
 def test_a_lease_request_gives_up_before_the_lease_could_run_out() -> None:
     assert SETTINGS.request_timeout_s == 5  # 15 - 10
     assert ElectionSettings(lease_duration_s=137, renew_deadline_s=15).request_timeout_s == 30
-    assert ElectionSettings(lease_duration_s=10.5, renew_deadline_s=10).request_timeout_s == 1
+    assert ElectionSettings(lease_duration_s=11.5, renew_deadline_s=10).request_timeout_s == 1.5
+    with pytest.raises(ValueError, match="at least 1 s shorter"):  # no time for a write to land
+        LeaseElector(
+            FakeKube(),
+            identity="a",
+            settings=ElectionSettings(lease_duration_s=10.5, renew_deadline_s=10),
+        )
 
 
 def test_once_the_fence_has_dropped_the_term_is_over() -> None:
@@ -204,3 +212,56 @@ def test_leadership_ends_before_the_lease_runs_out_even_if_renewals_hang() -> No
     assert stopped[0] - t0 <= SETTINGS.lease_duration_s, (
         f"on_stopped at t0+{stopped[0] - t0}, after any other replica may lead (t0+15)"
     )
+
+
+class SlowReads(FakeKube):
+    """b's view of the API server: the same objects, and while `during` is set each
+    read runs it (the clock passing, a's renewals) before it answers."""
+
+    def __init__(self, kube: FakeKube) -> None:
+        super().__init__()
+        self.objects = kube.objects
+        self.during: Any = None
+
+    def get(self, res: Resource, name: str, namespace: str | None = None) -> Any:
+        if self.during is not None:
+            self.during()
+        return super().get(res, name, namespace)
+
+
+def test_a_candidate_counts_the_lease_from_when_its_read_returned() -> None:
+    """Found by a review: the candidate dated what it saw from before its read. A read
+    that took long (urllib3 sent it four times, each after a timeout) showed a renewal
+    made late in it, and the candidate took the Lease while the holder still led."""
+    clock, kube = FakeClock(), FakeKube()
+    slow = SlowReads(kube)
+    a = LeaseElector(kube, identity="a", settings=SETTINGS, clock=clock)
+    b = LeaseElector(slow, identity="b", settings=SETTINGS, clock=clock)
+    assert a.try_acquire_or_renew()
+    read_s = 4 * SETTINGS.request_timeout_s
+
+    def overtaken() -> None:
+        for _ in range(int(read_s * 3 / 4 / SETTINGS.retry_period_s)):
+            clock.advance(SETTINGS.retry_period_s)
+            assert a.try_acquire_or_renew()  # a renews meanwhile, the last time late in it
+        clock.advance(read_s / 4)  # and is cut off from the API server
+
+    slow.during = overtaken
+    assert not b.try_acquire_or_renew()
+    slow.during = None
+    while a.is_leader():
+        assert not b.try_acquire_or_renew(), "split brain: both fences say leader"
+        clock.advance(0.5)
+    clock.advance(SETTINGS.lease_duration_s)
+    assert b.try_acquire_or_renew()
+
+
+def test_a_fractional_lease_duration_is_written_rounded_up() -> None:
+    """Found by a review: 10.9 s was written as 10, so the others waited less than the
+    holder's fence (renew deadline 10.5 s) stayed up."""
+    kube, clock = FakeKube(), FakeClock()
+    settings = ElectionSettings(lease_duration_s=11.9, renew_deadline_s=10.5)
+    a = LeaseElector(kube, identity="a", settings=settings, clock=clock)
+    assert a.try_acquire_or_renew()
+    lease = kube.objects[("Lease", settings.namespace, settings.name)]["spec"]
+    assert lease["leaseDurationSeconds"] == 12

@@ -5,12 +5,15 @@ the dry-run flag are the contract with the API server."""
 from __future__ import annotations
 
 import json
+import socket
+import threading
+import time
 from typing import Any
 
 import pytest
 import urllib3
 
-from controller.kube.client import RESOURCES, ApiError, Kube
+from controller.kube.client import RESOURCES, ApiError, Kube, connect
 
 
 class _Response:
@@ -146,3 +149,60 @@ def test_a_refusal_says_how_long_to_wait(body: Any, headers: dict[str, str], wai
     with pytest.raises(ApiError) as refused:
         Kube(_Refusing(_Refusal(429, body, headers))).get(RESOURCES["ConfigMap"], "a", "ns")
     assert refused.value.status == 429 and refused.value.retry_after == wait
+
+
+def test_a_request_that_times_out_is_sent_once(tmp_path: Any) -> None:
+    """Found by a review: urllib3's default retries sent a request up to four times,
+    each after a full timeout, below the fence: a write landed long after the fence
+    let it through, and a Lease read answered three timeouts after it was asked.
+    Here a server that accepts and never answers gets one request per call."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    accepted: list[socket.socket] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            accepted.append(conn)
+
+    threading.Thread(target=accept, daemon=True).start()
+    config = tmp_path / "kubeconfig"
+    port = server.getsockname()[1]
+    config.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        f"clusters: [{{name: c, cluster: {{server: 'http://127.0.0.1:{port}'}}}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: c, context: {cluster: c, user: u}}]\n"
+    )
+    kube = connect(str(config)).with_timeout(0.3).fenced(lambda: True)
+    t0 = time.monotonic()
+    for call in (
+        lambda: kube.get(RESOURCES["Lease"], "gangops", "sys"),
+        lambda: kube.delete(RESOURCES["ConfigMap"], "x", namespace="sys"),
+    ):
+        with pytest.raises(ApiError) as refused:
+            call()
+        assert refused.value.status == 0
+    elapsed = time.monotonic() - t0
+    server.close()
+    assert len(accepted) == 2, f"{len(accepted)} connections for 2 calls"
+    assert elapsed < 1.5, f"2 calls of 0.3 s took {elapsed:.1f} s"
+
+
+def test_a_leaders_writes_give_up_before_another_replica_may_lead() -> None:
+    """A write the fence let through must land before the Lease could change hands
+    (run.py gives the elector's `request_timeout_s`); reads keep the long timeout."""
+    api = FakeApiClient()
+    kube = Kube(api, timeout_s=30.0).fenced(lambda: True, write_timeout_s=5.0)  # type: ignore[arg-type]
+    kube.get(RESOURCES["ConfigMap"], "x", "sys")
+    kube.apply(QUOTA, field_manager="gangops")
+    kube.with_timeout(60.0).merge_patch(
+        RESOURCES["ConfigMap"], "x", {}, field_manager="gangops", namespace="sys"
+    )
+    assert [(c["method"], c["_request_timeout"]) for c in api.calls] == [
+        ("GET", 30.0), ("PATCH", 5.0), ("PATCH", 5.0),
+    ]  # fmt: skip
