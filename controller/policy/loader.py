@@ -252,16 +252,19 @@ def _yaml() -> YAML:
 
 
 class _Yaml11:
-    """How a YAML 1.1 reader reads a plain scalar that gangops reads as YAML 1.2.
+    """How kubectl reads a plain scalar that gangops reads as YAML 1.2.
 
     The policies of one repository may reach the cluster two ways: read by
     gangops (YAML 1.2), or applied as custom resources by kubectl, Argo CD or
-    Flux; kubectl's and Argo CD's sigs.k8s.io/yaml reads YAML 1.1. There `no`, `off` and `y` are
-    booleans, `010` is 8 and `1:20` is 80. A policy file must mean one thing
-    to both, so a plain scalar they read apart is GP115, and quoting it (or
-    writing the number in decimal) settles it. ruamel.yaml's own YAML 1.1
-    resolver and constructor say what the other reading is; it is asked once
-    per distinct scalar.
+    Flux. kubectl's and Argo CD's sigs.k8s.io/yaml reads them with go-yaml v2,
+    which keeps two readings of YAML 1.1: the booleans `y`, `no`, `on`, `off`
+    (in any case; strings to YAML 1.2) and integers written with a leading 0,
+    which are octal (`010` is 8, not 10). A policy file must mean one thing to
+    both, so such a plain scalar is GP115, and quoting it (or writing the
+    number without the 0) settles it. What else YAML 1.1 reads otherwise, go-yaml
+    reads as gangops does (`1:20` a string, `0o10` and `08` numbers), and is
+    left alone. ruamel.yaml's own YAML 1.1 resolver and constructor give the
+    other reading; they are asked once per distinct scalar.
     """
 
     def __init__(self, yaml: YAML) -> None:
@@ -291,11 +294,16 @@ class _Yaml11:
         return str(self.resolver11.resolve(ScalarNode, node.value, (True, False)))
 
     def _compare(self, node: ScalarNode, value: Any, tag: str) -> tuple[Any] | None:
-        """(`node` read by YAML 1.1 as `tag`,) when that is not `value`."""
-        if tag == node.tag and tag != _INT:  # of one tag, only ints (`010`) read apart
+        """(`node` read by YAML 1.1 as `tag`,) when that is not `value` and kubectl
+        reads it so too: a boolean gangops reads as a string, or an integer written
+        with a leading 0. Longer scalars are no such word or number (and YAML 1.1
+        reads a long `1:0:0:...` in quadratic time)."""
+        if len(node.value) > _LONGEST_APART:
             return None
-        if tag == _STR:
-            return (node.value,)
+        boolean = tag == _BOOL and isinstance(value, str)
+        octal = tag == _INT and type(value) is int and _leading_zero(node.value)
+        if not (boolean or octal):
+            return None
         other = ScalarNode(tag, node.value, start_mark=node.start_mark, end_mark=node.end_mark)
         try:
             read = self.constructor.construct_object(other)
@@ -307,6 +315,18 @@ class _Yaml11:
         if type(read) is type(value) and read == value:
             return None
         return (read,)
+
+
+_LONGEST_APART = 64
+"""The longest plain scalar GP115 reads again as YAML 1.1 (`false` and `0777` are short)."""
+
+
+def _leading_zero(text: str) -> bool:
+    """Whether a YAML integer is written with a leading 0 (`010`, `-007`, `0_10`): octal
+    to go-yaml v2, as YAML 1.1 has it, decimal to YAML 1.2. `0x1F`, `0b11` and `0o10`
+    are read alike by both."""
+    digits = text.lstrip("+-")
+    return len(digits) > 1 and digits[0] == "0" and digits[1] not in "xXbBoO"
 
 
 def _tagged(node: ScalarNode, text: str) -> bool:
@@ -706,6 +726,7 @@ class _Recursive(_Positioned):
 _MERGE = "tag:yaml.org,2002:merge"
 _STR = "tag:yaml.org,2002:str"
 _INT = "tag:yaml.org,2002:int"
+_BOOL = "tag:yaml.org,2002:bool"
 
 
 def _int(text: str) -> int:

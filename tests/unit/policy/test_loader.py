@@ -505,12 +505,20 @@ def test_a_float_with_no_fraction_is_read_as_the_integer_it_is(written: str, rea
         ("y", True),
         ("N", True),
         ("YES", True),
-        # Numbers YAML 1.1 reads otherwise: octal, base 60; 0o10 is a string to it.
+        # Integers written with a leading 0: octal to YAML 1.1 and kubectl's go-yaml.
         ("010", True),
         ("-010", True),
-        ("1:20", True),
-        ("1:20.5", True),
-        ("0o10", True),
+        ("0_10", True),
+        # What YAML 1.1 reads otherwise but kubectl's go-yaml reads as gangops does
+        # (checked with sigs.k8s.io/yaml v1.6.0): base 60, 0o, a leading 0 that is
+        # no octal; and a scalar too long to be a word or number of a policy.
+        ("1:20", False),
+        ("22:00", False),
+        ("1:20.5", False),
+        ("0o10", False),
+        ("08", False),
+        ("1" + ":0" * 2500, False),
+        ("0" + "7" * 100, False),
         # What both read alike.
         ("nlp", False),
         ("true", False),
@@ -542,7 +550,7 @@ def test_a_scalar_yaml_1_1_reads_otherwise_is_gp115(written: str, apart: bool) -
 
 def test_gp115_names_both_readings_and_the_fix() -> None:
     result = load(
-        {"p.yaml": PROJECT.replace("[nlp, nlp-dev]", "[nlp, off]").replace("gpu: 4", "gpu: 1:20")}
+        {"p.yaml": PROJECT.replace("[nlp, nlp-dev]", "[nlp, off]").replace("gpu: 4", "gpu: 010")}
     )
     assert [(d.line, d.column, d.message) for d in result.diagnostics] == [
         (
@@ -555,9 +563,9 @@ def test_gp115_names_both_readings_and_the_fix() -> None:
         (
             13,
             16,
-            '1:20 is "1:20" to gangops (YAML 1.2) but 80 to YAML 1.1 readers, such as '
+            "010 is 10 to gangops (YAML 1.2) but 8 to YAML 1.1 readers, such as "
             "kubectl and Argo CD (sigs.k8s.io/yaml) applying the policies as custom "
-            'resources; quote it ("1:20") to keep the string',
+            "resources; write it as 10",
         ),
     ]
     assert all(d.level is Severity.ERROR for d in result.diagnostics)
