@@ -317,14 +317,22 @@ def edit_max(text: str, *, project: str, user: str | None, resource: str, delta:
 
 
 def _string(value: str) -> str:
-    """`value` as a YAML string: plain where it reads back as itself, else
-    double-quoted (a username of `12345`, `true` or `null` is a label value, and
-    plain it would read as a number, a boolean or nothing)."""
-    try:
-        plain = YAML(typ="safe", pure=True).load(value)
-    except Exception:  # not a plain scalar at all
-        plain = None
-    return value if plain == value else json.dumps(value)
+    """`value` as a YAML string inside a flow mapping: plain where it reads back as
+    itself there both to gangops (YAML 1.2) and to kubectl (YAML 1.1, which reads
+    `no` or `y` as booleans: GP115), else double-quoted (a username of `12345`,
+    `true`, `null` or `no` is a label value, and plain it would read as a number,
+    a boolean or nothing, and `1:20` would not parse in a flow mapping)."""
+    entry = f"{{name: {value}}}"
+    for version in ((1, 2), (1, 1)):
+        yaml = YAML(typ="safe")
+        yaml.version = version
+        try:
+            same = yaml.load(entry) == {"name": value}
+        except Exception:  # not a plain scalar there at all
+            same = False
+        if not same:
+            return json.dumps(value)
+    return value
 
 
 def _plain(node: Any) -> Any:

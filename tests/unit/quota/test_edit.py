@@ -121,10 +121,12 @@ def test_a_cut_below_zero_is_refused() -> None:
         edit_max(BLOCK, project="other", user=None, resource="gpu", delta=Fraction(-17))
 
 
-@pytest.mark.parametrize("user", ["12345", "true", "null", "1e3", "0x1F"])
+@pytest.mark.parametrize("user", ["12345", "true", "null", "1e3", "0x1F", "no", "y", "off", "1:20"])
 def test_a_username_yaml_would_read_as_another_type_is_added_quoted(user: str) -> None:
     # Label values all, and so usernames; plain in `{name: ...}` they read as a number,
-    # a boolean or nothing, the member is not found again and the edit was lost.
+    # a boolean or nothing, the member is not found again and the edit was lost. `no`,
+    # `y` and `off` are booleans to YAML 1.1 (kubectl: GP115 refused the loop's own
+    # pull request, found by a review); `1:20` does not parse in a flow mapping.
     e = edit_max(BLOCK, project="vision", user=user, resource="gpu", delta=Fraction(2))
     assert _diff(BLOCK, e.text) == [f'+      - {{name: "{user}", max: {{gpu: 6}}}}\n']
     assert read_max(e.text, project="vision", user=user, resource="gpu") == 6
