@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from controller.kube.client import FIELD_MANAGER
 from controller.kube.informer import Informer
 from controller.policy.build import Built, build
+from controller.policy.compiler import ANNOTATION_SOURCE
 from controller.policy.loader import Source
 from controller.reconciler.apply import LABEL_SOURCE, Ref, SyncOptions, SyncResult
 from controller.reconciler.metrics import ReconcilerMetrics
@@ -90,13 +91,18 @@ def mixed_sources(present: str, names: Iterable[str], *, besides: str) -> str:
     )
 
 
+_ROOT = "custom resources"
+"""The set's root, and the source file of what is made of the set as a whole (the
+scheduler's policy ConfigMap)."""
+
+
 def build_crs(crs: Sequence[Obj], *, system_namespace: str) -> tuple[str, Built]:
     """The custom resources' policy set, validated and compiled, and its revision."""
     sources = [cr_source(o) for o in crs]
     revision = cr_revision(crs, sources)
     built = build(
         sources,
-        root="custom resources",
+        root=_ROOT,
         resolve=lambda _: None,
         revision=revision,
         system_namespace=system_namespace,
@@ -188,8 +194,9 @@ class CrSource:
         inventory = {
             Ref.of(o) for o in labelled if _source_of(o) == CR_SOURCE and _applied_by_us(o)
         }
+        present = {cr_source(o).path for o in crs}
         if built.objects is None:
-            self._keep_good(inventory)
+            self._keep_good(inventory, present)
             return False, "ValidationFailed", diagnostics_text(built.errors, self._max_diagnostics)
         synced = self._apply_revision(built.objects, inventory, SyncOptions(source=CR_SOURCE))
         ok, reason = synced.ok, synced.reason
@@ -198,7 +205,7 @@ class CrSource:
         if ok:
             self._applied, self._good = revision, built.objects
         elif reason in STALLING:  # refused as a whole: nothing of it applied
-            self._keep_good(inventory)
+            self._keep_good(inventory, present)
         counted = "applied" if synced.writes else ("unchanged" if ok else "stalled")
         self._informers.metrics.reconciles.labels(CR_SOURCE, counted).inc()
         log.info(
@@ -207,15 +214,24 @@ class CrSource:
         )  # fmt: skip
         return ok, reason, f"Applied revision: {revision}" if ok else synced.message
 
-    def _keep_good(self, inventory: set[Ref]) -> None:
+    def _keep_good(self, inventory: set[Ref], present: set[str]) -> None:
         """While the newest set is refused as a whole (invalid, or refused by the
         dry-run), keep the cluster equal to the last set applied, as a PolicySource
         keeps its last good revision: what drifted (a ResourceQuota deleted or
-        raised by hand) is applied again from it, and nothing is pruned."""
+        raised by hand) is applied again from it, and nothing is pruned. Unlike a
+        revision's files, each custom resource goes on its own: what was made from
+        one that is gone (`present` names those left, as `cr_source` files) is not
+        made again, so one team's refused edit does not undo another's deletion."""
         if self._good is None:
             return
+        kept = [
+            o
+            for o in self._good
+            if (o["metadata"].get("annotations") or {}).get(ANNOTATION_SOURCE, "")
+            in present | {_ROOT}
+        ]
         options = SyncOptions(source=CR_SOURCE, prune=False, prune_namespaces=False)
-        result = self._apply_revision(self._good, inventory, options)
+        result = self._apply_revision(kept, inventory, options)
         if result.writes:
             log.info(
                 "drift corrected from the applied set source=%s revision=%s changes=%r",

@@ -288,3 +288,40 @@ def test_while_the_policy_crs_are_refused_drift_is_put_back_from_the_last_set_ap
     assert cv in kube.objects
     assert _conditions(kube, "Project", "nlp")["Ready"]["reason"] == "ValidationFailed"
     r.stop()
+
+
+def test_while_refused_what_a_deleted_custom_resource_made_is_not_made_again(
+    tmp_path: Path,
+) -> None:
+    """Found by a review of the change above: an administrator deleted Project cv (and
+    its quota by hand) while another team's edit kept the set refused, and cv's quota
+    came back from the last set applied, with no Project left to say why."""
+    kube, clock = FakeKube(), FakeClock()
+    r = Reconciler(
+        kube, settings=ReconcilerSettings(cache_dir=tmp_path), clock=clock, rng=random.Random(0)
+    )
+    for d in [cluster(), *TIERS, project("nlp").max(gpu=8).build(), project("cv").build()]:
+        d = {**d, "apiVersion": "policy.ai.operator/v1",
+             "metadata": {**d["metadata"], "generation": 1}}  # fmt: skip
+        r.policy_crs[d["kind"]].assume(kube.create(d, field_manager="test"))
+    r.reconcile(CR_SOURCE)
+    bad = project("nlp").guaranteed(gpu=16).max(gpu=8).build()
+    bad = {**bad, "apiVersion": "policy.ai.operator/v1",
+           "metadata": {**bad["metadata"], "generation": 2}}  # fmt: skip
+    kube.objects.pop(("Project", "", "nlp"))
+    r.policy_crs["Project"].assume(kube.create(bad, field_manager="test"))
+    r.reconcile(CR_SOURCE)  # refused: ValidationFailed
+    kube.delete(RESOURCES["Project"], "cv")
+    r.policy_crs["Project"].forget("cv")
+    clock.advance(DRIFT_QUIET_S + 1)
+    for key in [
+        ("ResourceQuota", "cv", "gangops-quota"),
+        ("ResourceQuota", "nlp", "gangops-quota"),
+    ]:
+        quota: Any = kube.objects.pop(key)
+        r.managed["ResourceQuota"].forget(key[2], key[1])
+        r._on_managed("DELETED", quota)
+    r.reconcile(CR_SOURCE)
+    assert ("ResourceQuota", "cv", "gangops-quota") not in kube.objects  # cv is gone
+    assert ("ResourceQuota", "nlp", "gangops-quota") in kube.objects  # nlp's is put back
+    r.stop()
