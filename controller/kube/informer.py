@@ -4,7 +4,9 @@ The official client's `SharedInformer` cannot list custom resources and has no
 has-synced signal, so gangops keeps its own, shaped like kopf's loop: list
 (and report what changed since the last list), watch from the list's
 resourceVersion with bookmarks, keep the latest resourceVersion, watch again
-when the server ends the stream, relist on 410 Gone, back off on errors.
+from it when the server ends the stream or the stream breaks (a connection
+reset must not cost a LIST of every object), relist on 410 Gone, back off on
+errors.
 
 The store is a local cache of raw JSON dicts. Writers may put the object a
 write returned into it at once (`assume`), so a reconcile that runs before the
@@ -198,46 +200,75 @@ class Informer:
             self._thread.join(10)
 
     def run(self) -> None:
-        """List and watch until stopped. The backoff (0.5 s doubling to 30 s; longer
-        where the server asks for a longer wait, `ApiError.retry_after`) starts
-        again only once a watch has worked (delivered an event, or lasted): a list
-        that works before a watch that is refused (no `watch` right, 429, a proxy)
-        does not reset it, and neither does a stream that ends at once, empty."""
+        """List, then watch from the latest resourceVersion until stopped.
+
+        A stream the server ends (its timeout) is watched again at once. A watch
+        that fails transiently (the stream broke: an API server restart, a load
+        balancer's or a NAT's reset; refused or ended with 409, 429 or 5xx, as an
+        HTTP status or an ERROR event) is watched again from the resourceVersion
+        kept, after the backoff, without a list. It lists again at once on 410
+        Gone, and after the backoff when the list fails, when the watch fails in
+        any other way (a refusal such as 403; a defect in `transform` or
+        `on_store`, whose event the cache missed though the resourceVersion
+        passed it), and when a stream ends at once, empty.
+
+        The backoff (0.5 s doubling to 30 s; longer where the server asks for a
+        longer wait, `ApiError.retry_after`) starts again once a watch has worked
+        (delivered an event, or lasted `_SHORT_WATCH_S`), whether it then ended or
+        failed: a list that works before a watch that is refused (no `watch` right,
+        429, a proxy) does not reset it, and neither does a stream that ends at
+        once, empty."""
         backoff = 0.5
+        relist = True
         while not self._stop.is_set():
-            delivered = self.events
+            opened: float | None = None  # when the watch began (None: the list failed)
+            before = self.events
+            again = True
+            error: Exception | None = None
             try:
-                self._list()
-                while not self._stop.is_set():
-                    start, before = self._clock.monotonic(), self.events
-                    again = self._watch()
-                    if self.events > before or self._clock.monotonic() - start >= _SHORT_WATCH_S:
-                        backoff = 0.5
-                    elif again:
-                        raise ApiError(0, "ShortWatch", "the watch stream ended at once, empty")
-                    if not again:
-                        break  # 410 Gone: relist at once
+                if relist:
+                    self._list()
+                    relist = False
+                opened = self._clock.monotonic()
+                again = self._watch()
             except Exception as e:
                 # ApiError: the server; anything else: a defect in `transform` or
                 # `on_store`, which must not end the loop while `synced` says the
-                # cache is live. Either way: wait, relist.
+                # cache is live.
                 if self._stop.is_set():
                     return
                 if not isinstance(e, ApiError):
                     log.exception("informer failed resource=%s", self.resource.plural)
-                if self.events > delivered:
-                    backoff = 0.5  # a watch worked before this failure
-                # A server that says how long to wait (429 from API Priority and
-                # Fairness, 503) is waited for, at least.
-                wait = retry_wait(e, backoff)
-                log.warning(
-                    "informer error resource=%s error=%r retry_in_s=%.1f",
-                    self.resource.plural,
-                    str(e),
-                    wait,
-                )
-                self._clock.wait(self._stop, wait)
-                backoff = min(backoff * 2, 30.0)
+                error = e
+            if self._stop.is_set():
+                return
+            worked = opened is not None and (
+                self.events > before or self._clock.monotonic() - opened >= _SHORT_WATCH_S
+            )
+            if worked:
+                backoff = 0.5
+            if error is None:
+                if not again:
+                    relist = True  # 410 Gone: relist at once
+                    continue
+                if worked:
+                    continue  # the server ended the stream: watch again at once
+                error = ApiError(0, "ShortWatch", "the watch stream ended at once, empty")
+                relist = True
+            elif opened is None or not (isinstance(error, ApiError) and error.transient):
+                relist = True
+            # A server that says how long to wait (429 from API Priority and
+            # Fairness, 503) is waited for, at least.
+            wait = retry_wait(error, backoff)
+            log.warning(
+                "informer error resource=%s error=%r retry_in_s=%.1f then=%s",
+                self.resource.plural,
+                str(error),
+                wait,
+                "list" if relist else "watch",
+            )
+            self._clock.wait(self._stop, wait)
+            backoff = min(backoff * 2, 30.0)
 
     def relist(self) -> None:
         """List now, on the caller's thread, as the loop does before it watches: fills

@@ -7,8 +7,10 @@ the preconditions the API server does (409 Conflict): compare-and-swap on
 replace (the Lease elector) and on a merge patch that names a
 resourceVersion (the binder's record), a delete's uid, a bind of a pod
 already bound. List and watch replay scripted pages and events for the
-informer; merge patches follow RFC 7386 (the status subresource takes only
-status); binds are noted in `bound`. Finalizers hold a deleted object as the API
+informer (an ApiError in a watch's script breaks the stream there, as a
+reset connection does; `watched_from` notes where each watch began); merge
+patches follow RFC 7386 (the status subresource takes only status); binds
+are noted in `bound`. Finalizers hold a deleted object as the API
 server holds it: the delete sets metadata.deletionTimestamp, the object stays
 until a write empties its finalizers, and no finalizer can be added meanwhile
 (422 Invalid).
@@ -32,7 +34,11 @@ class FakeKube:
         self.rv = 100
         self.writes: list[tuple[str, str]] = []
         self.lists: list[tuple[list[Obj], str]] = []
-        self.watches: list[list[WatchEvent] | ApiError] = []
+        self.watches: list[list[WatchEvent | ApiError] | ApiError] = []
+        """One script per watch: an ApiError refuses the watch; one in the list
+        breaks the stream after the events before it."""
+        self.watched_from: list[str] = []
+        """The resourceVersion each watch began from."""
         self.down = False
         self.refuse: dict[str, ApiError] = {}
         """Objects (by name) every apply refuses."""
@@ -147,10 +153,14 @@ class FakeKube:
         timeout_s: int = 300,
         on_open: Callable[[Any], None] | None = None,
     ) -> Iterator[WatchEvent]:
+        self.watched_from.append(resource_version)
         script = self.watches.pop(0) if self.watches else []
         if isinstance(script, ApiError):
             raise script
-        yield from script
+        for event in script:
+            if isinstance(event, ApiError):
+                raise event
+            yield event
 
     def apply(
         self,

@@ -6,6 +6,8 @@ import threading
 import time
 from typing import Any
 
+import pytest
+
 from controller.kube.client import RESOURCES, ApiError
 from controller.kube.clock import FakeClock
 from controller.kube.informer import Informer, key_of
@@ -321,3 +323,163 @@ def test_a_defect_in_on_store_does_not_end_the_loop() -> None:
     inf.stop()
     assert inf.relists == 2
     assert (inf.get("a", "ns") or {})["metadata"]["resourceVersion"] == "3"
+
+
+class _UntilScriptsEnd(FakeKube):
+    """Stops the informer at the first watch past the scripted ones."""
+
+    inf: Informer
+
+    def watch(self, res: Any, **kw: Any) -> Any:
+        if not self.watches:
+            self.inf._stop.set()
+        return super().watch(res, **kw)
+
+
+def _run(kube: _UntilScriptsEnd, **kw: Any) -> tuple[Informer, list[float]]:
+    """Run the loop to the end of the scripts; the informer and the waits it made."""
+    clock = _Waits(99)  # 99: a loop that never reaches the scripts' end stops anyway
+    inf = Informer(kube, RESOURCES["ConfigMap"], clock=clock, **kw)
+    kube.inf = clock.informer = inf
+    inf.run()
+    return inf, clock.waits
+
+
+def _event(kind: str, name: str, rv: str) -> Any:
+    return {"type": kind, "object": cm(name, rv)}
+
+
+def _error(code: int, reason: str) -> Any:
+    """A watch's ERROR event: a Status."""
+    return {"type": "ERROR", "object": {"kind": "Status", "code": code, "reason": reason}}
+
+
+_BROKEN = ApiError(0, "WatchBroken", "watch configmaps: connection reset by peer")
+
+
+def test_a_broken_stream_is_watched_again_from_the_last_resource_version_without_a_list() -> None:
+    """Found by a review: a watch stream that broke (an API server restart, a load
+    balancer's reset) was followed by a LIST of every object, after a backoff; the
+    watch is opened again from the resourceVersion kept (here a bookmark's)."""
+    kube = _UntilScriptsEnd()
+    kube.lists = [([cm("a", "1"), cm("b", "2")], "10")]
+    kube.watches = [
+        [
+            _event("MODIFIED", "a", "11"),
+            {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "15"}}},
+            _BROKEN,
+        ],
+        [_event("DELETED", "b", "16")],
+    ]
+    events: list[tuple[str, str]] = []
+    inf, waits = _run(kube, handler=lambda t, o: events.append((t, o["metadata"]["name"])))
+    assert kube.watched_from == ["10", "15", "16"]
+    assert inf.relists == 1
+    assert waits == [0.5]
+    assert events == [("ADDED", "a"), ("ADDED", "b"), ("MODIFIED", "a"), ("DELETED", "b")]
+    assert [o["metadata"]["resourceVersion"] for o in inf.items()] == ["11"]
+
+
+def test_a_410_on_the_watch_opened_again_lists_again() -> None:
+    """The resourceVersion kept across a broken stream may be compacted away by the
+    time the watch opens again: 410 Gone, as an ERROR event or an HTTP status,
+    lists again at once."""
+    for gone in ([_error(410, "Expired")], ApiError(410, "Gone", "too old resource version")):
+        kube = _UntilScriptsEnd()
+        kube.lists = [([cm("a", "1")], "10"), ([cm("a", "30")], "30")]
+        kube.watches = [[_event("MODIFIED", "a", "11"), _BROKEN], gone]
+        inf, waits = _run(kube)
+        assert kube.watched_from == ["10", "11", "30"], gone
+        assert inf.relists == 2
+        assert waits == [0.5]  # the break's; none for the 410
+        assert (inf.get("a", "ns") or {})["metadata"]["resourceVersion"] == "30"
+
+
+_A11, _A12 = _event("MODIFIED", "a", "11"), _event("MODIFIED", "a", "12")
+
+
+@pytest.mark.parametrize(
+    ("watches", "waits", "relists", "watched_from"),
+    [
+        # transient: watched again from the last resourceVersion, after the backoff
+        ([[_A11, _BROKEN], [_A12]], [0.5], 1, ["10", "11", "12"]),
+        ([[_A11, _error(500, "InternalError")], [_A12]], [0.5], 1, ["10", "11", "12"]),
+        ([[_A11, _error(429, "TooManyRequests")], [_A12]], [0.5], 1, ["10", "11", "12"]),
+        ([[_A11], ApiError(409, "Conflict", "x"), [_A12]], [0.5], 1, ["10", "11", "11", "12"]),
+        (
+            [[_A11], ApiError(503, "ServiceUnavailable", "x", retry_after=3), [_A12]],
+            [3],
+            1,
+            ["10", "11", "11", "12"],
+        ),
+        # anything else: listed again, after the backoff
+        ([[_A11], ApiError(403, "Forbidden", "x"), [_A12]], [0.5], 2, ["10", "11", "20", "12"]),
+        ([[_A11, _event("MODIFIED", "a", "13")], [_A12]], [0.5], 2, ["10", "20", "12"]),
+        ([[_A11], [], [_A12]], [0.5], 2, ["10", "11", "20", "12"]),
+        # gone: listed again at once
+        ([[_A11, _error(410, "Expired")], [_A12]], [], 2, ["10", "20", "12"]),
+        ([[_A11], ApiError(410, "Gone", "x"), [_A12]], [], 2, ["10", "11", "20", "12"]),
+    ],
+    ids=[
+        "stream-broke",
+        "error-event-500",
+        "error-event-429",
+        "http-409",
+        "http-503-retry-after",
+        "http-403",
+        "defect-in-transform",
+        "stream-ended-at-once-empty",
+        "error-event-410",
+        "http-410",
+    ],
+)
+def test_after_a_failed_watch_the_loop_watches_again_or_lists_again(
+    watches: list[Any], waits: list[float], relists: int, watched_from: list[str]
+) -> None:
+    """A transient failure of the watch keeps the resourceVersion; a refusal, a
+    defect in `transform` (rv 13 here: its event is lost though the resourceVersion
+    passed it) and an empty stream list again after the backoff; 410 at once."""
+
+    def transform(o: dict[str, Any]) -> dict[str, Any]:
+        if o["metadata"]["resourceVersion"] == "13":
+            raise KeyError("spec")
+        return o
+
+    kube = _UntilScriptsEnd()
+    kube.lists = [([cm("a", "1")], "10"), ([cm("a", "11")], "20")]
+    kube.watches = watches
+    inf, made = _run(kube, transform=transform)
+    assert (made, inf.relists, kube.watched_from) == (waits, relists, watched_from)
+    assert (inf.get("a", "ns") or {})["metadata"]["resourceVersion"] == "12"
+
+
+class _Breaks(FakeKube):
+    """Each watch stays open so many seconds on the clock, delivers nothing, then its
+    stream breaks; the informer stops once all have."""
+
+    def __init__(self, clock: FakeClock, lasts: list[float]) -> None:
+        super().__init__()
+        self.clock, self.lasts = clock, lasts
+        self.inf: Informer | None = None
+
+    def watch(self, res: Any, **kw: Any) -> Any:
+        if not self.lasts:
+            assert self.inf is not None
+            self.inf._stop.set()
+            return iter(())
+        self.clock.advance(self.lasts.pop(0))
+        raise _BROKEN
+
+
+def test_the_backoff_starts_again_after_a_watch_that_lasted_though_it_broke() -> None:
+    """Found by a review: three resets of watches that had each lasted over a second
+    waited 0.5, 1 and 2 s (and listed every object each time): only a watch that had
+    delivered an event reset the backoff. One that lasted `_SHORT_WATCH_S` worked
+    too; one that breaks at once did not."""
+    clock = _Waits(99)
+    kube = _Breaks(clock, [0, 0, 2, 0, 5, 5])
+    inf = Informer(kube, RESOURCES["ConfigMap"], clock=clock)
+    kube.inf = clock.informer = inf
+    inf.run()
+    assert clock.waits == [0.5, 1, 0.5, 1, 0.5, 0.5]
+    assert inf.relists == 1
