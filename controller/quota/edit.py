@@ -330,8 +330,8 @@ def _string(value: str) -> str:
             same = yaml.load(entry) == {"name": value}
         except Exception:  # not a plain scalar there at all
             same = False
-        if not same:
-            return json.dumps(value)
+        if not same:  # characters as they are: `\ud83d\ude00` reads as no character
+            return json.dumps(value, ensure_ascii=False)
     return value
 
 

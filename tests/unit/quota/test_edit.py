@@ -121,7 +121,9 @@ def test_a_cut_below_zero_is_refused() -> None:
         edit_max(BLOCK, project="other", user=None, resource="gpu", delta=Fraction(-17))
 
 
-@pytest.mark.parametrize("user", ["12345", "true", "null", "1e3", "0x1F", "no", "y", "off", "1:20"])
+@pytest.mark.parametrize(
+    "user", ["12345", "true", "null", "1e3", "0x1F", "no", "y", "off", "1:20", "x: \U0001f600"]
+)
 def test_a_username_yaml_would_read_as_another_type_is_added_quoted(user: str) -> None:
     # Label values all, and so usernames; plain in `{name: ...}` they read as a number,
     # a boolean or nothing, the member is not found again and the edit was lost. `no`,
