@@ -160,8 +160,8 @@ def _run(args: argparse.Namespace) -> int:
     ):
         print(
             "gangops run: need --retry-period < --renew-deadline, and --renew-deadline at"
-            " least 1 s under --lease-duration (the time a write the fence let through has"
-            f" to land); got {args.retry_period:g} s, {args.renew_deadline:g} s,"
+            " least 1 s under --lease-duration (the gap is each Lease request's timeout);"
+            f" got {args.retry_period:g} s, {args.renew_deadline:g} s,"
             f" {args.lease_duration:g} s",
             file=sys.stderr,
         )
@@ -234,11 +234,7 @@ def _run(args: argparse.Namespace) -> int:
         nonlocal reconciler
         log.info("leading identity=%s", identity)
         metrics.leader.set(1)
-        fenced = (
-            kube.fenced(elector.is_leader, write_timeout_s=elector.settings.request_timeout_s)
-            if elector is not None
-            else kube
-        )
+        fenced = kube.fenced(elector.is_leader) if elector is not None else kube
         reconciler = Reconciler(fenced, settings=settings, clock=clock, metrics=metrics)
         reconciler.start()
         nonlocal alert_actor
@@ -611,8 +607,8 @@ def add_subcommand(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
         default=10.0,
         metavar="SECONDS",
         help="the leader stops leading when it has not renewed for this long; at least 1 s"
-        " shorter than --lease-duration: the gap bounds each Lease request and each write"
-        " of the leader (default %(default)g)",
+        " shorter than --lease-duration: the gap is each Lease request's timeout"
+        " (default %(default)g)",
     )
     p.add_argument(
         "--retry-period",

@@ -9,10 +9,11 @@ deserialisation per object and cannot represent custom resources anyway.
 Writes have sharp edges removed, as in lightkube: server-side apply always
 names its field manager (there is no default), and every write passes the
 `fence` first, so a replica that has lost its leader Lease cannot write even
-if a thread is still running. Each call is one request: urllib3's own
-retries are off (`_api_client`), since a request it sends again after a
-timeout skips the fence and lands up to three timeouts late; the callers
-retry what is transient, checking the fence each time.
+if a thread is still running. urllib3's own retries are off (`_api_client`):
+a request it sent again after a timeout skipped the fence and landed up to
+three timeouts late. A request is sent again only where its connection was
+found dead (`_dropped`), the fence checked again; the callers retry the
+rest of what is transient, through the fence.
 
 `KubeApi` is the seam: the calls the controllers, informers, elector and
 recorders make. `Kube` is its one real implementation; unit tests pass the one
@@ -344,41 +345,43 @@ def _api_client(cfg: k8s.Configuration, pool_size: int) -> k8s.ApiClient:
     return k8s.ApiClient(cfg)
 
 
+_IDEMPOTENT = frozenset({"GET", "PUT", "DELETE"})
+
+
+def _dropped(error: urllib3.exceptions.HTTPError, method: str) -> bool:
+    """Whether `error` is a pooled connection found dead when used, so the request is
+    sent once more on a new one (as urllib3's own retries did, for the same methods):
+    no connection was made (nothing was sent), or an idempotent request's connection
+    was reset or closed under it (a load balancer that forgot an idle flow answers
+    its next packet with a reset). Never a timeout: a request that timed out may
+    still land, and sent again it would land late."""
+    if isinstance(error, urllib3.exceptions.NewConnectionError):
+        return True
+    return method in _IDEMPOTENT and isinstance(error, urllib3.exceptions.ProtocolError)
+
+
 class Kube:
     """Raw-JSON access to the API server. Thread-safe; cheap to copy with `fenced`."""
 
     def __init__(
-        self,
-        api: k8s.ApiClient,
-        *,
-        fence: Fence | None = None,
-        timeout_s: float = 30.0,
-        write_timeout_s: float | None = None,
+        self, api: k8s.ApiClient, *, fence: Fence | None = None, timeout_s: float = 30.0
     ) -> None:
         self._api = api
         self._fence = fence
         self._timeout = timeout_s
-        self._write_timeout = write_timeout_s
 
     @property
     def server(self) -> str:
         """The API server's URL."""
         return str(self._api.configuration.host)
 
-    def fenced(self, fence: Fence, *, write_timeout_s: float | None = None) -> Kube:
-        """The same connection, whose writes fail with NotLeaderError unless `fence()`,
-        and give up after `write_timeout_s` (at most): a write the fence let through
-        must reach the API server before another replica may lead, so the elector's
-        `ElectionSettings.request_timeout_s` is the bound to give."""
-        return Kube(
-            self._api, fence=fence, timeout_s=self._timeout, write_timeout_s=write_timeout_s
-        )
+    def fenced(self, fence: Fence) -> Kube:
+        """The same connection, whose writes fail with NotLeaderError unless `fence()`."""
+        return Kube(self._api, fence=fence, timeout_s=self._timeout)
 
     def with_timeout(self, timeout_s: float) -> Kube:
         """The same connection, whose requests give up after `timeout_s`."""
-        return Kube(
-            self._api, fence=self._fence, timeout_s=timeout_s, write_timeout_s=self._write_timeout
-        )
+        return Kube(self._api, fence=self._fence, timeout_s=timeout_s)
 
     # -- transport
 
@@ -393,28 +396,31 @@ class Kube:
         timeout: float | tuple[float, float] | None = None,
         stream: bool = False,
     ) -> Any:
-        limit = timeout if timeout is not None else self._timeout
-        if method != "GET":
-            if self._fence is not None and not self._fence():
-                raise NotLeaderError(f"refusing {method} {path}: this replica is not the leader")
-            if self._write_timeout is not None and isinstance(limit, float | int):
-                limit = min(limit, self._write_timeout)
-            log.debug("api write method=%s path=%s", method, path)
-        try:
-            resp = self._api.call_api(
-                path,
-                method,
-                query_params=list(query),
-                header_params={"Content-Type": content_type, "Accept": "application/json"},
-                body=body,
-                auth_settings=["BearerToken"],
-                _preload_content=False,
-                _request_timeout=limit,
-            )
-        except ApiException as e:
-            raise ApiError.from_exception(e) from None
-        except urllib3.exceptions.HTTPError as e:
-            raise ApiError(0, "Unreachable", f"{method} {path}: {e}") from None
+        for resend in (False, True):
+            if method != "GET":
+                if self._fence is not None and not self._fence():
+                    raise NotLeaderError(
+                        f"refusing {method} {path}: this replica is not the leader"
+                    )
+                log.debug("api write method=%s path=%s", method, path)
+            try:
+                resp = self._api.call_api(
+                    path,
+                    method,
+                    query_params=list(query),
+                    header_params={"Content-Type": content_type, "Accept": "application/json"},
+                    body=body,
+                    auth_settings=["BearerToken"],
+                    _preload_content=False,
+                    _request_timeout=timeout if timeout is not None else self._timeout,
+                )
+                break
+            except ApiException as e:
+                raise ApiError.from_exception(e) from None
+            except urllib3.exceptions.HTTPError as e:
+                if resend or not _dropped(e, method):
+                    raise ApiError(0, "Unreachable", f"{method} {path}: {e}") from None
+                log.debug("api connection dropped; sending again method=%s path=%s", method, path)
         if stream:
             return resp
         try:

@@ -50,11 +50,11 @@ class ElectionSettings:
 
     @property
     def request_timeout_s(self) -> float:
-        """How long one Lease request, or one write the fence let through, may take:
-        the time between the renew deadline and the lease's end. A candidate counts
-        the lease from when its read of the last renewal returned, after the holder
-        sent it, so neither a renewal hanging on a slow API server nor a write sent
-        just before the fence fell can land once another replica may lead."""
+        """How long one Lease request may take: the time between the renew deadline
+        and the lease's end, so a renewal hanging on a slow API server cannot keep
+        the wings running past the moment another replica may lead (a candidate
+        counts the lease from when its read of the last renewal returned, after
+        the holder sent it)."""
         return min(30.0, self.lease_duration_s - self.renew_deadline_s)
 
 

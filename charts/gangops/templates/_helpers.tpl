@@ -82,8 +82,8 @@ Values that render but could not run as asked: each refused with what to change.
 {{- fail (printf "controller.replicas is %d with controller.leaderElect false: every replica would schedule and write at once. Set controller.leaderElect: true, or controller.replicas: 1." (int $c.replicas)) -}}
 {{- end -}}
 {{- $l := $c.lease -}}
-{{- if not (and (lt (float64 $l.retryPeriodSeconds) (float64 $l.renewDeadlineSeconds)) (lt (float64 $l.renewDeadlineSeconds) (float64 $l.durationSeconds))) -}}
-{{- fail (printf "controller.lease: retryPeriodSeconds (%v) < renewDeadlineSeconds (%v) < durationSeconds (%v) must hold (gangops run refuses anything else at start)." $l.retryPeriodSeconds $l.renewDeadlineSeconds $l.durationSeconds) -}}
+{{- if not (and (lt (float64 $l.retryPeriodSeconds) (float64 $l.renewDeadlineSeconds)) (le (float64 $l.renewDeadlineSeconds) (subf (float64 $l.durationSeconds) 1.0))) -}}
+{{- fail (printf "controller.lease: retryPeriodSeconds (%v) < renewDeadlineSeconds (%v) <= durationSeconds (%v) - 1 must hold (the gap is each Lease request's timeout; gangops run refuses anything else at start)." $l.retryPeriodSeconds $l.renewDeadlineSeconds $l.durationSeconds) -}}
 {{- end -}}
 {{- if and (not $c.webhook.enabled) (or $c.alertmanager.token $c.alertmanager.existingSecret) -}}
 {{- fail "controller.alertmanager is set but controller.webhook.enabled is false: the Alertmanager receiver is served on the webhook address. Enable the webhook, or remove the alertmanager token." -}}

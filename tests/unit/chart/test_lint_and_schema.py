@@ -88,7 +88,11 @@ def test_seed_keys_that_are_policy_are_refused_saying_where_they_live(
         ({"controller": {"leaderElect": False}}, "every replica would schedule and write at once"),
         (
             {"controller": {"lease": {"durationSeconds": 15, "renewDeadlineSeconds": 30}}},
-            "retryPeriodSeconds (2) < renewDeadlineSeconds (30) < durationSeconds (15)",
+            "retryPeriodSeconds (2) < renewDeadlineSeconds (30) <= durationSeconds (15) - 1",
+        ),
+        (
+            {"controller": {"lease": {"durationSeconds": 15, "renewDeadlineSeconds": 14.5}}},
+            "renewDeadlineSeconds (14.5) <= durationSeconds (15) - 1",
         ),
         (
             {"controller": {"webhook": {"enabled": False}, "alertmanager": {"token": "t"}}},
@@ -107,7 +111,7 @@ def test_seed_keys_that_are_policy_are_refused_saying_where_they_live(
             "retryPeriodSeconds (2.9) < renewDeadlineSeconds (2.8)",
         ),
     ],
-    ids=["replicas-without-lease", "lease", "alertmanager-without-webhook", "ports", "pdb",
+    ids=["replicas-without-lease", "lease", "lease-gap", "alertmanager-without-webhook", "ports", "pdb",
          "max-unavailable-0", "max-unavailable-101", "metrics-from-anyone", "lease-fractions"],
 )  # fmt: skip
 def test_values_that_could_not_run_as_asked_are_refused_saying_what_to_change(

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import urllib3
 
-from controller.kube.client import RESOURCES, ApiError, Kube, connect
+from controller.kube.client import RESOURCES, ApiError, Kube, NotLeaderError, connect
 
 
 class _Response:
@@ -193,16 +193,60 @@ def test_a_request_that_times_out_is_sent_once(tmp_path: Any) -> None:
     assert elapsed < 1.5, f"2 calls of 0.3 s took {elapsed:.1f} s"
 
 
-def test_a_leaders_writes_give_up_before_another_replica_may_lead() -> None:
-    """A write the fence let through must land before the Lease could change hands
-    (run.py gives the elector's `request_timeout_s`); reads keep the long timeout."""
-    api = FakeApiClient()
-    kube = Kube(api, timeout_s=30.0).fenced(lambda: True, write_timeout_s=5.0)  # type: ignore[arg-type]
-    kube.get(RESOURCES["ConfigMap"], "x", "sys")
-    kube.apply(QUOTA, field_manager="gangops")
-    kube.with_timeout(60.0).merge_patch(
-        RESOURCES["ConfigMap"], "x", {}, field_manager="gangops", namespace="sys"
-    )
-    assert [(c["method"], c["_request_timeout"]) for c in api.calls] == [
-        ("GET", 30.0), ("PATCH", 5.0), ("PATCH", 5.0),
-    ]  # fmt: skip
+class DroppingApiClient(FakeApiClient):
+    """Fails each call with the next of `errors` (None: answers)."""
+
+    def __init__(self, *errors: Exception | None) -> None:
+        super().__init__()
+        self.errors = list(errors)
+
+    def call_api(self, path: str, method: str, **kw: Any) -> _Response:
+        self.calls.append({"path": path, "method": method, **kw})
+        error = self.errors.pop(0) if self.errors else None
+        if error is not None:
+            raise error
+        return _Response(kw.get("body"))
+
+
+RESET = urllib3.exceptions.ProtocolError("Connection aborted.", ConnectionResetError(104))
+REFUSED = urllib3.exceptions.NewConnectionError(None, "Connection refused")  # type: ignore[arg-type]
+TIMED_OUT = urllib3.exceptions.ReadTimeoutError(None, "/", "Read timed out.")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("method", "error", "sends"),
+    [
+        ("GET", RESET, 2),  # a pooled connection a load balancer forgot: sent again
+        ("PUT", RESET, 2),
+        ("DELETE", RESET, 2),
+        ("PATCH", RESET, 1),  # not idempotent: it may have landed
+        ("POST", RESET, 1),
+        ("POST", REFUSED, 2),  # no connection: nothing was sent
+        ("GET", TIMED_OUT, 1),  # may still land: never sent again
+        ("DELETE", TIMED_OUT, 1),
+    ],
+)
+def test_a_request_is_sent_again_only_where_its_connection_was_found_dead(
+    method: str, error: Exception, sends: int
+) -> None:
+    """Found by a review of the fix that turned urllib3's retries off: the first GET,
+    PUT or DELETE on a pooled connection that an idle-timeout load balancer had
+    forgotten failed (a push webhook answered 503), where urllib3 had sent it again."""
+    api = DroppingApiClient(error, None)
+    kube = Kube(api)  # type: ignore[arg-type]
+    try:
+        kube._call(method, "/api/v1/namespaces/sys/configmaps/x")
+        answered = True
+    except ApiError as e:
+        assert e.status == 0 and e.reason == "Unreachable"
+        answered = False
+    assert (len(api.calls), answered) == (sends, sends == 2)
+
+
+def test_a_write_sent_again_passes_the_fence_again() -> None:
+    fence = iter([True, False])
+    api = DroppingApiClient(RESET, None)
+    kube = Kube(api).fenced(lambda: next(fence))  # type: ignore[arg-type]
+    with pytest.raises(NotLeaderError):
+        kube._call("PUT", "/api/v1/namespaces/sys/configmaps/x", body={})
+    assert len(api.calls) == 1
