@@ -44,7 +44,7 @@ def parse_time(value: str) -> float:
     s = value.strip().replace("Z", "+00:00").replace("z", "+00:00")
     if "." in s:
         head, _, tail = s.partition(".")
-        digits = "".join(c for c in tail if c.isdigit())
+        digits = tail[: len(tail) - len(tail.lstrip("0123456789"))]  # not the offset's
         rest = tail[len(digits) :]
         s = f"{head}.{digits[:6].ljust(6, '0')}{rest}"
     t = dt.datetime.fromisoformat(s)

@@ -47,6 +47,10 @@ def test_times_with_nanoseconds_and_offsets() -> None:
     assert parse_time("2027-01-15T08:00:00Z") == 1_800_000_000.0
     assert parse_time("2027-01-15T08:00:00.123456789Z") == pytest.approx(1_800_000_000.123456)
     assert parse_time("2027-01-15T09:00:00+01:00") == 1_800_000_000.0
+    # found with the API v2's times (milliseconds, the alert's offset): the offset's
+    # digits were read as more of the fraction, and the offset was lost
+    assert parse_time("2027-01-15T09:00:00.123+01:00") == pytest.approx(1_800_000_000.123)
+    assert parse_time("2027-01-15T06:00:00.123456789-02:00") == pytest.approx(1_800_000_000.123456)
 
 
 @pytest.mark.parametrize(
