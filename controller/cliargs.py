@@ -81,7 +81,7 @@ def positive_count(raw: str) -> int:
 
 
 def http_url(raw: str) -> str:
-    """An http:// or https:// address with a host (Prometheus'), as given."""
+    """An http:// or https:// address with a host (Prometheus', Alertmanager's), as given."""
     parsed = urllib.parse.urlsplit(raw)
     if parsed.scheme not in ("http", "https") or not parsed.hostname:
         raise argparse.ArgumentTypeError(f"expected http://HOST[:PORT][/PATH], got {raw!r}")

@@ -46,6 +46,7 @@ from types import FrameType
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from controller.alerts.actor import ActorSettings, AlertActor
+from controller.alerts.alertmanager import AlertmanagerApi
 from controller.alerts.metrics import AlertMetrics
 from controller.alerts.receiver import PATH as ALERTMANAGER_PATH
 from controller.alerts.receiver import CredentialFiles, Inbox, Receiver
@@ -220,6 +221,9 @@ def _run(args: argparse.Namespace) -> int:
             args.prometheus_url,
             args.telemetry_interval,
         )
+    if args.alertmanager_url:
+        log.info("alerts lapse only once Alertmanager no longer holds them url=%s",
+                 args.alertmanager_url)  # fmt: skip
     stop = threading.Event()
     exit_code = 0
     reconciler: Reconciler | None = None
@@ -244,6 +248,7 @@ def _run(args: argparse.Namespace) -> int:
             clock=clock,
             metrics=alert_metrics,
             settings=ActorSettings(args.system_namespace, tick_s=args.alert_tick),
+            alertmanager=AlertmanagerApi(args.alertmanager_url) if args.alertmanager_url else None,
         )
         alert_actor.start()
         if args.scheduler:
@@ -509,6 +514,18 @@ def add_subcommand(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
         metavar="SECONDS",
         help="how often alert actions look for due work: restarts after their grace"
         " period, undo after the cool-down (default %(default)g)",
+    )
+    p.add_argument(
+        "--alertmanager-url",
+        type=http_url,
+        metavar="URL",
+        help="Alertmanager's API, e.g. http://alertmanager-operated.monitoring.svc:9093: with"
+        " the policy's alertActions.resolveTimeoutSeconds, an alert not sent again for that"
+        " long is taken as resolved and its action undone, but a silenced or inhibited alert"
+        " is not sent either; with this, Alertmanager is asked first (GET /api/v2/alerts,"
+        " at most once a tick), and an alert it still holds, silenced or not, is kept."
+        " Where it cannot be asked, alerts lapse as without it (with a warning and"
+        ' gangops_alertmanager_queries_total{result="failed"}) (default: not asked)',
     )
     p.add_argument("--cache-dir", default=_default_cache(), help="Git caches (default %(default)s)")
     p.add_argument(

@@ -13,6 +13,13 @@ its cool-down) is stepped with no alerts. It reads them from a cache that a watc
 keeps (`nodes`, holding only the fields the tick reads), not from a list per tick:
 at 5,000 nodes listing every 5 s was 62 % of an idle `gangops run`'s CPU, and as
 much decoding again in the API server, for nodes that had not changed.
+
+Before an entry lapses (the policy's resolve timeout) the actor asks Alertmanager,
+where it was given one (`alertmanager`), which alerts it still holds: at most once
+per tick, and only when an entry is due. One it holds (silenced, inhibited, or
+firing and not yet sent again) is heard now instead; where Alertmanager cannot be
+asked, the entries due lapse as without it, with a warning and a metric, so an
+Alertmanager outage does not hold the actions for ever.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from controller.alerts.alertmanager import AlertmanagerApi, AlertmanagerError, Holdings
 from controller.alerts.machine import (
     REASON_ANNOTATION,
     STATE_ANNOTATION,
@@ -149,8 +157,10 @@ class AlertActor:
         clock: Clock,
         metrics: AlertMetrics,
         settings: ActorSettings,
+        alertmanager: AlertmanagerApi | None = None,
     ) -> None:
         self._kube = kube
+        self._alertmanager = alertmanager
         self._inbox = inbox
         self._clock = clock
         self._metrics = metrics
@@ -163,6 +173,10 @@ class AlertActor:
         """Every Node's episode start, from the last tick and the actor's own writes."""
         self._listed = False
         self._next_tick = 0.0
+        self._asked_in: float | None = None
+        """The tick (its `_next_tick`) in which Alertmanager was last asked."""
+        self._holdings: Holdings | None = None
+        """Its answer then; None where it could not be asked."""
         self._stop = threading.Event()
         self._worker: threading.Thread | None = None
 
@@ -351,7 +365,9 @@ class AlertActor:
                 return True
             annotations = node["metadata"].get("annotations") or {}
             state = NodeState.from_json(annotations.get(STATE_ANNOTATION))
-            r = step(state, incoming, policy, self._facts(node, now, policy), node=name, now=now)
+            held = self._held(name, state, policy, now)
+            facts = self._facts(node, now, policy)
+            r = step(state, incoming, policy, facts, node=name, now=now, held=held)
             for req in r.jobs:
                 try:
                     self._request(req, now)
@@ -396,6 +412,47 @@ class AlertActor:
                 ",".join(n.reason for n in r.notes),
             )
         return True
+
+    def _held(self, name: str, state: NodeState, policy: AlertPolicy, now: float) -> frozenset[str]:
+        """Of node `name`'s entries due to lapse, those Alertmanager still holds."""
+        due = state.lapsing(policy.resolve_timeout_s, now)
+        if not due or self._alertmanager is None:
+            return frozenset()
+        holdings = self._holdings_now(self._alertmanager, policy)
+        if holdings is None:
+            return frozenset()
+        held = set()
+        for key in due:
+            a = holdings.get(key)
+            if a is None:
+                continue
+            held.add(key)
+            log.info(
+                "alert not lapsed: Alertmanager still holds it node=%s alert=%s instance=%s"
+                " state=%s silenced_by=%s inhibited_by=%s",
+                name, state.entries[key].alert, key, a.state,
+                ",".join(a.silenced_by) or "-", ",".join(a.inhibited_by) or "-",
+            )  # fmt: skip
+        return frozenset(held)
+
+    def _holdings_now(self, am: AlertmanagerApi, policy: AlertPolicy) -> Holdings | None:
+        """What Alertmanager holds of the policy's alerts, asked at most once a tick
+        (the answer serves every node until the next); None where it cannot be asked."""
+        if self._asked_in == self._next_tick:
+            return self._holdings
+        self._asked_in = self._next_tick
+        try:
+            self._holdings = am.holdings(policy.rules)
+        except AlertmanagerError as e:
+            self._holdings = None
+            self._metrics.alertmanager_queries.labels("failed").inc()
+            log.warning(
+                "Alertmanager not asked which alerts it holds; the alerts due lapse as"
+                " without --alertmanager-url url=%s error=%r", am.url, str(e),
+            )  # fmt: skip
+            return None
+        self._metrics.alertmanager_queries.labels("ok").inc()
+        return self._holdings
 
     def _job(self, job: str) -> Obj | None:
         ns, _, name = job.partition("/")

@@ -16,7 +16,9 @@ change (`Result`):
   late `firing` does nothing either; entries are kept a day after they resolve. A
   `firing` of a resolved instance past `REPLAY_WINDOW_S`, or of one that lapsed
   (not sent again within the policy's resolve timeout, its resolve lost), is the
-  alert firing again, and is acted on anew;
+  alert firing again, and is acted on anew. An entry due to lapse that Alertmanager
+  still holds (`held`: silenced, inhibited, or firing and not yet sent again, as the
+  actor asked it) is heard now instead;
 - `enforce` rules act: quarantine the GPUs the alert names (the
   `gangops.ai/quarantined-gpus` annotation the scheduler honours) or taint and cordon
   the node; ask the job that holds the GPU to checkpoint, and after the grace period
@@ -37,7 +39,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal, get_args
 
@@ -118,6 +120,10 @@ class Entry:
     def heard_at(self) -> float:
         return self.fired_at if self.seen_at is None else max(self.fired_at, self.seen_at)
 
+    def lapses(self, timeout_s: float, now: float) -> bool:
+        """Due to lapse: not resolved, and not heard of for `timeout_s` (0: never)."""
+        return bool(timeout_s) and self.resolved_at is None and now - self.heard_at() >= timeout_s
+
     def acting(self, now: float) -> bool:
         """Its action is in force: enforced and not yet past its cool-down."""
         if self.held or self.mode != "enforce" or self.action == "none":
@@ -176,6 +182,11 @@ class NodeState:
 
     def in_episode(self, now: float) -> bool:
         return any(e.acting(now) for e in self.entries.values())
+
+    def lapsing(self, timeout_s: float, now: float) -> list[str]:
+        """The instances due to lapse at `now`, unless heard of: those a step with no
+        alerts lapses (a step with alerts may hear of some)."""
+        return [k for k, e in self.entries.items() if e.lapses(timeout_s, now)]
 
 
 def _or(read: Callable[[Any], Any], value: Any, default: Any) -> Any:
@@ -287,8 +298,8 @@ class Note:
 
 
 Outcome = Literal[
-    "acted", "shadow", "circuit_open", "duplicate", "resolved", "lapsed", "undone", "ignored",
-    "restarted"
+    "acted", "shadow", "circuit_open", "duplicate", "resolved", "lapsed", "kept", "undone",
+    "ignored", "restarted"
 ]  # fmt: skip
 
 
@@ -333,9 +344,13 @@ def step(
     *,
     node: str,
     now: float,
+    held: Collection[str] = frozenset(),
 ) -> Result:
     """The node's next state after `incoming` at time `now` (epoch seconds), with what
-    is due at `now` (restarts after their grace, undo after the cool-down)."""
+    is due at `now` (restarts after their grace, undo after the cool-down, lapses).
+
+    `held`: instances Alertmanager still holds (firing, silenced or inhibited), as it
+    answered just before: one due to lapse is heard now instead, and kept."""
     entries = dict(state.entries)
     jobs: list[JobRequest] = []
     notes: list[Note] = []
@@ -426,18 +441,24 @@ def step(
         outcomes.append((a.name, "acted"))
         notes.append(Note("Warning", "AlertAction", f"{a.name}: {what}"))
     for key, e in list(entries.items()):
-        if timeout and e.resolved_at is None and now - e.heard_at() >= timeout:
-            # Alertmanager sends a firing alert again every repeat_interval, a resolve
-            # once: one not sent for this long has resolved, and its resolve was lost.
-            entries[key] = e = replace(e, resolved_at=now, lapsed=True)
-            outcomes.append((e.alert, "lapsed"))
-            if e.acting(now):
-                notes.append(Note("Warning", "AlertLapsed", (
-                    f"{e.alert}: not sent again by Alertmanager for {timeout:g}s,"
-                    " taken as resolved (its resolve was lost, or it is silenced);"
-                    f" what it did is undone after the {e.cooldown_s:g}s cool-down,"
-                    f" at {_iso(now + e.cooldown_s)}, if no other alert holds it"
-                )))  # fmt: skip
+        if not e.lapses(timeout, now):
+            continue
+        if key in held:  # silenced or inhibited (not sent), or not yet sent again
+            entries[key] = replace(e, seen_at=now)
+            outcomes.append((e.alert, "kept"))
+            continue
+        # Alertmanager sends a firing alert again every repeat_interval, a resolve
+        # once: one not sent for this long has resolved, and its resolve was lost.
+        entries[key] = e = replace(e, resolved_at=now, lapsed=True)
+        outcomes.append((e.alert, "lapsed"))
+        if e.acting(now):
+            notes.append(Note("Warning", "AlertLapsed", (
+                f"{e.alert}: not sent again by Alertmanager for {timeout:g}s,"
+                " taken as resolved (its resolve was lost; or it is silenced, and"
+                " gangops could not ask Alertmanager);"
+                f" what it did is undone after the {e.cooldown_s:g}s cool-down,"
+                f" at {_iso(now + e.cooldown_s)}, if no other alert holds it"
+            )))  # fmt: skip
     for key, e in list(entries.items()):
         if e.restart_at is not None and not e.restarted and e.restart_at <= now:
             entries[key] = replace(e, restarted=True)

@@ -24,9 +24,18 @@ class AlertMetrics:
             "gangops_alert_actions",
             "What became of each alert instance, by alert name and outcome: acted,"
             " shadow (would have acted), circuit_open (held by the breaker), duplicate,"
-            " resolved, lapsed (not sent again within the resolve timeout), undone,"
-            " restarted, ignored (no rule acts on it), no_node.",
+            " resolved, lapsed (not sent again within the resolve timeout), kept (due to"
+            " lapse, but Alertmanager still holds it: silenced, inhibited or firing),"
+            " undone, restarted, ignored (no rule acts on it), no_node.",
             ["alert", "outcome"],
+            registry=r,
+        )
+        self.alertmanager_queries = Counter(
+            "gangops_alertmanager_queries",
+            "Times Alertmanager's API (--alertmanager-url) was asked which alerts it"
+            " holds before alerts lapse, by result: ok, or failed (unreachable, an error,"
+            " an answer not understood: the alerts due lapsed as without it).",
+            ["result"],
             registry=r,
         )
         self.circuit_open = Counter(

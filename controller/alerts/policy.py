@@ -71,7 +71,8 @@ class AlertPolicy:
     """An alert acted on and not sent again, still firing, for this long is taken as
     resolved: its resolve was lost (Alertmanager sends one once). Above twice the
     route's repeat_interval, which is how often a firing alert is sent again; 0 (the
-    default): never, as a silenced or inhibited alert is not sent either."""
+    default): never, as a silenced or inhibited alert is not sent either (unless the
+    actor can ask Alertmanager, `gangops run --alertmanager-url`)."""
 
     def rule(self, alert: str) -> AlertRule:
         """The rule for `alert`; an alert no rule names does nothing (mode shadow,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from controller.alerts.payload import Alert
@@ -83,3 +84,39 @@ def policy(
 
 ENFORCE = policy((LEAK, "quarantine-gpus", "enforce"), (XID, "cordon-node", "enforce"))
 SHADOW = policy((LEAK, "quarantine-gpus", "shadow"), (XID, "cordon-node", "shadow"))
+
+
+def held(a: Alert, *, silenced_by: tuple[str, ...] = (), starts: str | None = None) -> Any:
+    """`a` as Alertmanager's API v2 lists it (`GET /api/v2/alerts`): its start to the
+    millisecond, as the API writes it (the webhook writes nanoseconds)."""
+    return {
+        "annotations": {},
+        "endsAt": "2027-01-15T08:05:00.000Z",
+        "fingerprint": a.fingerprint,
+        "receivers": [{"name": "gangops"}],
+        "startsAt": starts or re.sub(r"(\.\d{3})\d*", r"\1", a.starts_at),
+        "status": {
+            "inhibitedBy": [],
+            "silencedBy": list(silenced_by),
+            "state": "suppressed" if silenced_by else "active",
+        },
+        "updatedAt": "2027-01-15T08:00:00.000Z",
+        "labels": dict(a.labels),
+    }
+
+
+class FakeAlertmanager:
+    """The HTTP seam of `AlertmanagerApi` (`fetch`): answers with what `holds` lists
+    (or `answer`, or raises `error`), and records each URL asked."""
+
+    def __init__(self) -> None:
+        self.holds: list[Any] = []
+        self.answer: tuple[int, bytes] | None = None
+        self.error: Exception | None = None
+        self.asked: list[str] = []
+
+    def __call__(self, url: str, timeout_s: float) -> tuple[int, bytes]:
+        self.asked.append(url)
+        if self.error is not None:
+            raise self.error
+        return self.answer or (200, json.dumps(self.holds).encode())

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from controller.alerts.actor import ActorSettings, AlertActor
+from controller.alerts.alertmanager import AlertmanagerApi
 from controller.alerts.machine import REASON_ANNOTATION, STATE_ANNOTATION, TAINT_KEY
 from controller.alerts.metrics import AlertMetrics
 from controller.alerts.payload import Alert
@@ -28,7 +29,7 @@ from controller.nodehealth import (
     unhealthy_gpus,
 )
 from controller.scheduler.policy import POLICY_CONFIGMAP, policy_configmap
-from tests.unit.alerts.builders import LEAK, XID, alert
+from tests.unit.alerts.builders import LEAK, XID, FakeAlertmanager, alert, held
 from tests.unit.kube.fakes import FakeKube
 
 NS = "gangops-system"
@@ -49,11 +50,12 @@ class Kube(FakeKube):
         return [o for (k, _, _), o in sorted(self.objects.items()) if k == res.kind], str(self.rv)
 
 
-def policy_cm(rules: list[dict[str, Any]], **breaker: int) -> Obj:
+def policy_cm(rules: list[dict[str, Any]], resolve_timeout_s: int = 0, **breaker: int) -> Obj:
     doc = {
         "alertActions": {
             "rules": rules,
             "circuitBreaker": {"maxPercent": 10, "maxNodes": 5, "windowSeconds": 600, **breaker},
+            "resolveTimeoutSeconds": resolve_timeout_s,
         }
     }
     return policy_configmap(doc, NS)
@@ -90,12 +92,15 @@ def world(nodes: int = 10, rules: list[dict[str, Any]] = RULES) -> Kube:
     return kube
 
 
-def setup(kube: Kube) -> tuple[AlertActor, Inbox, FakeClock, AlertMetrics]:
+def setup(
+    kube: Kube, alertmanager: AlertmanagerApi | None = None
+) -> tuple[AlertActor, Inbox, FakeClock, AlertMetrics]:
     clock = FakeClock(dt.datetime(2027, 1, 15, 8, 0, tzinfo=dt.UTC))
     inbox, metrics = Inbox(), AlertMetrics()
     actor = AlertActor(
-        kube, inbox=inbox, clock=clock, metrics=metrics, settings=ActorSettings(NS, tick_s=5)
-    )
+        kube, inbox=inbox, clock=clock, metrics=metrics, settings=ActorSettings(NS, tick_s=5),
+        alertmanager=alertmanager,
+    )  # fmt: skip
     actor.nodes.relist()  # what `start` has its watch do first
     return actor, inbox, clock, metrics
 
@@ -509,3 +514,101 @@ def test_alerts_the_fence_refuses_are_kept_for_when_it_lifts() -> None:
     fenced[0] = False
     actor.run_once()
     assert all(node(kube, n)["spec"].get("unschedulable") for n in ("n1", "n2"))
+
+
+TIMEOUT = 1800
+
+
+def lapsing(fake: FakeAlertmanager) -> tuple[Kube, AlertActor, Inbox, FakeClock, AlertMetrics]:
+    """A world whose alerts lapse after `TIMEOUT`, and an actor asking `fake` first."""
+    kube = world()
+    kube.objects[("ConfigMap", NS, POLICY_CONFIGMAP)] = policy_cm(RULES, TIMEOUT, maxPercent=100)
+    return kube, *setup(kube, AlertmanagerApi("http://am:9093", fetch=fake))
+
+
+def test_an_alert_alertmanager_still_holds_silenced_does_not_lapse() -> None:
+    """Found by a review: Alertmanager sends nothing for a silenced alert, so it lapsed,
+    and a faulty GPU went back into service while the fault persisted."""
+    fake = FakeAlertmanager()
+    kube, actor, inbox, clock, metrics = lapsing(fake)
+    leaks = [alert(LEAK, node=n, gpu=2, fp=f"L{n}") for n in ("n1", "n2")]
+    deliver(actor, inbox, clock, *leaks)
+    fake.holds = [held(a, silenced_by=("s-1",)) for a in leaks]
+    clock.advance(TIMEOUT - 1)
+    actor.run_once()
+    assert fake.asked == []  # nothing due yet: not asked
+    for _ in range(3):  # each timeout: asked once for both nodes, kept
+        clock.advance(TIMEOUT)
+        actor.run_once()
+        clock.advance(5)
+        actor.run_once()  # the next tick: nothing due, not asked
+    assert len(fake.asked) == 3 and f"filter=alertname%3D~%22{XID}%7C{LEAK}%22" in fake.asked[0]
+    assert [unhealthy_gpus(node(kube, n)) for n in ("n1", "n2")] == [frozenset({2})] * 2
+    assert not events(kube, "AlertLapsed")
+    assert metrics.actions.labels(LEAK, "kept")._value.get() == 6
+    assert metrics.alertmanager_queries.labels("ok")._value.get() == 3
+    fake.holds = []  # the silence is gone and the alert resolved; its resolve was lost
+    clock.advance(TIMEOUT)
+    actor.run_once()
+    assert len(events(kube, "AlertLapsed")) == 2
+    clock.advance(600)  # the cool-down
+    actor.run_once()
+    assert [unhealthy_gpus(node(kube, n)) for n in ("n1", "n2")] == [frozenset()] * 2
+
+
+def test_a_delivery_to_a_node_with_an_alert_due_to_lapse_asks_too() -> None:
+    """The step of a delivery lapses what is due on its node as a tick's does."""
+    fake = FakeAlertmanager()
+    kube, actor, inbox, clock, _ = lapsing(fake)
+    leak = alert(LEAK, node="n1", gpu=2, fp="L")
+    deliver(actor, inbox, clock, leak)
+    fake.holds = [held(leak, silenced_by=("s-1",))]
+    clock.advance(TIMEOUT)
+    inbox.put([alert(LEAK, node="n1", gpu=5, fp="M")], clock.monotonic())
+    actor.act(inbox.take(0))  # before the tick
+    assert len(fake.asked) == 1 and not events(kube, "AlertLapsed")
+    assert unhealthy_gpus(node(kube)) == frozenset({2, 5})
+
+
+def test_an_alert_alertmanager_no_longer_holds_lapses() -> None:
+    fake = FakeAlertmanager()
+    kube, actor, inbox, clock, metrics = lapsing(fake)
+    leak = alert(LEAK, node="n1", gpu=2, fp="L")
+    deliver(actor, inbox, clock, leak)
+    # it holds the same alert, fired again since (another instance), and others
+    again = replace(leak, starts_at="2027-01-15T08:20:00.000Z")
+    fake.holds = [held(again), held(alert(LEAK, node="n3", fp="other"))]
+    clock.advance(TIMEOUT)
+    actor.run_once()
+    assert len(fake.asked) == 1 and metrics.alertmanager_queries.labels("ok")._value.get() == 1
+    [lapsed] = events(kube, "AlertLapsed")
+    assert "undone after the 600s cool-down" in lapsed["message"]
+    assert metrics.actions.labels(LEAK, "lapsed")._value.get() == 1
+    clock.advance(600)
+    actor.run_once()
+    assert unhealthy_gpus(node(kube)) == frozenset()
+
+
+@pytest.mark.parametrize(
+    "error", [OSError("connection refused"), None], ids=["unreachable", "not-api-v2"]
+)
+def test_an_alertmanager_that_cannot_be_asked_lets_the_alert_lapse_and_says_so(
+    error: Exception | None, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Its outage must not hold the actions for ever: they lapse as without it."""
+    fake = FakeAlertmanager()
+    kube, actor, inbox, clock, metrics = lapsing(fake)
+    leak = alert(LEAK, node="n1", gpu=2, fp="L")
+    deliver(actor, inbox, clock, leak)
+    fake.holds = [held(leak, silenced_by=("s-1",))]
+    fake.error, fake.answer = error, (None if error else (200, b"<html>maintenance</html>"))
+    clock.advance(TIMEOUT)
+    actor.run_once()
+    assert len(fake.asked) == 1
+    assert len(events(kube, "AlertLapsed")) == 1
+    assert metrics.alertmanager_queries.labels("failed")._value.get() == 1
+    [warning] = [r for r in caplog.records if "Alertmanager not asked" in r.getMessage()]
+    assert warning.levelname == "WARNING" and "url=http://am:9093" in warning.getMessage()
+    clock.advance(600)
+    actor.run_once()
+    assert unhealthy_gpus(node(kube)) == frozenset() and len(fake.asked) == 1

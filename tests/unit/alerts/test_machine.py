@@ -362,3 +362,19 @@ def test_an_alert_sent_again_within_the_resolve_timeout_stays_in_force() -> None
 def test_a_resolved_instance_does_not_lapse_again() -> None:
     n = run([(0, [leak]), (60, [leak_gone]), (5000, [])], LAPSE)
     assert n.quarantined == () and "AlertLapsed" not in n.reasons
+
+
+def test_an_entry_due_to_lapse_that_alertmanager_holds_is_heard_now_and_kept() -> None:
+    """`held`: what the actor found Alertmanager still holding (a silenced alert is
+    not sent again); the next lapse is a whole timeout later."""
+    n = run([(0, [leak]), (0, [xid])], LAPSE)
+    assert n.state.lapsing(1800, T0 + 1799) == []
+    assert sorted(n.state.lapsing(1800, T0 + 1800)) == sorted([leak.key, xid.key])
+    facts = NodeFacts(n.unschedulable, n.tainted, nodes=100)
+    r = step(n.state, [], LAPSE, facts, node="n1", now=T0 + 1800, held={leak.key})
+    n.apply(r)
+    assert r.outcomes == ((LEAK, "kept"), (XID, "lapsed"))
+    assert n.state.entries[leak.key].seen_at == T0 + 1800 and n.reasons[-1] == "AlertLapsed"
+    assert n.state.lapsing(1800, T0 + 3599) == [] and n.quarantined == (1,)
+    n = run([(3600, [])], LAPSE, node=n)  # no longer held: lapses
+    assert n.state.entries[leak.key].lapsed and n.reasons[-2:] == ["AlertLapsed", "NodeReturned"]

@@ -1,0 +1,102 @@
+"""Alertmanager's API v2 alerts list (`GET /api/v2/alerts`) read into what it holds, the
+request on the wire, and what is refused."""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.error
+import urllib.parse
+from typing import Any
+
+import pytest
+
+from controller.alerts.alertmanager import AlertmanagerApi, AlertmanagerError, parse_alerts
+from controller.httpread import BodyTooLarge
+from tests.unit.alerts.builders import LEAK, STARTS, XID, FakeAlertmanager, alert, held
+
+LEAKING = alert(LEAK, fp="a1b2c3d4e5f60718")
+
+
+def body(*alerts: Any) -> bytes:
+    return json.dumps(list(alerts)).encode()
+
+
+def test_an_instance_is_found_by_its_fingerprint_and_its_start_to_the_millisecond() -> None:
+    """The API writes startsAt to the millisecond, the webhook (the entry's key) to the
+    nanosecond: the text of the key never matches, the instant does."""
+    holdings = parse_alerts(body(held(LEAKING, silenced_by=("s-1",))))
+    a = holdings.get(LEAKING.key)
+    assert a is not None and (a.state, a.silenced_by) == ("suppressed", ("s-1",))
+    shifted = "2027-01-15T08:59:30.123+01:00"  # the same instant in another offset
+    assert parse_alerts(body(held(LEAKING, starts=shifted))).get(LEAKING.key) is not None
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        f"another@{STARTS}",  # another alert
+        "a1b2c3d4e5f60718@2027-01-15T07:59:30.124456789Z",  # the same alert, a later instance
+        "a1b2c3d4e5f60718@not-a-time",
+    ],
+)
+def test_another_instance_is_not_held(key: str) -> None:
+    assert parse_alerts(body(held(LEAKING))).get(key) is None
+
+
+@pytest.mark.parametrize(
+    ("answer", "why"),
+    [
+        (b"<html>", "not JSON"),
+        (b"[" * 100_000, "not JSON"),
+        (b'{"alerts": []}', "not a list of alerts"),
+        (body(1), "alerts[0] is not an object"),
+        (body({"startsAt": STARTS, "status": {"state": "active"}}), "fingerprint is missing"),
+        (body({"fingerprint": "f", "status": {"state": "active"}}), "startsAt is missing"),
+        (body({"fingerprint": "f", "startsAt": "yesterday", "status": {"state": "active"}}),
+         "startsAt is not RFC 3339"),
+        (body({"fingerprint": "f", "startsAt": STARTS}), "status.state is missing"),
+        (body({"fingerprint": "f", "startsAt": STARTS, "status": {"state": "suppressed",
+               "silencedBy": "s-1"}}), "silencedBy is not a list of strings"),
+    ],
+)  # fmt: skip
+def test_an_answer_that_is_not_the_alerts_list_is_refused_saying_why(
+    answer: bytes, why: str
+) -> None:
+    with pytest.raises(AlertmanagerError, match=re.escape(why)):
+        parse_alerts(answer)
+
+
+def test_the_request_asks_for_alerts_in_every_state_of_the_names_given() -> None:
+    fake = FakeAlertmanager()
+    fake.holds = [held(LEAKING)]
+    api = AlertmanagerApi("http://am.monitoring:9093/prefix/", fetch=fake)
+    assert api.holdings([XID, LEAK]).get(LEAKING.key) is not None
+    [url] = fake.asked
+    parts = urllib.parse.urlsplit(url)
+    assert (parts.netloc, parts.path) == ("am.monitoring:9093", "/prefix/api/v2/alerts")
+    assert urllib.parse.parse_qs(parts.query) == {
+        "active": ["true"], "silenced": ["true"], "inhibited": ["true"], "unprocessed": ["true"],
+        "filter": [f'alertname=~"{XID}|{LEAK}"'],
+    }  # fmt: skip
+    # a name that is not a plain alert name would need escaping: every alert is asked for
+    assert "filter" not in api.query(['Gangops"X']) and "filter" not in api.query([])
+
+
+@pytest.mark.parametrize(
+    ("error", "answer", "why"),
+    [
+        (urllib.error.URLError(ConnectionRefusedError(111, "refused")), None, "refused"),
+        (TimeoutError("answer not read whole in time"), None, "in time"),
+        (BodyTooLarge("answer longer than 16777216 bytes"), None, "longer than"),
+        (None, (503, b"not ready\n"), "HTTP 503: not ready"),
+        (None, (200, b"<html>"), "not JSON"),
+    ],
+)
+def test_an_alertmanager_that_cannot_be_asked_raises_one_error(
+    error: Exception | None, answer: tuple[int, bytes] | None, why: str
+) -> None:
+    fake = FakeAlertmanager()
+    fake.error, fake.answer = error, answer
+    with pytest.raises(AlertmanagerError, match=re.escape(why)):
+        AlertmanagerApi("http://am:9093", fetch=fake).holdings([LEAK])
