@@ -69,3 +69,14 @@ def test_the_prometheus_url_and_forecast_horizon_reach_the_controller() -> None:
 def test_the_prometheus_url_must_be_http() -> None:
     out = template_text(values={"controller": {"prometheusUrl": "prometheus:9090"}}, check=False)
     assert out.returncode != 0 and "prometheusUrl" in out.stderr
+
+
+def test_the_alertmanager_url_reaches_the_controller_and_must_be_http() -> None:
+    """Asked before an alert lapses, so a silenced alert keeps its action; not by default."""
+    assert not [a for a in _deployment_args({}) if a.startswith("--alertmanager-url")]
+    url = "http://alertmanager-operated.monitoring.svc:9093"
+    args = _deployment_args({"controller": {"alertmanager": {"url": url}}})
+    assert f"--alertmanager-url={url}" in args and _parse(args).alertmanager_url == url
+    bad = {"controller": {"alertmanager": {"url": "alertmanager:9093"}}}
+    out = template_text(values=bad, check=False)
+    assert out.returncode != 0 and "url" in out.stderr

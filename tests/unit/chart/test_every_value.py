@@ -52,6 +52,7 @@ CHANGES: dict[str, Case] = {
     "controller.webhook.existingSecret": ("mine", {}),
     "controller.alertmanager.token": ("t0ken", {}),
     "controller.alertmanager.existingSecret": ("am-token", {}),
+    "controller.alertmanager.url": ("http://alertmanager-operated.monitoring.svc:9093", {}),
     "controller.resources.requests": ({"cpu": "1"}, {}),
     "controller.resources.limits": ({"memory": "2Gi"}, {}),
     "controller.podDisruptionBudget.enabled": (False, {}),
