@@ -417,10 +417,20 @@ class Kube:
                 break
             except ApiException as e:
                 raise ApiError.from_exception(e) from None
+            except AttributeError as e:
+                # The client turns a TLS failure (an SSLError: a connection reset while
+                # the request was sent) into an ApiException with no body, then fails
+                # decoding that body: the ApiException is this error's context.
+                lost = e.__context__
+                if not isinstance(lost, ApiException) or lost.status != 0:
+                    raise
+                if resend or method not in _IDEMPOTENT:
+                    reason = str(lost.reason).replace("\n", ": ")
+                    raise ApiError(0, "Unreachable", f"{method} {path}: {reason}") from None
             except urllib3.exceptions.HTTPError as e:
                 if resend or not _dropped(e, method):
                     raise ApiError(0, "Unreachable", f"{method} {path}: {e}") from None
-                log.debug("api connection dropped; sending again method=%s path=%s", method, path)
+            log.debug("api connection dropped; sending again method=%s path=%s", method, path)
         if stream:
             return resp
         try:

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import urllib3
+from kubernetes.client.exceptions import ApiException
 
 from controller.kube.client import RESOURCES, ApiError, Kube, NotLeaderError, connect
 
@@ -241,6 +242,36 @@ def test_a_request_is_sent_again_only_where_its_connection_was_found_dead(
         assert e.status == 0 and e.reason == "Unreachable"
         answered = False
     assert (len(api.calls), answered) == (sends, sends == 2)
+
+
+class TlsResetApiClient(FakeApiClient):
+    """Fails the first call as the kubernetes client does on an SSLError: rest.py
+    raises an ApiException of status 0 with no body, and call_api, decoding that
+    body, raises AttributeError from it."""
+
+    def call_api(self, path: str, method: str, **kw: Any) -> _Response:
+        self.calls.append({"path": path, "method": method, **kw})
+        if len(self.calls) > 1:
+            return _Response(kw.get("body"))
+        try:
+            raise ApiException(status=0, reason="SSLError\nEOF occurred in violation of protocol")
+        except ApiException as e:
+            e.body.decode("utf-8")  # type: ignore[attr-defined]
+        raise AssertionError("unreachable")
+
+
+@pytest.mark.parametrize(("method", "sends"), [("GET", 2), ("DELETE", 2), ("PATCH", 1)])
+def test_a_tls_connection_reset_is_an_api_error_and_sent_again_where_idempotent(
+    method: str, sends: int
+) -> None:
+    """Found checking the fix above on a real API server: a PATCH on a TLS connection
+    a load balancer had reset escaped as AttributeError, the client's own defect."""
+    api = TlsResetApiClient()
+    try:
+        Kube(api)._call(method, "/api/v1/namespaces/sys/configmaps/x")  # type: ignore[arg-type]
+    except ApiError as e:
+        assert (e.status, e.reason) == (0, "Unreachable") and "SSLError: EOF" in e.message
+    assert len(api.calls) == sends
 
 
 def test_a_write_sent_again_passes_the_fence_again() -> None:
