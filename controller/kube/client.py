@@ -357,7 +357,11 @@ def _dropped(error: urllib3.exceptions.HTTPError, method: str) -> bool:
     still land, and sent again it would land late."""
     if isinstance(error, urllib3.exceptions.NewConnectionError):
         return True
-    return method in _IDEMPOTENT and isinstance(error, urllib3.exceptions.ProtocolError)
+    if not isinstance(error, urllib3.exceptions.ProtocolError) or method not in _IDEMPOTENT:
+        return False
+    # urllib3 reports a send that timed out (a server that stopped reading) as a
+    # ProtocolError too: its cause is the TimeoutError
+    return not any(isinstance(a, TimeoutError) for a in error.args)
 
 
 class Kube:
@@ -417,13 +421,19 @@ class Kube:
                 break
             except ApiException as e:
                 raise ApiError.from_exception(e) from None
-            except AttributeError as e:
-                # The client turns a TLS failure (an SSLError: a connection reset while
-                # the request was sent) into an ApiException with no body, then fails
-                # decoding that body: the ApiException is this error's context.
+            except (AttributeError, UnicodeDecodeError) as e:
+                # The client decodes every ApiException's body as UTF-8 before it is
+                # raised: a refusal whose body is not UTF-8 (a proxy's Latin-1 503
+                # page) fails that, and so does the one it makes of a TLS failure (a
+                # connection reset while the request was sent), which has no body.
+                # Either way the ApiException is this error's context.
                 lost = e.__context__
-                if not isinstance(lost, ApiException) or lost.status != 0:
+                if not isinstance(lost, ApiException):
                     raise
+                if isinstance(lost.body, bytes):
+                    lost.body = lost.body.decode("utf-8", "replace")
+                if lost.status != 0:
+                    raise ApiError.from_exception(lost) from None
                 if resend or method not in _IDEMPOTENT:
                     reason = str(lost.reason).replace("\n", ": ")
                     raise ApiError(0, "Unreachable", f"{method} {path}: {reason}") from None
