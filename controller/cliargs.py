@@ -85,4 +85,9 @@ def http_url(raw: str) -> str:
     parsed = urllib.parse.urlsplit(raw)
     if parsed.scheme not in ("http", "https") or not parsed.hostname:
         raise argparse.ArgumentTypeError(f"expected http://HOST[:PORT][/PATH], got {raw!r}")
+    if parsed.query or parsed.fragment or raw.endswith(("?", "#")):
+        # the API's paths and queries are appended to it
+        raise argparse.ArgumentTypeError(
+            f"expected http://HOST[:PORT][/PATH], without ?query or #fragment, got {raw!r}"
+        )
     return raw

@@ -17,9 +17,10 @@ much decoding again in the API server, for nodes that had not changed.
 Before an entry lapses (the policy's resolve timeout) the actor asks Alertmanager,
 where it was given one (`alertmanager`), which alerts it still holds: at most once
 per tick, and only when an entry is due. One it holds (silenced, inhibited, or
-firing and not yet sent again) is heard now instead; where Alertmanager cannot be
-asked, the entries due lapse as without it, with a warning and a metric, so an
-Alertmanager outage does not hold the actions for ever.
+firing and not yet sent again; or fired again since) is heard now instead, and so
+is every entry due while Alertmanager has only just started; where Alertmanager
+cannot be asked, the entries due lapse as without it, with a warning and a
+metric, so an Alertmanager outage does not hold the actions for ever.
 """
 
 from __future__ import annotations
@@ -421,6 +422,15 @@ class AlertActor:
         holdings = self._holdings_now(self._alertmanager, policy)
         if holdings is None:
             return frozenset()
+        if not holdings.settled(now):
+            # just started: it holds its silences but not yet the alerts Prometheus
+            # sends again, so what it does not list may still be firing
+            log.info(
+                "alerts not lapsed: Alertmanager started %.0f s ago, before it holds every"
+                " alert again node=%s alerts=%s",
+                now - holdings.started_at, name, ",".join(state.entries[k].alert for k in due),
+            )  # fmt: skip
+            return frozenset(due)
         held = set()
         for key in due:
             a = holdings.get(key)

@@ -10,7 +10,15 @@ an entry lapses, and an instance Alertmanager still holds does not.
 An instance is its fingerprint and its `startsAt`. The webhook writes `startsAt` to
 the nanosecond, the API to the millisecond (both in the offset the alert came
 with), so an instance is matched by its fingerprint and its start to within a
-millisecond, not by the text of its key.
+millisecond, not by the text of its key. A later instance of the same alert (one
+that resolved and fired again while silenced: Alertmanager sent neither) holds
+the entry too: its fault is back.
+
+An Alertmanager that has just started holds its silences (from disk) but no
+alerts until Prometheus sends them again, within a minute or two: its answer is
+taken as whole only once it has run `SETTLE_S` (`/api/v2/status`' `uptime`).
+The question is answered within `TIMEOUT_S` of wall time, whatever the server
+does, on a thread of its own: the actor's thread waits no longer.
 """
 
 from __future__ import annotations
@@ -18,18 +26,30 @@ from __future__ import annotations
 import http.client
 import json
 import re
+import threading
 import urllib.parse
 from collections.abc import Callable, Collection, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from controller import httpread
 from controller.alerts.payload import parse_time
 
-__all__ = ["AlertmanagerApi", "AlertmanagerError", "HeldAlert", "Holdings", "parse_alerts"]
+__all__ = [
+    "SETTLE_S",
+    "AlertmanagerApi",
+    "AlertmanagerError",
+    "HeldAlert",
+    "Holdings",
+    "parse_alerts",
+    "parse_started",
+]
 
 TIMEOUT_S = 5.0
 """The whole answer within this long: the actor's thread waits for it."""
+SETTLE_S = 300.0
+"""How long a started Alertmanager takes to hold every alert again: Prometheus sends
+firing alerts again every minute (`--rules.alert.resend-delay`), with slack."""
 ANSWER_LIMIT = 16 * 1024 * 1024
 """About 1 KiB an alert: some 16,000 alerts of the names asked about."""
 _NAME = re.compile(r"[A-Za-z_:][A-Za-z0-9_:]*")
@@ -56,24 +76,29 @@ class HeldAlert:
 class Holdings:
     """The alerts Alertmanager held when asked, by instance."""
 
-    def __init__(self, alerts: Iterable[HeldAlert] = ()) -> None:
+    def __init__(self, alerts: Iterable[HeldAlert] = (), *, started_at: float = 0.0) -> None:
         self.alerts = tuple(alerts)
+        self.started_at = started_at
+        """When that Alertmanager started (epoch seconds; 0: long ago)."""
         self._by_fingerprint: dict[str, list[HeldAlert]] = {}
         for a in self.alerts:
             self._by_fingerprint.setdefault(a.fingerprint, []).append(a)
 
+    def settled(self, now: float) -> bool:
+        """Whether it has run long enough to hold every alert Prometheus fires."""
+        return now - self.started_at >= SETTLE_S
+
     def get(self, key: str) -> HeldAlert | None:
         """The alert of instance `key` (`fingerprint@startsAt`, as `Alert.key`
-        writes it), or None when Alertmanager does not hold it."""
+        writes it), or of a later instance of the same alert; None when
+        Alertmanager holds neither."""
         fingerprint, _, starts = key.rpartition("@")
         try:
             t = parse_time(starts)
         except ValueError:
             return None
-        for a in self._by_fingerprint.get(fingerprint, ()):
-            if abs(a.starts_at - t) < 0.001:
-                return a
-        return None
+        later = [a for a in self._by_fingerprint.get(fingerprint, ()) if a.starts_at > t - 0.001]
+        return min(later, key=lambda a: a.starts_at, default=None)
 
 
 def _ids(value: Any, where: str) -> tuple[str, ...]:
@@ -119,6 +144,22 @@ def parse_alerts(body: bytes) -> Holdings:
     return Holdings(_held(a, i) for i, a in enumerate(doc))
 
 
+def parse_started(body: bytes) -> float:
+    """When Alertmanager started, from the answer of `GET /api/v2/status` (its
+    `uptime`, an RFC 3339 time); raises `AlertmanagerError`."""
+    try:
+        doc = json.loads(body)
+    except (ValueError, RecursionError) as e:
+        raise AlertmanagerError(f"the status is not JSON: {e}") from None
+    uptime = doc.get("uptime") if isinstance(doc, dict) else None
+    if not isinstance(uptime, str):
+        raise AlertmanagerError("the status has no uptime")
+    try:
+        return parse_time(uptime)
+    except ValueError:
+        raise AlertmanagerError(f"the status' uptime is not RFC 3339: {uptime!r}") from None
+
+
 Fetch = Callable[[str, float], tuple[int, bytes]]
 """The HTTP seam: (url, timeout_s) -> (status, body); raises urllib's errors."""
 
@@ -134,6 +175,8 @@ class AlertmanagerApi:
     url: str
     timeout_s: float = TIMEOUT_S
     fetch: Fetch = _get
+    _asking: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
+    """Held while a question is out (its thread may outlive `timeout_s`)."""
 
     def query(self, names: Iterable[str] = ()) -> str:
         """The request's URL: every alert it holds in any state, of the alert
@@ -145,14 +188,44 @@ class AlertmanagerApi:
         return f"{self.url.rstrip('/')}/api/v2/alerts?{urllib.parse.urlencode(params)}"
 
     def holdings(self, names: Collection[str] = ()) -> Holdings:
-        """The alerts Alertmanager holds (of `names`, where given); raises
-        `AlertmanagerError` where it cannot be asked or its answer cannot be read."""
+        """The alerts Alertmanager holds (of `names`, where given), and when it
+        started; raises `AlertmanagerError` where it cannot be asked, its answer
+        cannot be read, or it does not answer within `timeout_s` of wall time (a
+        server that trickles its answer, or a Service of several addresses that do
+        not answer, each given the socket's timeout). A question still unanswered
+        from before is not asked again beside it."""
+        if not self._asking.acquire(blocking=False):
+            raise AlertmanagerError(f"still no answer to the question asked before ({self.url})")
+        answer: list[Holdings | AlertmanagerError] = []
+
+        def ask() -> None:
+            try:
+                answer.append(self._ask(names))
+            except AlertmanagerError as e:
+                answer.append(e)
+            finally:
+                self._asking.release()
+
+        worker = threading.Thread(target=ask, name="alertmanager-query", daemon=True)
+        worker.start()
+        worker.join(self.timeout_s)
+        if not answer:
+            raise AlertmanagerError(f"no answer within {self.timeout_s:g} s")
+        if isinstance(answer[0], AlertmanagerError):
+            raise answer[0]
+        return answer[0]
+
+    def _ask(self, names: Collection[str]) -> Holdings:
+        started = parse_started(self._read(f"{self.url.rstrip('/')}/api/v2/status"))
+        return Holdings(parse_alerts(self._read(self.query(names))).alerts, started_at=started)
+
+    def _read(self, url: str) -> bytes:
         try:
-            status, body = self.fetch(self.query(names), self.timeout_s)
+            status, body = self.fetch(url, self.timeout_s)
         except (OSError, ValueError, http.client.HTTPException) as e:
             # OSError: URLError, refused, timed out; ValueError: BodyTooLarge
             raise AlertmanagerError(f"{type(e).__name__}: {e}") from None
         if status != 200:
             text = body[:200].decode("utf-8", "replace").strip()
             raise AlertmanagerError(f"HTTP {status}: {text}")
-        return parse_alerts(body)
+        return body

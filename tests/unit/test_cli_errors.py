@@ -67,6 +67,7 @@ def test_a_command_given_such_a_kubeconfig_says_so_in_one_line(
         (["--alert-tick", "inf"], "--alert-tick: expected a number of seconds"),
         (["--forecast-horizon", "nan"], "--forecast-horizon: expected a number of seconds"),
         (["--prometheus-url", "localhost:9090"], "expected http://HOST[:PORT][/PATH]"),
+        (["--alertmanager-url", "http://am:9093/?tenant=a"], "without ?query or #fragment"),
         (["--alertmanager-url", "alertmanager:9093"], "--alertmanager-url: expected http://"),
         (["--metrics-addr", "localhost:70000"], "a port from 0 to 65535"),
         (["--renew-deadline", "20"], "--renew-deadline at least 1 s under --lease-duration"),

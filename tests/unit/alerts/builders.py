@@ -114,8 +114,12 @@ class FakeAlertmanager:
         self.answer: tuple[int, bytes] | None = None
         self.error: Exception | None = None
         self.asked: list[str] = []
+        self.uptime = "2027-01-01T00:00:00.000Z"
+        """When it started (`/api/v2/status`; asking it is not recorded in `asked`)."""
 
     def __call__(self, url: str, timeout_s: float) -> tuple[int, bytes]:
+        if url.endswith("/api/v2/status"):
+            return 200, json.dumps({"uptime": self.uptime, "cluster": {}}).encode()
         self.asked.append(url)
         if self.error is not None:
             raise self.error

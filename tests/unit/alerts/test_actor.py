@@ -575,9 +575,9 @@ def test_an_alert_alertmanager_no_longer_holds_lapses() -> None:
     kube, actor, inbox, clock, metrics = lapsing(fake)
     leak = alert(LEAK, node="n1", gpu=2, fp="L")
     deliver(actor, inbox, clock, leak)
-    # it holds the same alert, fired again since (another instance), and others
-    again = replace(leak, starts_at="2027-01-15T08:20:00.000Z")
-    fake.holds = [held(again), held(alert(LEAK, node="n3", fp="other"))]
+    # it holds others: another node's, and one that fired before this one
+    earlier = replace(leak, starts_at="2027-01-15T06:20:00.000Z")
+    fake.holds = [held(earlier), held(alert(LEAK, node="n3", fp="other"))]
     clock.advance(TIMEOUT)
     actor.run_once()
     assert len(fake.asked) == 1 and metrics.alertmanager_queries.labels("ok")._value.get() == 1
@@ -587,6 +587,24 @@ def test_an_alert_alertmanager_no_longer_holds_lapses() -> None:
     clock.advance(600)
     actor.run_once()
     assert unhealthy_gpus(node(kube)) == frozenset()
+
+
+def test_while_alertmanager_has_only_just_started_nothing_lapses() -> None:
+    """Found by a review: a restarted Alertmanager holds its silences but no alerts
+    until Prometheus sends them again, and its empty answer undid a silenced action."""
+    fake = FakeAlertmanager()
+    kube, actor, inbox, clock, metrics = lapsing(fake)
+    leak = alert(LEAK, node="n1", gpu=2, fp="L")
+    deliver(actor, inbox, clock, leak)
+    clock.advance(TIMEOUT)
+    restarted = clock.now() - dt.timedelta(seconds=60)  # a minute ago
+    fake.uptime = restarted.strftime("%Y-%m-%dT%H:%M:%S.000Z")
+    actor.run_once()
+    assert not events(kube, "AlertLapsed") and unhealthy_gpus(node(kube)) == frozenset({2})
+    assert metrics.actions.labels(LEAK, "kept")._value.get() == 1
+    clock.advance(TIMEOUT)  # settled now, and the alert is not held: it lapses
+    actor.run_once()
+    assert len(events(kube, "AlertLapsed")) == 1
 
 
 @pytest.mark.parametrize(

@@ -5,13 +5,22 @@ from __future__ import annotations
 
 import json
 import re
+import threading
+import time
 import urllib.error
 import urllib.parse
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
-from controller.alerts.alertmanager import AlertmanagerApi, AlertmanagerError, parse_alerts
+from controller.alerts.alertmanager import (
+    SETTLE_S,
+    AlertmanagerApi,
+    AlertmanagerError,
+    parse_alerts,
+)
+from controller.alerts.payload import parse_time
 from controller.httpread import BodyTooLarge
 from tests.unit.alerts.builders import LEAK, STARTS, XID, FakeAlertmanager, alert, held
 
@@ -40,8 +49,18 @@ def test_an_instance_is_found_by_its_fingerprint_and_its_start_to_the_millisecon
         "a1b2c3d4e5f60718@not-a-time",
     ],
 )
-def test_another_instance_is_not_held(key: str) -> None:
+def test_another_alert_or_an_instance_after_the_one_held_is_not_held(key: str) -> None:
     assert parse_alerts(body(held(LEAKING))).get(key) is None
+
+
+def test_a_later_instance_of_the_alert_holds_the_entry_of_an_earlier_one() -> None:
+    """Found by a review: under a silence the fault cleared and came back, a new
+    instance Alertmanager sent neither the resolve nor the firing of; matched by its
+    exact start only, the entry lapsed and the GPU went back into service."""
+    again = replace(LEAKING, starts_at="2027-01-15T08:20:00.000Z")
+    holdings = parse_alerts(body(held(again, silenced_by=("s-1",))))
+    a = holdings.get(LEAKING.key)
+    assert a is not None and a.silenced_by == ("s-1",)
 
 
 @pytest.mark.parametrize(
@@ -100,3 +119,43 @@ def test_an_alertmanager_that_cannot_be_asked_raises_one_error(
     fake.error, fake.answer = error, answer
     with pytest.raises(AlertmanagerError, match=re.escape(why)):
         AlertmanagerApi("http://am:9093", fetch=fake).holdings([LEAK])
+
+
+def test_a_slow_answer_is_given_up_on_the_wall_clock_and_not_asked_again_beside() -> None:
+    """Found by a review: the timeout was per socket operation, and a server that
+    trickled its answer (or a Service of several addresses that do not answer) held
+    the actor's thread for 44 s while a new fault on another node waited."""
+    release = threading.Event()
+
+    def trickling(url: str, timeout_s: float) -> tuple[int, bytes]:
+        release.wait(10)
+        if url.endswith("/status"):
+            return 200, b'{"uptime": "2027-01-01T00:00:00Z"}'
+        return 200, b"[]"
+
+    api = AlertmanagerApi("http://am:9093", timeout_s=0.2, fetch=trickling)
+    t0 = time.monotonic()
+    with pytest.raises(AlertmanagerError, match=re.escape("no answer within 0.2 s")):
+        api.holdings([LEAK])
+    with pytest.raises(AlertmanagerError, match="still no answer to the question asked before"):
+        api.holdings([LEAK])
+    assert time.monotonic() - t0 < 2
+    release.set()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:  # the first question ends; the next is asked
+        try:
+            api.holdings([LEAK])
+            break
+        except AlertmanagerError:
+            time.sleep(0.05)
+    else:
+        raise AssertionError("never asked again")
+
+
+def test_the_answer_says_when_alertmanager_started() -> None:
+    fake = FakeAlertmanager()
+    fake.uptime = "2027-01-15T08:00:00.000Z"
+    holdings = AlertmanagerApi("http://am:9093", fetch=fake).holdings([LEAK])
+    started = parse_time(fake.uptime)
+    assert holdings.started_at == started
+    assert not holdings.settled(started + SETTLE_S - 1) and holdings.settled(started + SETTLE_S)
