@@ -111,8 +111,9 @@ def test_seed_keys_that_are_policy_are_refused_saying_where_they_live(
             "retryPeriodSeconds (2.9) < renewDeadlineSeconds (2.8)",
         ),
     ],
-    ids=["replicas-without-lease", "lease", "lease-gap", "alertmanager-without-webhook", "ports", "pdb",
-         "max-unavailable-0", "max-unavailable-101", "metrics-from-anyone", "lease-fractions"],
+    ids=["replicas-without-lease", "lease", "lease-gap", "alertmanager-without-webhook", "ports",
+         "pdb", "max-unavailable-0", "max-unavailable-101", "metrics-from-anyone",
+         "lease-fractions"],
 )  # fmt: skip
 def test_values_that_could_not_run_as_asked_are_refused_saying_what_to_change(
     values: dict[str, Any], message: str
