@@ -16,7 +16,8 @@ the entry too: its fault is back.
 
 An Alertmanager that has just started holds its silences (from disk) but no
 alerts until Prometheus sends them again, within a minute or two: its answer is
-taken as whole only once it has run `SETTLE_S` (`/api/v2/status`' `uptime`).
+taken as whole only once it has run `SETTLE_S` (`/api/v2/status`' `uptime`, read
+against gangops' clock: keep the clocks in step, as Kubernetes needs anyway).
 The question is answered within `TIMEOUT_S` of wall time, whatever the server
 does, on a thread of its own: the actor's thread waits no longer.
 """
@@ -25,8 +26,10 @@ from __future__ import annotations
 
 import http.client
 import json
+import logging
 import re
 import threading
+import time
 import urllib.parse
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
@@ -44,6 +47,8 @@ __all__ = [
     "parse_alerts",
     "parse_started",
 ]
+
+log = logging.getLogger(__name__)
 
 TIMEOUT_S = 5.0
 """The whole answer within this long: the actor's thread waits for it."""
@@ -198,11 +203,16 @@ class AlertmanagerApi:
             raise AlertmanagerError(f"still no answer to the question asked before ({self.url})")
         answer: list[Holdings | AlertmanagerError] = []
 
+        deadline = time.monotonic() + self.timeout_s
+
         def ask() -> None:
             try:
-                answer.append(self._ask(names))
+                answer.append(self._ask(names, deadline))
             except AlertmanagerError as e:
                 answer.append(e)
+            except Exception as e:  # a defect here: said as what it is, not as a timeout
+                log.exception("asking Alertmanager failed url=%s", self.url)
+                answer.append(AlertmanagerError(f"{type(e).__name__}: {e}"))
             finally:
                 self._asking.release()
 
@@ -215,13 +225,18 @@ class AlertmanagerApi:
             raise answer[0]
         return answer[0]
 
-    def _ask(self, names: Collection[str]) -> Holdings:
-        started = parse_started(self._read(f"{self.url.rstrip('/')}/api/v2/status"))
-        return Holdings(parse_alerts(self._read(self.query(names))).alerts, started_at=started)
+    def _ask(self, names: Collection[str], deadline: float) -> Holdings:
+        status = self._read(f"{self.url.rstrip('/')}/api/v2/status", deadline)
+        alerts = self._read(self.query(names), deadline)
+        return Holdings(parse_alerts(alerts).alerts, started_at=parse_started(status))
 
-    def _read(self, url: str) -> bytes:
+    def _read(self, url: str, deadline: float) -> bytes:
+        """One GET, given what is left of the question's time."""
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise AlertmanagerError(f"no answer within {self.timeout_s:g} s")
         try:
-            status, body = self.fetch(url, self.timeout_s)
+            status, body = self.fetch(url, left)
         except (OSError, ValueError, http.client.HTTPException) as e:
             # OSError: URLError, refused, timed out; ValueError: BodyTooLarge
             raise AlertmanagerError(f"{type(e).__name__}: {e}") from None

@@ -159,3 +159,29 @@ def test_the_answer_says_when_alertmanager_started() -> None:
     started = parse_time(fake.uptime)
     assert holdings.started_at == started
     assert not holdings.settled(started + SETTLE_S - 1) and holdings.settled(started + SETTLE_S)
+
+
+def test_both_requests_share_the_questions_time() -> None:
+    """Found by a review: the status and the alerts were each given the whole timeout,
+    so a question outlived its wait, and the next tick found it still out."""
+    given: list[float] = []
+    fake = FakeAlertmanager()
+
+    def slow(url: str, timeout_s: float) -> tuple[int, bytes]:
+        given.append(timeout_s)
+        time.sleep(0.3)
+        return fake(url, timeout_s)
+
+    AlertmanagerApi("http://am:9093", timeout_s=2.0, fetch=slow).holdings([LEAK])
+    assert len(given) == 2 and given[0] <= 2.0 and given[1] <= 2.0 - 0.3
+
+
+def test_a_defect_while_asking_is_said_as_what_it_is_not_as_a_timeout(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def broken(url: str, timeout_s: float) -> tuple[int, bytes]:
+        raise KeyError("uptime")
+
+    with pytest.raises(AlertmanagerError, match="KeyError: 'uptime'"):
+        AlertmanagerApi("http://am:9093", fetch=broken).holdings([LEAK])
+    assert any("asking Alertmanager failed" in r.getMessage() for r in caplog.records)

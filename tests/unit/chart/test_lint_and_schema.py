@@ -38,6 +38,15 @@ def test_helm_lint_strict_passes(values: Path) -> None:
         ({"controller": {"metricsPort": 70000}}, "at '/controller/metricsPort': maximum"),
         ({"admission": {"mutating": "maybe"}}, "value must be one of 'auto', 'on', 'off'"),
         ({"agent": {"maxUnavailable": "1"}}, "at '/agent/maxUnavailable': '1' does not match"),
+        # what `gangops run` refuses at start, or the pod would crash-loop
+        (
+            {"controller": {"prometheusUrl": "http://prometheus:9090/?partial_response=true"}},
+            "at '/controller/prometheusUrl'",
+        ),
+        (
+            {"controller": {"alertmanager": {"url": "http://am:9093/#x"}}},
+            "at '/controller/alertmanager/url'",
+        ),
         (
             {"monitoring": {"gpuMetrics": {"interval": "10"}}},
             "at '/monitoring/gpuMetrics/interval': '10' does not match",

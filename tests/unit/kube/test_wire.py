@@ -190,6 +190,8 @@ def test_a_request_that_times_out_is_sent_once(tmp_path: Any) -> None:
         assert refused.value.status == 0
     elapsed = time.monotonic() - t0
     server.close()
+    for conn in accepted:
+        conn.close()
     assert len(accepted) == 2, f"{len(accepted)} connections for 2 calls"
     assert elapsed < 1.5, f"2 calls of 0.3 s took {elapsed:.1f} s"
 
