@@ -161,7 +161,8 @@ def _run(args: argparse.Namespace) -> int:
     ):
         print(
             "gangops run: need --retry-period < --renew-deadline, and --renew-deadline at"
-            " least 1 s under --lease-duration (the gap is each Lease request's timeout);"
+            " least 1 s under --lease-duration (the gap, up to 30 s, is each Lease"
+            " request's timeout);"
             f" got {args.retry_period:g} s, {args.renew_deadline:g} s,"
             f" {args.lease_duration:g} s",
             file=sys.stderr,
@@ -624,7 +625,7 @@ def add_subcommand(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
         default=10.0,
         metavar="SECONDS",
         help="the leader stops leading when it has not renewed for this long; at least 1 s"
-        " shorter than --lease-duration: the gap is each Lease request's timeout"
+        " shorter than --lease-duration: the gap, up to 30 s, is each Lease request's timeout"
         " (default %(default)g)",
     )
     p.add_argument(

@@ -415,8 +415,14 @@ class AlertActor:
         return True
 
     def _held(self, name: str, state: NodeState, policy: AlertPolicy, now: float) -> frozenset[str]:
-        """Of node `name`'s entries due to lapse, those Alertmanager still holds."""
-        due = state.lapsing(policy.resolve_timeout_s, now)
+        """Of node `name`'s entries due to lapse, those Alertmanager still holds. Only
+        entries whose alert a rule of the policy still names are asked about (the
+        question is filtered to those names); the others lapse."""
+        due = [
+            k
+            for k in state.lapsing(policy.resolve_timeout_s, now)
+            if state.entries[k].alert in policy.rules
+        ]
         if not due or self._alertmanager is None:
             return frozenset()
         holdings = self._holdings_now(self._alertmanager, policy)

@@ -83,7 +83,7 @@ Values that render but could not run as asked: each refused with what to change.
 {{- end -}}
 {{- $l := $c.lease -}}
 {{- if not (and (lt (float64 $l.retryPeriodSeconds) (float64 $l.renewDeadlineSeconds)) (le (float64 $l.renewDeadlineSeconds) (subf (float64 $l.durationSeconds) 1.0))) -}}
-{{- fail (printf "controller.lease: retryPeriodSeconds (%v) < renewDeadlineSeconds (%v) <= durationSeconds (%v) - 1 must hold (the gap is each Lease request's timeout; gangops run refuses anything else at start)." $l.retryPeriodSeconds $l.renewDeadlineSeconds $l.durationSeconds) -}}
+{{- fail (printf "controller.lease: retryPeriodSeconds (%v) < renewDeadlineSeconds (%v) <= durationSeconds (%v) - 1 must hold (the gap, up to 30 s, is each Lease request's timeout; gangops run refuses anything else at start)." $l.retryPeriodSeconds $l.renewDeadlineSeconds $l.durationSeconds) -}}
 {{- end -}}
 {{- if and (not $c.webhook.enabled) (or $c.alertmanager.token $c.alertmanager.existingSecret) -}}
 {{- fail "controller.alertmanager is set but controller.webhook.enabled is false: the Alertmanager receiver is served on the webhook address. Enable the webhook, or remove the alertmanager token." -}}

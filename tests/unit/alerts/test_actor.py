@@ -607,6 +607,26 @@ def test_while_alertmanager_has_only_just_started_nothing_lapses() -> None:
     assert len(events(kube, "AlertLapsed")) == 1
 
 
+@pytest.mark.parametrize("settled", [True, False], ids=["settled", "just-started"])
+def test_an_entry_whose_rule_left_the_policy_lapses_whatever_alertmanager_holds(
+    settled: bool,
+) -> None:
+    """Found checking the docs: the question is filtered to the rules' names, but an
+    entry of an alert no rule names any more was kept while Alertmanager settled, and
+    kept for ever where the policy kept no rule at all (the question then unfiltered)."""
+    fake = FakeAlertmanager()
+    kube, actor, inbox, clock, _ = lapsing(fake)
+    leak = alert(LEAK, node="n1", gpu=2, fp="L")
+    deliver(actor, inbox, clock, leak)
+    fake.holds = [held(leak, silenced_by=("s-1",))]
+    kube.objects[("ConfigMap", NS, POLICY_CONFIGMAP)] = policy_cm([], TIMEOUT, maxPercent=100)
+    clock.advance(TIMEOUT)
+    if not settled:
+        fake.uptime = (clock.now() - dt.timedelta(seconds=60)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    actor.run_once()
+    assert len(events(kube, "AlertLapsed")) == 1
+
+
 @pytest.mark.parametrize(
     "error", [OSError("connection refused"), None], ids=["unreachable", "not-api-v2"]
 )

@@ -48,6 +48,10 @@ def test_helm_lint_strict_passes(values: Path) -> None:
             "at '/controller/alertmanager/url'",
         ),
         (
+            {"controller": {"alertmanager": {"url": "http:///x"}}},
+            "at '/controller/alertmanager/url'",
+        ),
+        (
             {"monitoring": {"gpuMetrics": {"interval": "10"}}},
             "at '/monitoring/gpuMetrics/interval': '10' does not match",
         ),
