@@ -38,6 +38,8 @@ class AlertMetrics:
             ["result"],
             registry=r,
         )
+        for result in ("ok", "failed"):  # 0 from the start: `increase(...) > 0` can fire
+            self.alertmanager_queries.labels(result)
         self.circuit_open = Counter(
             "gangops_alert_circuit_open",
             "Alerts the breaker held: too many nodes were acted on within its window.",

@@ -20,6 +20,7 @@ from controller.alerts.alertmanager import (
     AlertmanagerError,
     parse_alerts,
 )
+from controller.alerts.metrics import AlertMetrics
 from controller.alerts.payload import parse_time
 from controller.httpread import BodyTooLarge
 from tests.unit.alerts.builders import LEAK, STARTS, XID, FakeAlertmanager, alert, held
@@ -185,3 +186,13 @@ def test_a_defect_while_asking_is_said_as_what_it_is_not_as_a_timeout(
     with pytest.raises(AlertmanagerError, match="KeyError: 'uptime'"):
         AlertmanagerApi("http://am:9093", fetch=broken).holdings([LEAK])
     assert any("asking Alertmanager failed" in r.getMessage() for r in caplog.records)
+
+
+def test_the_query_counts_exist_from_the_start() -> None:
+    """Found by the alerts dashboard's integration test: a counter no one had
+    incremented had no series, so its panel (and an alert on `increase(...) > 0`)
+    showed nothing."""
+    registry = AlertMetrics().registry
+    for result in ("ok", "failed"):
+        value = registry.get_sample_value("gangops_alertmanager_queries_total", {"result": result})
+        assert value == 0.0, result
