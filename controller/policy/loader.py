@@ -267,11 +267,10 @@ class _Yaml11:
     other reading; they are asked once per distinct scalar.
     """
 
-    def __init__(self, yaml: YAML) -> None:
+    def __init__(self) -> None:
         other = YAML(typ="safe")
         other.version = (1, 1)
-        self.resolver12, self.resolver11 = yaml.resolver, other.resolver
-        self.constructor = other.constructor
+        self.resolver, self.constructor = other.resolver, other.constructor
         self.memo: dict[tuple[str, str], tuple[Any] | None] = {}
 
     def reading(self, node: ScalarNode, value: Any, text: str) -> tuple[Any] | None:
@@ -280,18 +279,13 @@ class _Yaml11:
         if node.style:  # quoted or a block scalar: a string to both
             return None
         key = (str(node.tag), str(node.value))
-        if key not in self.memo:
-            self.memo[key] = self._compare(node, value, self._resolve(node))
+        if key not in self.memo:  # as YAML 1.1 resolves it, were it written untagged
+            tag = str(self.resolver.resolve(ScalarNode, node.value, (True, False)))
+            self.memo[key] = self._compare(node, value, tag)
         found = self.memo[key]
         if found is not None and _tagged(node, text):  # `!!str no`, `!!int 010`: rare
-            return self._compare(node, value, key[0])
+            return self._compare(node, value, key[0])  # the tag, which both follow
         return found
-
-    def _resolve(self, node: ScalarNode) -> str:
-        """The tag a YAML 1.1 reader gives `node`, were it written as it is."""
-        if node.tag != self.resolver12.resolve(ScalarNode, node.value, (True, False)):
-            return str(node.tag)  # an explicit tag, which both follow
-        return str(self.resolver11.resolve(ScalarNode, node.value, (True, False)))
 
     def _compare(self, node: ScalarNode, value: Any, tag: str) -> tuple[Any] | None:
         """(`node` read by YAML 1.1 as `tag`,) when that is not `value` and kubectl
@@ -346,7 +340,7 @@ def load_sources(sources: Iterable[Source], *, limits: Limits = DEFAULT_LIMITS) 
     """Read every source; report every problem; never raise on bad input."""
     result = LoadResult()
     yaml = _yaml()
-    yaml11 = _Yaml11(yaml)
+    yaml11 = _Yaml11()
     for src in sources:
         result.files += 1
         _load_one(src, yaml, yaml11, limits, result)
@@ -565,7 +559,7 @@ def _document(
             Diagnostic("GP107", f"a document must be a mapping, found {what}", file, line, col)
         )
         return
-    builder = _Builder(file, yaml, limits, yaml11=(yaml11, aliases.text))
+    builder = _Builder(file, yaml, limits, yaml11=yaml11, text=aliases.text)
     problem = _build(builder, node, limits, aliases)
     if problem is not None:
         diags.append(problem)
@@ -626,7 +620,7 @@ def _document(
             )
         )
         return
-    diags.extend(builder.read_apart)
+    diags.extend(builder.read_apart.values())
     meta = data.get("metadata")
     name = meta.get("name") if isinstance(meta, dict) else None
     result.documents.append(
@@ -782,16 +776,17 @@ class _Builder:
         yaml: YAML,
         limits: Limits,
         *,
-        yaml11: tuple[_Yaml11, str] | None = None,
+        yaml11: _Yaml11 | None = None,
+        text: str = "",
     ) -> None:
         self.file = file
         self.yaml11 = yaml11
-        """Set for a policy document, with the document's text: its scalars are
-        checked against a YAML 1.1 reading."""
-        self.read_apart: list[Diagnostic] = []
-        """GP115 for each scalar node that YAML 1.1 reads apart, once per node."""
-        self.apart: set[int] = set()
-        """The nodes (by id) in `read_apart`: an alias of one is reported once."""
+        """Set for a policy document (whose `text` it is): its scalars are checked
+        against a YAML 1.1 reading."""
+        self.text = text
+        self.read_apart: dict[int, Diagnostic] = {}
+        """GP115 for each scalar node (by id) that YAML 1.1 reads apart: an alias of
+        one is reported once."""
         self.constructor = yaml.constructor
         self.budget = limits.max_nodes
         self.max_depth = limits.max_depth
@@ -848,20 +843,18 @@ class _Builder:
     def _scalar(self, node: Node) -> Any:
         value = self._read(node)
         if self.yaml11 is not None and isinstance(node, ScalarNode):
-            other = self.yaml11[0].reading(node, value, self.yaml11[1])
-            if other is not None and id(node) not in self.apart:
-                self.apart.add(id(node))
-                self.read_apart.append(self._apart(node, value, other[0]))
+            other = self.yaml11.reading(node, value, self.text)
+            if other is not None and id(node) not in self.read_apart:
+                self.read_apart[id(node)] = self._apart(node, value, other[0])
         return value
 
     def _apart(self, node: ScalarNode, value: Any, other: Any) -> Diagnostic:
         written = _clip(str(node.value))
         ours, theirs = _clip(json.dumps(value, default=str)), _clip(json.dumps(other, default=str))
-        fix = (
-            f"quote it ({ours}) to keep the string"
-            if isinstance(value, str)
-            else (f"write it as {ours}")
-        )
+        if isinstance(value, str):
+            fix = f"quote it ({ours}) to keep the string"
+        else:
+            fix = f"write it as {ours}"
         return Diagnostic(
             "GP115",
             f"{written} is {ours} to gangops (YAML 1.2) but {theirs} to YAML 1.1 readers, "
