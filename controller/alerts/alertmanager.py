@@ -82,11 +82,10 @@ class Holdings:
     """The alerts Alertmanager held when asked, by instance."""
 
     def __init__(self, alerts: Iterable[HeldAlert] = (), *, started_at: float = 0.0) -> None:
-        self.alerts = tuple(alerts)
         self.started_at = started_at
         """When that Alertmanager started (epoch seconds; 0: long ago)."""
         self._by_fingerprint: dict[str, list[HeldAlert]] = {}
-        for a in self.alerts:
+        for a in alerts:
             self._by_fingerprint.setdefault(a.fingerprint, []).append(a)
 
     def settled(self, now: float) -> bool:
@@ -137,25 +136,27 @@ def _held(raw: Any, i: int) -> HeldAlert:
     )
 
 
-def parse_alerts(body: bytes) -> Holdings:
-    """The answer of `GET /api/v2/alerts` (a list of gettableAlert); raises
-    `AlertmanagerError` saying what is wrong."""
+def _json(body: bytes, what: str) -> Any:
     try:
-        doc = json.loads(body)
+        return json.loads(body)
     except (ValueError, RecursionError) as e:
-        raise AlertmanagerError(f"the answer is not JSON: {e}") from None
+        raise AlertmanagerError(f"{what} is not JSON: {e}") from None
+
+
+def parse_alerts(body: bytes, *, started_at: float = 0.0) -> Holdings:
+    """The answer of `GET /api/v2/alerts` (a list of gettableAlert), from an
+    Alertmanager started at `started_at`; raises `AlertmanagerError` saying what is
+    wrong."""
+    doc = _json(body, "the answer")
     if not isinstance(doc, list):
         raise AlertmanagerError("the answer is not a list of alerts")
-    return Holdings(_held(a, i) for i, a in enumerate(doc))
+    return Holdings((_held(a, i) for i, a in enumerate(doc)), started_at=started_at)
 
 
 def parse_started(body: bytes) -> float:
     """When Alertmanager started, from the answer of `GET /api/v2/status` (its
     `uptime`, an RFC 3339 time); raises `AlertmanagerError`."""
-    try:
-        doc = json.loads(body)
-    except (ValueError, RecursionError) as e:
-        raise AlertmanagerError(f"the status is not JSON: {e}") from None
+    doc = _json(body, "the status")
     uptime = doc.get("uptime") if isinstance(doc, dict) else None
     if not isinstance(uptime, str):
         raise AlertmanagerError("the status has no uptime")
@@ -190,7 +191,11 @@ class AlertmanagerApi:
         wanted = sorted(set(names))
         if wanted and all(_NAME.fullmatch(n) for n in wanted):
             params.append(("filter", f'alertname=~"{"|".join(wanted)}"'))
-        return f"{self.url.rstrip('/')}/api/v2/alerts?{urllib.parse.urlencode(params)}"
+        return f"{self._api}/alerts?{urllib.parse.urlencode(params)}"
+
+    @property
+    def _api(self) -> str:
+        return f"{self.url.rstrip('/')}/api/v2"
 
     def holdings(self, names: Collection[str] = ()) -> Holdings:
         """The alerts Alertmanager holds (of `names`, where given), and when it
@@ -226,9 +231,8 @@ class AlertmanagerApi:
         return answer[0]
 
     def _ask(self, names: Collection[str], deadline: float) -> Holdings:
-        status = self._read(f"{self.url.rstrip('/')}/api/v2/status", deadline)
-        alerts = self._read(self.query(names), deadline)
-        return Holdings(parse_alerts(alerts).alerts, started_at=parse_started(status))
+        started = parse_started(self._read(f"{self._api}/status", deadline))
+        return parse_alerts(self._read(self.query(names), deadline), started_at=started)
 
     def _read(self, url: str, deadline: float) -> bytes:
         """One GET, given what is left of the question's time."""
