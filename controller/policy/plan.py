@@ -207,16 +207,14 @@ def _update_notes(kind: str, fields: tuple[FieldChange, ...]) -> Iterator[str]:
             continue
         if f.path == f"spec.hard.{JOB_COUNT_KEY}":
             # An object count holds no pods: what it stops is the TrainingJob create itself.
-            yield (
-                f"{f.path} lowered {f.old} -> {f.new}: Kubernetes accepts a quota below current "
-                "usage; existing TrainingJobs are kept, creating one is refused until fewer "
-                "than that are left"
-            )
+            kept = "existing TrainingJobs are kept, creating one is refused until fewer than"
+            kept += " that are left"
         else:
-            yield (
-                f"{f.path} lowered {f.old} -> {f.new}: Kubernetes accepts a quota below current "
-                "usage; running pods keep running, new pods wait until usage falls under it"
-            )
+            kept = "running pods keep running, new pods wait until usage falls under it"
+        yield (
+            f"{f.path} lowered {f.old} -> {f.new}: Kubernetes accepts a quota below current "
+            f"usage; {kept}"
+        )
 
 
 def _delete_notes(kind: str, name: str) -> tuple[tuple[str, ...], bool]:

@@ -32,6 +32,7 @@ __all__ = [
     "POLICY_KINDS",
     "CrSource",
     "build_crs",
+    "cr_path",
     "cr_revision",
     "cr_source",
     "mixed_sources",
@@ -65,8 +66,13 @@ def cr_source(obj: Obj) -> Source:
     if not annotations:
         doc["metadata"].pop("annotations", None)
     data = json.dumps(doc, indent=2).encode()
-    path = f"{obj['kind'].lower()}/{meta['name']}.yaml"
-    return Source(path=path, size=len(data), read=lambda: data)
+    return Source(path=cr_path(obj), size=len(data), read=lambda: data)
+
+
+def cr_path(obj: Obj) -> str:
+    """The file a policy custom resource is read as (`cr_source`): `<kind>/<name>.yaml`,
+    as compiled objects name it in their source-file annotation."""
+    return f"{obj['kind'].lower()}/{obj['metadata']['name']}.yaml"
 
 
 def cr_revision(crs: Sequence[Obj], sources: Sequence[Source]) -> str:
@@ -194,7 +200,7 @@ class CrSource:
         inventory = {
             Ref.of(o) for o in labelled if _source_of(o) == CR_SOURCE and _applied_by_us(o)
         }
-        present = {cr_source(o).path for o in crs}
+        present = {cr_path(o) for o in crs}
         if built.objects is None:
             self._keep_good(inventory, present)
             return False, "ValidationFailed", diagnostics_text(built.errors, self._max_diagnostics)
@@ -220,7 +226,7 @@ class CrSource:
         keeps its last good revision: what drifted (a ResourceQuota deleted or
         raised by hand) is applied again from it, and nothing is pruned. Unlike a
         revision's files, each custom resource goes on its own: what was made from
-        one that is gone (`present` names those left, as `cr_source` files) is not
+        one that is gone (`present` names those left, as `cr_path` files) is not
         made again, so one team's refused edit does not undo another's deletion."""
         if self._good is None:
             return
