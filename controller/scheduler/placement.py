@@ -41,6 +41,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
+from dataclasses import replace
 from fractions import Fraction
 
 from controller.quantity import format_quantity
@@ -400,8 +401,12 @@ def _gpus(milli: int) -> str:
     return f"{text} GPU" if text == "1" else f"{text} GPUs"
 
 
-_ANY = 1 << 30
-"""Pods a node holds by a resource it does not track (`NodeState.slots`' figure)."""
+def _needs_gpus(gang: Gang) -> str:
+    """What a gang asks for, as its waiting reason opens: `needs 16 GPUs (2 workers x
+    8 GPUs)`."""
+    if gang.workers == 1:
+        return f"needs {_gpus(gang.gpu_total)}"
+    return f"needs {_gpus(gang.gpu_total)} ({gang.workers} workers x {_gpus(gang.pod.gpu_total)})"
 
 
 def _needs_no_gpus(gang: Gang) -> str:
@@ -419,15 +424,15 @@ def _needs_no_gpus(gang: Gang) -> str:
 
 def _room(ns: NodeState, pod: PodShape) -> list[tuple[str, int]]:
     """How many more `pod`s (of no GPUs) `ns` holds by each resource the pod asks for,
-    as `NodeState.slots` counts them (its figure is the least of these): a device in
-    service for a share of no GPU, its CPU, its memory."""
+    each counted alone by `NodeState.slots` (whose figure is the least of them): a
+    device in service for a share of no GPU, its CPU, its memory."""
     room = []
     if pod.gpus and pod.shared:
-        room.append(("GPUs in service", _ANY if ns.usable_whole or ns.whole < len(ns.free) else 0))
+        room.append(("GPUs in service", ns.slots(replace(pod, cpu_milli=0, memory=0))))
     if pod.cpu_milli:
-        room.append(("CPU", _ANY if ns.cpu is None else ns.cpu // pod.cpu_milli))
+        room.append(("CPU", ns.slots(PodShape(gpus=0, cpu_milli=pod.cpu_milli))))
     if pod.memory:
-        room.append(("memory", _ANY if ns.mem is None else ns.mem // pod.memory))
+        room.append(("memory", ns.slots(PodShape(gpus=0, memory=pod.memory))))
     return room
 
 
@@ -449,22 +454,13 @@ def shortfall(snap: Snapshot, gang: Gang, *, exclude: AbstractSet[str] = _NONE) 
     asks for no GPUs is told what it is short of instead (CPU, memory): "needs 0
     GPUs; ... hold 0 of 1" named nothing it could act on."""
     pod = gang.pod
-    total = gang.gpu_total
-    if total:
-        per = _gpus(pod.gpu_total)
-        need = (
-            f"needs {_gpus(total)}"
-            if gang.workers == 1
-            else f"needs {_gpus(total)} ({gang.workers} workers x {per})"
-        )
-    else:
-        need = _needs_no_gpus(gang)
+    need = _needs_gpus(gang) if gang.gpu_total else _needs_no_gpus(gang)
     candidates = snap.candidates(pod)
     if not candidates:
         return f"{need}; no node matches its GPU model, node selector and tolerations"
     open_nodes = snap.open_slots(pod, exclude)
     fit = sum(k for _, k in open_nodes)
-    if total:
+    if gang.gpu_total:
         held = f"the free GPUs of the nodes it may use hold {fit} of {gang.workers}"
     else:
         what = _short_of(snap, gang, exclude)
